@@ -1,0 +1,365 @@
+//! The lease model: who may run which tick, until when, with which fencing token.
+//!
+//! A lease is a row in the store, keyed by its [`LeaseName`]. It records the
+//! [`Holder`] that took it, the [`Tick`] it was taken for, a [`FencingToken`] that
+//! grows with every acquisition of the name, and an expiry on the store's clock.
+//! Only the store decides who holds what; this module has no clock and no SQL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+
+use crate::error::{Error, Result};
+
+/// The name of a lease: a job's name for cluster jobs, `job:node` for node jobs.
+///
+/// Between 1 and [`LeaseName::MAX_LEN`] bytes of UTF-8, without NUL or other control
+/// characters (PostgreSQL's `text` cannot hold NUL; control characters only make
+/// operators' lives hard). Quotes, spaces and any other Unicode are fine: names only
+/// ever reach SQL as bound parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseName(String);
+
+impl LeaseName {
+    /// The longest accepted name, in bytes.
+    pub const MAX_LEN: usize = 200;
+
+    /// Parses a lease name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] if the name is empty, longer than [`Self::MAX_LEN`]
+    /// bytes, or holds a control character.
+    pub fn new(name: impl Into<String>) -> Result<Self> {
+        let name = name.into();
+        validate_name(&name)?;
+        Ok(Self(name))
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Checks the rules shared by lease and job names.
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "a name must not be empty"
+    } else if name.len() > LeaseName::MAX_LEN {
+        "a name must be at most 200 bytes long"
+    } else if name.chars().any(char::is_control) {
+        "a name must not contain control characters (NUL, newline, tab, …)"
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(64).collect();
+    Err(Error::InvalidName {
+        name: shown,
+        reason,
+    })
+}
+
+impl FromStr for LeaseName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<String> for LeaseName {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        Self::new(s)
+    }
+}
+
+impl fmt::Display for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for LeaseName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who holds a lease: `hostname:pid:64-random-bits-in-hex`, new for every acquisition.
+///
+/// Because a holder is never reused, renewing or releasing "as this holder" can only
+/// ever touch the acquisition it was made for: two tasks of one process exclude each
+/// other, and a late release cannot delete a lease someone has taken since.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Holder(String);
+
+impl Holder {
+    /// A fresh holder for one acquisition.
+    pub fn generate() -> Self {
+        let host = gethostname::gethostname();
+        let host = host.to_string_lossy();
+        let bits: u64 = rand::random();
+        Self(format!("{host}:{}:{bits:016x}", std::process::id()))
+    }
+
+    /// A holder as read back from a store. Stores only; nothing checks its shape.
+    pub fn from_stored(holder: String) -> Self {
+        Self(holder)
+    }
+
+    /// The holder as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A number that strictly increases with every acquisition of a lease name.
+///
+/// A write that carries the token it was granted can be refused once somebody else
+/// has acquired the name since: see the fenced transaction of the store crates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken(i64);
+
+impl FencingToken {
+    /// Wraps a token as stored.
+    pub fn new(token: i64) -> Self {
+        Self(token)
+    }
+
+    /// The token's value.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One scheduled instant of a job: the unit that runs once.
+///
+/// Kept to microsecond precision, the finest a PostgreSQL `timestamptz` holds, so a
+/// tick read back from a store compares equal to the one written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tick(DateTime<Utc>);
+
+impl Tick {
+    /// The tick at `at`, truncated to microseconds.
+    pub fn new(at: DateTime<Utc>) -> Self {
+        Self(at.trunc_subsecs(6))
+    }
+
+    /// The instant of the tick.
+    pub fn at(self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+impl From<DateTime<Utc>> for Tick {
+    fn from(at: DateTime<Utc>) -> Self {
+        Self::new(at)
+    }
+}
+
+impl fmt::Display for Tick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+    }
+}
+
+/// How long a lease lasts unless renewed, measured on the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ttl(Duration);
+
+impl Ttl {
+    /// The shortest accepted ttl.
+    pub const MIN: Duration = Duration::from_millis(10);
+    /// The longest accepted ttl.
+    pub const MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// A ttl of `ttl`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTtl`] unless `ttl` lies within [`Self::MIN`]..=[`Self::MAX`].
+    pub fn new(ttl: Duration) -> Result<Self> {
+        if (Self::MIN..=Self::MAX).contains(&ttl) {
+            Ok(Self(ttl))
+        } else {
+            Err(Error::InvalidTtl {
+                ttl,
+                min: Self::MIN,
+                max: Self::MAX,
+            })
+        }
+    }
+
+    /// The ttl as a duration.
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The ttl in whole milliseconds, as stores pass it to SQL.
+    pub fn as_millis(self) -> i64 {
+        // At most 7 days: always fits.
+        i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A request to take `name` for `tick`, as `holder`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeRequest {
+    /// The lease to take.
+    pub name: LeaseName,
+    /// The tick it is taken for.
+    pub tick: Tick,
+    /// The fresh holder that will hold it.
+    pub holder: Holder,
+}
+
+impl TakeRequest {
+    /// A request with a freshly generated holder.
+    pub fn new(name: LeaseName, tick: Tick) -> Self {
+        Self {
+            name,
+            tick,
+            holder: Holder::generate(),
+        }
+    }
+}
+
+/// A lease the store granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease's name.
+    pub name: LeaseName,
+    /// Who holds it.
+    pub holder: Holder,
+    /// The tick it was taken for.
+    pub tick: Tick,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// When it expires unless renewed, on the store's clock.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Lease {
+    /// The (name, holder) pair that renewals and releases are conditional on.
+    pub fn key(&self) -> LeaseKey {
+        LeaseKey {
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+        }
+    }
+}
+
+/// Identifies one acquisition: a name and the holder that took it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseKey {
+    /// The lease's name.
+    pub name: LeaseName,
+    /// The holder of that acquisition.
+    pub holder: Holder,
+}
+
+/// A lease the store renewed, with its new expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewed {
+    /// The renewed lease.
+    pub name: LeaseName,
+    /// Its new expiry, on the store's clock.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// How a lease is given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Release {
+    /// The tick ran to its end: nobody may take this tick again; the next tick is free.
+    Completed,
+    /// The run was interrupted (shutdown, cancellation): the lease expires at once and
+    /// the same tick may be taken again, so another instance can retry it.
+    Interrupted,
+}
+
+/// Rejects a batch that names one lease twice (one statement cannot take or
+/// update a row twice).
+///
+/// # Errors
+/// [`Error::DuplicateInBatch`] naming the first repeated name.
+pub fn ensure_unique<'a>(names: impl IntoIterator<Item = &'a LeaseName>) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for name in names {
+        if !seen.insert(name) {
+            return Err(Error::DuplicateInBatch {
+                name: name.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_at_the_edge() {
+        assert!(LeaseName::new("sweep").is_ok());
+        assert!(LeaseName::new("uptime:node-a").is_ok());
+        assert!(LeaseName::new("it's \"quoted\" ünïcødé ✓").is_ok());
+        assert!(matches!(LeaseName::new(""), Err(Error::InvalidName { .. })));
+        assert!(matches!(LeaseName::new("a\0b"), Err(Error::InvalidName { .. })));
+        assert!(LeaseName::new("x".repeat(200)).is_ok());
+        let err = LeaseName::new("x".repeat(201)).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid name \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\": \
+                 a name must be at most 200 bytes long"
+            )
+        );
+    }
+
+    #[test]
+    fn ttl_must_be_positive_and_bounded() {
+        assert!(Ttl::new(Duration::ZERO).is_err());
+        assert!(Ttl::new(Duration::from_millis(9)).is_err());
+        assert!(Ttl::new(Duration::from_secs(8 * 24 * 3600)).is_err());
+        assert_eq!(Ttl::new(Duration::from_secs(120)).map(Ttl::as_millis).ok(), Some(120_000));
+    }
+
+    #[test]
+    fn holders_are_fresh_and_name_the_process() {
+        let a = Holder::generate();
+        let b = Holder::generate();
+        assert_ne!(a, b);
+        assert!(a.as_str().contains(&format!(":{}:", std::process::id())));
+    }
+
+    #[test]
+    fn ticks_keep_microseconds() {
+        let at = DateTime::from_timestamp(1_700_000_000, 123_456_789).unwrap_or_default();
+        assert_eq!(Tick::new(at).at().timestamp_subsec_nanos(), 123_456_000);
+    }
+
+    #[test]
+    fn a_batch_names_each_lease_once() {
+        let a = LeaseName::new("a").ok();
+        let b = LeaseName::new("b").ok();
+        let names: Vec<_> = [a.clone(), b, a].into_iter().flatten().collect();
+        assert!(matches!(
+            ensure_unique(&names),
+            Err(Error::DuplicateInBatch { name }) if name == "a"
+        ));
+        assert!(ensure_unique(&names[..2]).is_ok());
+    }
+}

@@ -1,0 +1,201 @@
+//! A lease store in process memory, for unit tests of the runtime.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::clock::LocalClock;
+use crate::error::{Error, Result};
+use crate::lease::{
+    FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
+    ensure_unique,
+};
+use crate::store::Store;
+
+/// A [`Store`] kept in memory, with the same lease rules as the SQL stores.
+///
+/// Its clock is a [`LocalClock`], so it follows tokio's paused time in tests. It can
+/// be told to fail (to play a database outage) and to hand a lease to somebody else
+/// (to play a takeover), and it counts its calls. Only one process sees it: it is for
+/// tests, not for production.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    rows: Mutex<BTreeMap<LeaseName, Row>>,
+    clock: LocalClock,
+    failing: AtomicBool,
+    calls: AtomicU64,
+}
+
+/// One lease row, as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The current or last holder.
+    pub holder: Holder,
+    /// The tick of the current or last acquisition.
+    pub tick: Tick,
+    /// The token of the current or last acquisition.
+    pub token: FencingToken,
+    /// When the lease expires (or expired).
+    pub expires_at: DateTime<Utc>,
+    /// Whether the tick was released as completed.
+    pub completed: bool,
+}
+
+impl Row {
+    fn free_for(&self, tick: Tick, now: DateTime<Utc>) -> bool {
+        self.expires_at <= now && (self.tick < tick || (self.tick == tick && !self.completed))
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock (which follows tokio's clock).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store whose clock is `clock`.
+    pub fn with_clock(clock: LocalClock) -> Self {
+        Self {
+            clock,
+            ..Self::default()
+        }
+    }
+
+    /// Makes every call fail (`true`) or succeed again (`false`), as a database
+    /// outage would.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// How many calls (take, renew, release, now) the store has answered or failed.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// A copy of the row of `name`, if any.
+    pub fn row(&self, name: &LeaseName) -> Option<Row> {
+        self.lock().get(name).cloned()
+    }
+
+    /// Hands `name` to a new holder, as another instance taking it over would: new
+    /// holder, next token, `ttl` from now. Returns the new lease, or `None` if the
+    /// name has no row.
+    pub fn steal(&self, name: &LeaseName, ttl: Ttl) -> Option<Lease> {
+        let now = self.clock.now();
+        let mut rows = self.lock();
+        let row = rows.get_mut(name)?;
+        row.holder = Holder::generate();
+        row.token = FencingToken::new(row.token.get() + 1);
+        row.expires_at = now + delta(ttl);
+        row.completed = false;
+        Some(lease(name, row))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<LeaseName, Row>> {
+        // A panic while holding the lock cannot leave a row half-written (every
+        // update is a plain field assignment), so a poisoned lock is still usable.
+        self.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn call(&self) -> Result<DateTime<Utc>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(Error::store("memory store told to fail"));
+        }
+        Ok(self.clock.now())
+    }
+}
+
+fn delta(ttl: Ttl) -> TimeDelta {
+    TimeDelta::from_std(ttl.get()).unwrap_or(TimeDelta::MAX)
+}
+
+fn lease(name: &LeaseName, row: &Row) -> Lease {
+    Lease {
+        name: name.clone(),
+        holder: row.holder.clone(),
+        tick: row.tick,
+        token: row.token,
+        expires_at: row.expires_at,
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Vec<Lease>> {
+        ensure_unique(requests.iter().map(|r| &r.name))?;
+        let now = self.call()?;
+        let expires_at = now + delta(ttl);
+        let mut rows = self.lock();
+        let mut won = Vec::new();
+        for req in requests {
+            let fresh = Row {
+                holder: req.holder.clone(),
+                tick: req.tick,
+                token: FencingToken::new(1),
+                expires_at,
+                completed: false,
+            };
+            match rows.get_mut(&req.name) {
+                None => {
+                    won.push(lease(&req.name, &fresh));
+                    rows.insert(req.name.clone(), fresh);
+                }
+                Some(row) if row.free_for(req.tick, now) => {
+                    *row = Row {
+                        token: FencingToken::new(row.token.get() + 1),
+                        ..fresh
+                    };
+                    won.push(lease(&req.name, row));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(won)
+    }
+
+    async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {
+        ensure_unique(leases.iter().map(|k| &k.name))?;
+        let now = self.call()?;
+        let mut rows = self.lock();
+        let mut renewed = Vec::new();
+        for key in leases {
+            if let Some(row) = rows.get_mut(&key.name)
+                && row.holder == key.holder
+                && !row.completed
+            {
+                row.expires_at = now + delta(ttl);
+                renewed.push(Renewed {
+                    name: key.name.clone(),
+                    expires_at: row.expires_at,
+                });
+            }
+        }
+        Ok(renewed)
+    }
+
+    async fn release(&self, leases: &[LeaseKey], how: Release) -> Result<Vec<LeaseName>> {
+        ensure_unique(leases.iter().map(|k| &k.name))?;
+        let now = self.call()?;
+        let mut rows = self.lock();
+        let mut released = Vec::new();
+        for key in leases {
+            if let Some(row) = rows.get_mut(&key.name)
+                && row.holder == key.holder
+                && !row.completed
+            {
+                row.expires_at = row.expires_at.min(now);
+                row.completed = how == Release::Completed;
+                released.push(key.name.clone());
+            }
+        }
+        Ok(released)
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        self.call()
+    }
+}

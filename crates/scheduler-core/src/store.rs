@@ -1,0 +1,57 @@
+//! The contract between the runtime and a lease store.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::error::Result;
+use crate::lease::{Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Ttl};
+
+/// A backend that keeps leases: PostgreSQL for clusters, SQLite for one machine, the
+/// [`MemoryStore`](crate::MemoryStore) for unit tests.
+///
+/// Every operation is **batched** (one call, and for SQL stores one statement, per
+/// batch) and every time it uses comes from the store's own clock, never from the
+/// caller's. Only the store decides who holds a lease.
+///
+/// The rules every implementation keeps, and that the shared invariant tests check:
+/// - a lease is free for a tick when it has expired and either was taken for an
+///   earlier tick, or was taken for this very tick and never released as completed
+///   (its holder vanished: the tick may be retried);
+/// - taking is atomic per name: of concurrent takers of one name, at most one wins;
+/// - each acquisition of a name gets a larger fencing token than every one before;
+/// - renewals and releases act only when the holder matches, so a former holder can
+///   never touch a lease taken since.
+///
+/// Cancel safety: dropping a returned future may leave the operation applied or not;
+/// callers treat that like a failed call and retry with fresh holders.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes every lease of `requests` that is free for its tick, for `ttl`, in one
+    /// round trip. Returns the leases won; a request not answered lost (the lease is
+    /// held, or its tick already ran).
+    ///
+    /// # Errors
+    /// [`Error::DuplicateInBatch`](crate::Error::DuplicateInBatch) if a name repeats,
+    /// [`Error::Store`](crate::Error::Store) if the backend fails.
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Vec<Lease>>;
+
+    /// Extends each lease of `leases` still held by its holder to `ttl` from now.
+    /// Returns the renewed ones; a lease not returned is **lost**.
+    ///
+    /// # Errors
+    /// As [`Store::take`].
+    async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>>;
+
+    /// Gives back each lease of `leases` still held by its holder, as `how` says,
+    /// keeping the row (and so the record of its tick). Returns the names released.
+    ///
+    /// # Errors
+    /// As [`Store::take`].
+    async fn release(&self, leases: &[LeaseKey], how: Release) -> Result<Vec<LeaseName>>;
+
+    /// The store's clock: the time every expiry is measured on.
+    ///
+    /// # Errors
+    /// [`Error::Store`](crate::Error::Store) if the backend fails.
+    async fn now(&self) -> Result<DateTime<Utc>>;
+}
