@@ -32,6 +32,7 @@ pub mod clock;
 pub mod error;
 pub mod lease;
 pub mod memory;
+pub mod schedule;
 pub mod store;
 
 pub use clock::LocalClock;
@@ -40,4 +41,5 @@ pub use lease::{
     FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
 };
 pub use memory::MemoryStore;
+pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;

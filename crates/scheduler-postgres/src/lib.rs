@@ -1,0 +1,15 @@
+//! The PostgreSQL lease store for `scheduler-core`, on sea-orm.
+//!
+//! Leases are rows in a table; every operation is one short, batched statement on a
+//! connection borrowed from the pool for that statement only, so holding leases
+//! never pins a connection. Migrations run at start-up under a transaction-level
+//! advisory lock.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod error;
+mod migrate;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use scheduler_migrations::TableName;
+pub use store::{PostgresOptions, PostgresStore};

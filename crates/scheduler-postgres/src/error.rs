@@ -1,0 +1,92 @@
+//! The crate's error type. `sea_orm::DbErr` is mapped here, once.
+
+use sea_orm::DbErr;
+
+/// Everything that can go wrong in the PostgreSQL store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database URL does not parse.
+    #[error("invalid database URL: {reason}; expected postgres://user:password@host:port/database")]
+    InvalidUrl {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The lease table name is not a plain identifier.
+    #[error(transparent)]
+    InvalidTableName(#[from] scheduler_migrations::InvalidTableName),
+    /// The server could not be reached or refused the connection.
+    #[error("cannot connect to the database: {source}; check that the server runs and the URL's host, port and credentials")]
+    Connect {
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// A migration failed. Nothing of it was applied (migrations run in one transaction).
+    #[error("migration {migration} failed: {source}{hint}")]
+    Migrate {
+        /// The migration's name.
+        migration: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+        /// What to do about it, when known.
+        hint: &'static str,
+    },
+    /// A statement failed.
+    #[error("{operation} failed: {source}")]
+    Statement {
+        /// What the statement was for (`take leases`, `renew leases`, …).
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// A row of the lease table does not have the expected shape (altered by hand?).
+    #[error("unexpected row in the lease table while trying to {operation}: {source}; was the table altered by hand?")]
+    BadRow {
+        /// What the statement was for.
+        operation: &'static str,
+        /// The decoding error.
+        #[source]
+        source: DbErr,
+    },
+    /// A fenced transaction found its lease taken over, expired or released: nothing
+    /// was written.
+    #[error("lease {name:?} with fencing token {token} is no longer held; the fenced write was refused")]
+    LeaseLost {
+        /// The lease's name.
+        name: String,
+        /// The token the write carried.
+        token: i64,
+    },
+    /// Invalid input, as `scheduler-core` reports it.
+    #[error(transparent)]
+    Core(#[from] scheduler_core::Error),
+}
+
+/// `Result` with this crate's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<Error> for scheduler_core::Error {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::Core(err) => err,
+            other => scheduler_core::Error::store(other),
+        }
+    }
+}
+
+/// The SQLSTATE of a database error, if the error came from the server.
+pub(crate) fn sqlstate(err: &DbErr) -> Option<String> {
+    use sea_orm::RuntimeErr;
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e)) => match &**e {
+            sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}

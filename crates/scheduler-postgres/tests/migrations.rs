@@ -1,0 +1,51 @@
+//! Migrations: eight instances starting at once all succeed and the schema is
+//! applied once.
+
+use scheduler_postgres::{PostgresOptions, PostgresStore};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use test_postgres::TestDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_instances_migrate_at_once() {
+    let db = TestDb::new().await;
+    let mut starts = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = db.url().to_owned();
+        starts.spawn(async move { PostgresStore::connect(&url, PostgresOptions::default()).await });
+    }
+    let stores: Vec<_> = starts
+        .join_all()
+        .await
+        .into_iter()
+        .map(|r| r.expect("every instance starts"))
+        .collect();
+    let conn = stores[0].connection();
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n, min(version) AS v FROM scheduler_leases_migrations",
+        ))
+        .await
+        .expect("query")
+        .expect("row");
+    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 1, "each migration recorded once");
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT reloptions::text AS o FROM pg_class WHERE relname = 'scheduler_leases'",
+        ))
+        .await
+        .expect("query")
+        .expect("the lease table exists");
+    assert_eq!(row.try_get::<String>("", "o").expect("o"), "{fillfactor=50}");
+    // No advisory lock outlives the migration.
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'",
+        ))
+        .await
+        .expect("query")
+        .expect("row");
+    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 0);
+}
