@@ -34,6 +34,29 @@ pub enum Error {
         /// The repeated lease name.
         name: String,
     },
+    /// Two jobs registered under one name.
+    #[error("two jobs are named {name:?}; job names must be unique in a scheduler")]
+    DuplicateJob {
+        /// The repeated name.
+        name: String,
+    },
+    /// A job's schedule is invalid.
+    #[error("job {job:?} has an invalid schedule: {source}")]
+    InvalidSchedule {
+        /// The job.
+        job: String,
+        /// What is wrong with the schedule.
+        #[source]
+        source: crate::schedule::ScheduleError,
+    },
+    /// The lease ttl leaves no room for renewals.
+    #[error("lease ttl {ttl:?} is too short for renewals every {renew_every:?}; the ttl must be at least twice the renewal interval (default renewal: ttl/4)")]
+    TtlTooShort {
+        /// The ttl.
+        ttl: Duration,
+        /// The renewal interval.
+        renew_every: Duration,
+    },
     /// The store's backend failed (database unreachable, statement failed, …).
     ///
     /// The runtime treats this as transient: it logs it and retries with backoff.

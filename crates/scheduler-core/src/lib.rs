@@ -30,8 +30,10 @@
 
 pub mod clock;
 pub mod error;
+pub mod job;
 pub mod lease;
 pub mod memory;
+mod runtime;
 pub mod schedule;
 pub mod store;
 
@@ -40,6 +42,12 @@ pub use error::{BoxError, Error, Result};
 pub use lease::{
     FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
 };
+pub use job::{Declaration, Duplicate, Idempotent, JobContext, Scope};
 pub use memory::MemoryStore;
+pub use runtime::{Health, HealthReport, Outcome, Scheduler, SchedulerBuilder, Stats};
 pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;
+pub use tokio_util::sync::CancellationToken;
+
+#[doc(hidden)]
+pub use async_trait::async_trait;

@@ -1,0 +1,193 @@
+//! Jobs: the [`Idempotent`] trait user code implements, and what a run is handed.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::BoxError;
+use crate::lease::{FencingToken, Holder, LeaseName, Tick};
+use crate::schedule::Schedule;
+
+/// How many runs a tick gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// One run per tick in the whole cluster.
+    #[default]
+    Cluster,
+    /// One run per tick per node: the lease name includes the node id.
+    Node,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Cluster => "cluster",
+            Scope::Node => "node",
+        })
+    }
+}
+
+/// What a second run of the same tick would do. A holder cut off from the database
+/// for longer than the ttl loses its lease to another instance while it may still be
+/// running: the tick can then run twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Duplicate {
+    /// Nothing: a second run finds the work done (a sweep, a check that adds one more
+    /// result, an evaluation against stored state). A lost lease is logged as a
+    /// warning and the run finishes.
+    #[default]
+    Harmless,
+    /// Harm: the job needs a fencing token. The runtime declares it at start-up,
+    /// hands it the lease's token, and cancels it the moment its lease is lost; its
+    /// writes should go through the store's fenced transaction, which refuses a
+    /// stale token.
+    NeedsFencing,
+}
+
+/// A periodic job. The name says the contract: a tick's run may, in rare faults,
+/// happen twice, and [`Idempotent::duplicate`] declares what that would cost.
+///
+/// ```
+/// use std::time::Duration;
+/// use scheduler_core::{BoxError, Idempotent, JobContext, Schedule, Scope};
+///
+/// struct Sweep;
+///
+/// #[scheduler_core::async_trait]
+/// impl Idempotent for Sweep {
+///     fn name(&self) -> &str { "sweep" }
+///     fn schedule(&self) -> Schedule { Schedule::every(Duration::from_secs(3600)) }
+///     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+///         println!("sweeping for tick {}", ctx.tick());
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Idempotent: Send + Sync + 'static {
+    /// The job's name, unique in the scheduler; also its lease's name (node jobs
+    /// append `:node`). Same rules as [`LeaseName`].
+    fn name(&self) -> &str;
+
+    /// When it runs.
+    fn schedule(&self) -> Schedule;
+
+    /// Once per tick in the cluster (default) or once per tick per node.
+    fn scope(&self) -> Scope {
+        Scope::Cluster
+    }
+
+    /// What a duplicate run would do. Default: nothing harmful.
+    fn duplicate(&self) -> Duplicate {
+        Duplicate::Harmless
+    }
+
+    /// Delay each tick's start by a random duration up to this bound, to spread load.
+    /// Default: none.
+    fn jitter(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// How long after its scheduled instant a tick may still start: one that could not
+    /// start in time (database down, or its previous holder crashed) is retried within
+    /// this window and superseded by the next tick after it. Default: one period.
+    fn catch_up(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs one tick.
+    ///
+    /// The context's [cancellation token](JobContext::cancellation) fires when the
+    /// scheduler shuts down past its grace period or, for jobs that need fencing, when
+    /// the lease is lost: long work should watch it.
+    ///
+    /// # Errors
+    /// Whatever the job reports; the runtime logs it and counts the tick as failed. A
+    /// panic is caught and counted the same way.
+    async fn run(&self, ctx: JobContext) -> Result<(), BoxError>;
+}
+
+/// What a run is handed: the tick, the node, the lease and its fencing token, and a
+/// cancellation token.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub(crate) job: Arc<str>,
+    pub(crate) tick: Tick,
+    pub(crate) node: Arc<str>,
+    pub(crate) lease: LeaseName,
+    pub(crate) holder: Holder,
+    pub(crate) token: FencingToken,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl JobContext {
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The tick being run.
+    pub fn tick(&self) -> Tick {
+        self.tick
+    }
+
+    /// This instance's node id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The lease this run holds.
+    pub fn lease(&self) -> &LeaseName {
+        &self.lease
+    }
+
+    /// The holder of the lease (fresh for this run).
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    /// The lease's fencing token: larger than that of every earlier run of this lease.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Fires when the run must stop: shutdown past the grace period, or a lost lease
+    /// of a job that needs fencing.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the run has been told to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// A context for calling a job outside the scheduler (tests, one-off runs).
+    pub fn detached(job: &str, tick: Tick, node: &str, lease: LeaseName, token: FencingToken) -> Self {
+        Self {
+            job: job.into(),
+            tick,
+            node: node.into(),
+            lease,
+            holder: Holder::generate(),
+            token,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// A job's declaration that it needs fencing, as the runtime logs it at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    /// The job.
+    pub job: String,
+    /// Its lease.
+    pub lease: LeaseName,
+    /// Its scope.
+    pub scope: Scope,
+    /// Its schedule, as text.
+    pub schedule: String,
+}

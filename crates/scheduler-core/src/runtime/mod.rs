@@ -1,0 +1,302 @@
+//! The runtime embedded in the app: [`Scheduler`] and its builder.
+
+mod backoff;
+mod engine;
+mod health;
+mod stats;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use health::{Health, HealthReport};
+pub use stats::{Outcome, Stats};
+
+use crate::clock::LocalClock;
+use crate::error::{Error, Result};
+use crate::job::{Declaration, Duplicate, Idempotent, Scope};
+use crate::lease::{LeaseName, Ttl, validate_name};
+use crate::schedule::Compiled;
+use crate::store::Store;
+
+/// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
+#[derive(Debug)]
+pub struct SchedulerBuilder {
+    store: Arc<dyn Store>,
+    config: Config,
+    jobs: Vec<JobBox>,
+}
+
+struct JobBox(Arc<dyn Idempotent>);
+
+impl std::fmt::Debug for JobBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+/// The scheduler's settings; see the setters of [`SchedulerBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) node: Option<String>,
+    pub(crate) ttl: Duration,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) grace: Duration,
+    pub(crate) clock: LocalClock,
+    pub(crate) retry_base: Duration,
+    pub(crate) retry_cap: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node: None,
+            ttl: Duration::from_secs(120),
+            renew_every: None,
+            grace: Duration::from_secs(30),
+            clock: LocalClock::system(),
+            retry_base: Duration::from_millis(100),
+            retry_cap: Duration::from_secs(10),
+        }
+    }
+}
+
+impl SchedulerBuilder {
+    /// This instance's node id, for node-scoped jobs. Default: the hostname.
+    pub fn node_id(mut self, node: impl Into<String>) -> Self {
+        self.config.node = Some(node.into());
+        self
+    }
+
+    /// How long a lease lasts unless renewed. Default 120 s. A crashed holder's tick
+    /// is taken over at most this long after its last renewal.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// How often held leases are renewed (one statement for all of them). Default:
+    /// a quarter of the ttl. Must be at most half the ttl.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.config.renew_every = Some(every);
+        self
+    }
+
+    /// How long a graceful shutdown waits for running jobs before cancelling them.
+    /// Default 30 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.grace = grace;
+        self
+    }
+
+    /// The bounds of the backoff between retries of a failed store call. Default:
+    /// from 100 ms up to 10 s, with full jitter.
+    pub fn retry_backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.config.retry_base = base.max(Duration::from_millis(1));
+        self.config.retry_cap = cap.max(self.config.retry_base);
+        self
+    }
+
+    /// The process clock the runtime reads (tests skew it to play a node whose clock
+    /// is off). Ticks are scheduled on the store's clock regardless: the runtime
+    /// measures this clock's offset from it.
+    pub fn clock(mut self, clock: LocalClock) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// Registers a job.
+    pub fn job(mut self, job: impl Idempotent) -> Self {
+        self.jobs.push(JobBox(Arc::new(job)));
+        self
+    }
+
+    /// Registers a job already behind an `Arc`.
+    pub fn job_arc(mut self, job: Arc<dyn Idempotent>) -> Self {
+        self.jobs.push(JobBox(job));
+        self
+    }
+
+    /// Checks everything and builds the scheduler.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a bad job or node name, [`Error::DuplicateJob`],
+    /// [`Error::InvalidSchedule`], [`Error::InvalidTtl`] and [`Error::TtlTooShort`].
+    pub fn build(self) -> Result<Scheduler> {
+        let mut config = self.config;
+        let ttl = Ttl::new(config.ttl)?;
+        let renew_every = config.renew_every.unwrap_or(config.ttl / 4);
+        if renew_every.is_zero() || renew_every.saturating_mul(2) > config.ttl {
+            return Err(Error::TtlTooShort {
+                ttl: config.ttl,
+                renew_every,
+            });
+        }
+        config.renew_every = Some(renew_every);
+        let node = match config.node.take() {
+            Some(node) => node,
+            None => gethostname::gethostname().to_string_lossy().into_owned(),
+        };
+        validate_name(&node)?;
+        let mut names = HashSet::new();
+        let mut entries = Vec::with_capacity(self.jobs.len());
+        for JobBox(job) in self.jobs {
+            let name = job.name().to_owned();
+            validate_name(&name)?;
+            if !names.insert(name.clone()) {
+                return Err(Error::DuplicateJob { name });
+            }
+            let schedule_spec = job.schedule();
+            let schedule = schedule_spec.compile().map_err(|source| Error::InvalidSchedule {
+                job: name.clone(),
+                source,
+            })?;
+            let scope = job.scope();
+            let lease = match scope {
+                Scope::Cluster => LeaseName::new(name.clone())?,
+                Scope::Node => LeaseName::new(format!("{name}:{node}"))?,
+            };
+            entries.push(Entry {
+                name: name.into(),
+                lease,
+                schedule,
+                schedule_text: schedule_spec.to_string(),
+                scope,
+                duplicate: job.duplicate(),
+                jitter: job.jitter(),
+                catch_up: job.catch_up(),
+                job,
+            });
+        }
+        let stats = Stats::new(entries.iter().map(|e| &*e.name));
+        let health = Health::new(self.store.clone(), renew_every);
+        Ok(Scheduler {
+            store: self.store,
+            node: node.into(),
+            ttl,
+            config,
+            entries,
+            stats,
+            health,
+        })
+    }
+}
+
+/// A registered job, checked.
+pub(crate) struct Entry {
+    pub(crate) job: Arc<dyn Idempotent>,
+    pub(crate) name: Arc<str>,
+    pub(crate) lease: LeaseName,
+    pub(crate) schedule: Compiled,
+    pub(crate) schedule_text: String,
+    pub(crate) scope: Scope,
+    pub(crate) duplicate: Duplicate,
+    pub(crate) jitter: Duration,
+    pub(crate) catch_up: Option<Duration>,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("schedule", &self.schedule_text)
+            .field("scope", &self.scope)
+            .field("duplicate", &self.duplicate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The scheduler: runs each job's ticks once per tick across all instances sharing
+/// the store (or once per node), holding a lease for each run.
+///
+/// ```
+/// use std::time::Duration;
+/// use scheduler_core::{BoxError, Idempotent, JobContext, MemoryStore, Schedule, Scheduler};
+///
+/// struct Hello;
+/// #[scheduler_core::async_trait]
+/// impl Idempotent for Hello {
+///     fn name(&self) -> &str { "hello" }
+///     fn schedule(&self) -> Schedule { Schedule::every(Duration::from_secs(1)) }
+///     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+///         println!("hello from tick {}", ctx.tick());
+///         Ok(())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> scheduler_core::Result<()> {
+/// let scheduler = Scheduler::builder(MemoryStore::new()).node_id("node-a").job(Hello).build()?;
+/// scheduler.run_until(tokio::time::sleep(Duration::from_millis(1500))).await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Scheduler {
+    store: Arc<dyn Store>,
+    node: Arc<str>,
+    ttl: Ttl,
+    config: Config,
+    entries: Vec<Entry>,
+    stats: Stats,
+    health: Health,
+}
+
+impl Scheduler {
+    /// Starts building a scheduler on `store`.
+    pub fn builder(store: impl Store) -> SchedulerBuilder {
+        Self::builder_arc(Arc::new(store))
+    }
+
+    /// Starts building a scheduler on a shared store.
+    pub fn builder_arc(store: Arc<dyn Store>) -> SchedulerBuilder {
+        SchedulerBuilder {
+            store,
+            config: Config::default(),
+            jobs: Vec::new(),
+        }
+    }
+
+    /// The jobs that declared they need fencing ([`Duplicate::NeedsFencing`]).
+    pub fn declarations(&self) -> Vec<Declaration> {
+        self.entries
+            .iter()
+            .filter(|e| e.duplicate == Duplicate::NeedsFencing)
+            .map(|e| Declaration {
+                job: e.name.to_string(),
+                lease: e.lease.clone(),
+                scope: e.scope,
+                schedule: e.schedule_text.clone(),
+            })
+            .collect()
+    }
+
+    /// This instance's node id.
+    pub fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    /// Tick outcome counters, live while the scheduler runs.
+    pub fn stats(&self) -> Stats {
+        self.stats.clone()
+    }
+
+    /// A handle for the app's readiness probe.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Runs until `shutdown` completes, then shuts down gracefully: takes no new
+    /// ticks, lets running jobs finish within the grace period, cancels the rest, and
+    /// releases every lease at once so other instances can take the next ticks
+    /// without waiting for expiry.
+    ///
+    /// Store failures are logged and retried with backoff; this never returns early
+    /// and never panics. Cancel safety: dropping the future stops everything at once,
+    /// like a crash: running jobs are aborted and their leases are left to expire.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
+        engine::Engine::new(self).run(shutdown).await;
+    }
+}

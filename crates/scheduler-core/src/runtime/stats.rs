@@ -1,0 +1,81 @@
+//! Per-job counters: what happened to each tick.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What happened to one tick attempt of a job, as counted by [`Stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The run finished without error.
+    Ran,
+    /// The run returned an error, panicked, or was cancelled.
+    Failed,
+    /// Another instance held the lease (it ran the tick, or still runs the previous one).
+    HeldElsewhere,
+    /// This instance still ran the previous tick: the new one was skipped.
+    SkippedOverlap,
+    /// The tick could not be attempted within its catch-up window (database down,
+    /// process paused) and was superseded.
+    Missed,
+    /// The lease was lost while the run was under way.
+    LeaseLost,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 6] = [
+        Outcome::Ran,
+        Outcome::Failed,
+        Outcome::HeldElsewhere,
+        Outcome::SkippedOverlap,
+        Outcome::Missed,
+        Outcome::LeaseLost,
+    ];
+
+    /// The outcome's name, as logs and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ran => "ran",
+            Outcome::Failed => "failed",
+            Outcome::HeldElsewhere => "held_elsewhere",
+            Outcome::SkippedOverlap => "skipped_overlap",
+            Outcome::Missed => "missed",
+            Outcome::LeaseLost => "lease_lost",
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|o| *o == self).unwrap_or(0)
+    }
+}
+
+/// Counts of tick outcomes per job, shared with the running scheduler.
+///
+/// Obtained from [`Scheduler::stats`](crate::Scheduler::stats) before the scheduler
+/// runs; reading never waits on the scheduler.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    jobs: Arc<BTreeMap<String, [AtomicU64; 6]>>,
+}
+
+impl Stats {
+    pub(crate) fn new<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            jobs: Arc::new(jobs.into_iter().map(|j| (j.to_owned(), Default::default())).collect()),
+        }
+    }
+
+    pub(crate) fn add(&self, job: &str, outcome: Outcome) {
+        if let Some(counts) = self.jobs.get(job) {
+            counts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many ticks of `job` ended with `outcome`.
+    pub fn count(&self, job: &str, outcome: Outcome) -> u64 {
+        self.jobs
+            .get(job)
+            .map_or(0, |counts| counts[outcome.index()].load(Ordering::Relaxed))
+    }
+}
