@@ -203,7 +203,9 @@ impl Engine {
 
     fn next_wake(&self) -> Instant {
         // After a failure, nothing can happen before the backoff allows a retry.
-        if let Some(at) = self.retry_at {
+        if let Some(at) = self.retry_at
+            && at > Instant::now()
+        {
             return at;
         }
         let mut wake = self.next_renew;
