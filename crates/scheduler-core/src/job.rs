@@ -1,5 +1,7 @@
 //! Jobs: the [`Idempotent`] trait user code implements, and what a run is handed.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,9 +123,28 @@ pub struct JobContext {
     pub(crate) holder: Holder,
     pub(crate) token: FencingToken,
     pub(crate) cancel: CancellationToken,
+    pub(crate) state: State,
+}
+
+/// Values the app hands to every job through the builder's
+/// [`state`](crate::SchedulerBuilder::state), one per type.
+#[derive(Clone, Default)]
+pub(crate) struct State(pub(crate) Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "State({} values)", self.0.len())
+    }
 }
 
 impl JobContext {
+    /// The app's value of type `T`, as given to
+    /// [`SchedulerBuilder::state`](crate::SchedulerBuilder::state) (a database pool,
+    /// say), or `None` if none was given.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.state.0.get(&TypeId::of::<T>()).and_then(|v| v.downcast_ref::<T>())
+    }
+
     /// The job's name.
     pub fn job(&self) -> &str {
         &self.job
@@ -175,6 +196,7 @@ impl JobContext {
             holder: Holder::generate(),
             token,
             cancel: CancellationToken::new(),
+            state: State::default(),
         }
     }
 }

@@ -303,6 +303,7 @@ impl Engine {
             holder: lease.holder.clone(),
             token: lease.token,
             cancel: cancel.clone(),
+            state: self.s.state.clone(),
         };
         let lateness = (self.db_now() - lease.tick.at()).num_milliseconds();
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,

@@ -5,7 +5,8 @@ mod engine;
 mod health;
 mod stats;
 
-use std::collections::HashSet;
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ pub use stats::{Outcome, Stats};
 
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
-use crate::job::{Declaration, Duplicate, Idempotent, Scope};
+use crate::job::{Declaration, Duplicate, Idempotent, Scope, State};
 use crate::lease::{LeaseName, Ttl, validate_name};
 use crate::schedule::Compiled;
 use crate::store::Store;
@@ -26,6 +27,7 @@ pub struct SchedulerBuilder {
     store: Arc<dyn Store>,
     config: Config,
     jobs: Vec<JobBox>,
+    state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
 }
 
 struct JobBox(Arc<dyn Idempotent>);
@@ -106,6 +108,14 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Hands `value` to every job: a run reads it with
+    /// [`JobContext::state::<T>()`](crate::JobContext::state). One value per type; a
+    /// second of the same type replaces the first.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
     /// Registers a job.
     pub fn job(mut self, job: impl Idempotent) -> Self {
         self.jobs.push(JobBox(Arc::new(job)));
@@ -179,6 +189,7 @@ impl SchedulerBuilder {
             entries,
             stats,
             health,
+            state: State(Arc::new(self.state)),
         })
     }
 }
@@ -242,6 +253,7 @@ pub struct Scheduler {
     entries: Vec<Entry>,
     stats: Stats,
     health: Health,
+    state: State,
 }
 
 impl Scheduler {
@@ -256,6 +268,7 @@ impl Scheduler {
             store,
             config: Config::default(),
             jobs: Vec::new(),
+            state: HashMap::new(),
         }
     }
 
