@@ -262,6 +262,30 @@ impl Lease {
     }
 }
 
+/// What one batched take got: the leases won, and what stood in the way of the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// The leases won.
+    pub won: Vec<Lease>,
+    /// For requests not won, the lease's state as the take saw it (a name may be
+    /// missing if the row changed under the statement). The runtime uses it to know
+    /// when a retry could succeed; it never decides ownership.
+    pub held: Vec<Held>,
+}
+
+/// The state of a lease that a take did not win.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The lease.
+    pub name: LeaseName,
+    /// The tick it was last taken for.
+    pub tick: Tick,
+    /// When it expires (or expired), on the store's clock.
+    pub expires_at: DateTime<Utc>,
+    /// Whether that tick was released as completed.
+    pub completed: bool,
+}
+
 /// Identifies one acquisition: a name and the holder that took it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseKey {

@@ -18,11 +18,12 @@
 //! let store = MemoryStore::new();
 //! let tick = Tick::new(store.now().await?);
 //! let ttl = Ttl::new(Duration::from_secs(30))?;
-//! let won = store.take(&[TakeRequest::new(LeaseName::new("sweep")?, tick)], ttl).await?;
-//! assert_eq!(won.len(), 1);
+//! let taken = store.take(&[TakeRequest::new(LeaseName::new("sweep")?, tick)], ttl).await?;
+//! assert_eq!(taken.won.len(), 1);
 //! // A second instance asking for the same tick gets nothing.
 //! let lost = store.take(&[TakeRequest::new(LeaseName::new("sweep")?, tick)], ttl).await?;
-//! assert!(lost.is_empty());
+//! assert!(lost.won.is_empty());
+//! assert_eq!(lost.held[0].tick, tick);
 //! # Ok(())
 //! # }
 //! ```
@@ -40,7 +41,8 @@ pub mod store;
 pub use clock::LocalClock;
 pub use error::{BoxError, Error, Result};
 pub use lease::{
-    FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
+    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick,
+    Ttl,
 };
 pub use job::{Declaration, Duplicate, Idempotent, JobContext, Scope};
 pub use memory::MemoryStore;

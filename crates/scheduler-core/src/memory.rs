@@ -10,8 +10,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::lease::{
-    FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
-    ensure_unique,
+    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
+    Tick, Ttl, ensure_unique,
 };
 use crate::store::Store;
 
@@ -125,12 +125,12 @@ fn lease(name: &LeaseName, row: &Row) -> Lease {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Vec<Lease>> {
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
         ensure_unique(requests.iter().map(|r| &r.name))?;
         let now = self.call()?;
         let expires_at = now + delta(ttl);
         let mut rows = self.lock();
-        let mut won = Vec::new();
+        let mut taken = Taken::default();
         for req in requests {
             let fresh = Row {
                 holder: req.holder.clone(),
@@ -141,7 +141,7 @@ impl Store for MemoryStore {
             };
             match rows.get_mut(&req.name) {
                 None => {
-                    won.push(lease(&req.name, &fresh));
+                    taken.won.push(lease(&req.name, &fresh));
                     rows.insert(req.name.clone(), fresh);
                 }
                 Some(row) if row.free_for(req.tick, now) => {
@@ -149,12 +149,17 @@ impl Store for MemoryStore {
                         token: FencingToken::new(row.token.get() + 1),
                         ..fresh
                     };
-                    won.push(lease(&req.name, row));
+                    taken.won.push(lease(&req.name, row));
                 }
-                Some(_) => {}
+                Some(row) => taken.held.push(Held {
+                    name: req.name.clone(),
+                    tick: row.tick,
+                    expires_at: row.expires_at,
+                    completed: row.completed,
+                }),
             }
         }
-        Ok(won)
+        Ok(taken)
     }
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {

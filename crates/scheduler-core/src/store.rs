@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::Result;
-use crate::lease::{Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Ttl};
+use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Ttl};
 
 /// A backend that keeps leases: PostgreSQL for clusters, SQLite for one machine, the
 /// [`MemoryStore`](crate::MemoryStore) for unit tests.
@@ -27,13 +27,13 @@ use crate::lease::{Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tt
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Takes every lease of `requests` that is free for its tick, for `ttl`, in one
-    /// round trip. Returns the leases won; a request not answered lost (the lease is
-    /// held, or its tick already ran).
+    /// round trip. Returns the leases won and, for the requests lost (the lease is
+    /// held, or its tick already ran), the state of each lease as the take saw it.
     ///
     /// # Errors
     /// [`Error::DuplicateInBatch`](crate::Error::DuplicateInBatch) if a name repeats,
     /// [`Error::Store`](crate::Error::Store) if the backend fails.
-    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Vec<Lease>>;
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken>;
 
     /// Extends each lease of `leases` still held by its holder to `ttl` from now.
     /// Returns the renewed ones; a lease not returned is **lost**.

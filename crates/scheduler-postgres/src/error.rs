@@ -51,15 +51,6 @@ pub enum Error {
         #[source]
         source: DbErr,
     },
-    /// A fenced transaction found its lease taken over, expired or released: nothing
-    /// was written.
-    #[error("lease {name:?} with fencing token {token} is no longer held; the fenced write was refused")]
-    LeaseLost {
-        /// The lease's name.
-        name: String,
-        /// The token the write carried.
-        token: i64,
-    },
     /// Invalid input, as `scheduler-core` reports it.
     #[error(transparent)]
     Core(#[from] scheduler_core::Error),

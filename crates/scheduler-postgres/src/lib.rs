@@ -7,9 +7,11 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod error;
+pub mod fenced;
 mod migrate;
 pub mod store;
 
 pub use error::{Error, Result};
+pub use fenced::{Fence, FencedError, FencedFuture};
 pub use scheduler_migrations::TableName;
 pub use store::{PostgresOptions, PostgresStore};

@@ -10,7 +10,8 @@ use sea_orm::{
 };
 use scheduler_core::lease::ensure_unique;
 use scheduler_core::{
-    FencingToken, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Tick, Ttl,
+    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
+    Tick, Ttl,
 };
 use scheduler_migrations::TableName;
 
@@ -116,11 +117,13 @@ impl Sql {
                  OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
             )
         };
+        // The held rows are read from the statement's snapshot (before the insert):
+        // they tell the runtime when a retry could succeed, never who owns what.
         let take = format!(
             "WITH req AS ( \
                SELECT r.name, r.tick, r.holder \
                FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS r(name, tick, holder) \
-             ) \
+             ), won AS ( \
              INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
              SELECT req.name, req.holder, req.tick, 1, now(), \
                     now() + $4::bigint * interval '1 millisecond', NULL \
@@ -134,7 +137,13 @@ impl Sql {
                    taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
                    released_at = NULL \
                WHERE {decide} \
-             RETURNING l.name, l.holder, l.tick, l.token, l.expires_at",
+             RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
+             ) \
+             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed FROM won \
+             UNION ALL \
+             SELECT false, h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL \
+             FROM {t} h JOIN req ON h.name = req.name \
+             WHERE NOT EXISTS (SELECT 1 FROM won WHERE won.name = h.name)",
             pre = free("h", "req.tick"),
             decide = free("l", "excluded.tick"),
         );
@@ -276,10 +285,10 @@ fn keys_to_values(leases: &[LeaseKey]) -> (Value, Value) {
 
 #[async_trait]
 impl scheduler_core::Store for PostgresStore {
-    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Vec<Lease>> {
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
         ensure_unique(requests.iter().map(|r| &r.name))?;
         if requests.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Taken::default());
         }
         let names: Vec<String> = requests.iter().map(|r| r.name.as_str().to_owned()).collect();
         let ticks: Vec<DateTime<Utc>> = requests.iter().map(|r| r.tick.at()).collect();
@@ -291,7 +300,20 @@ impl scheduler_core::Store for PostgresStore {
             ttl.as_millis().into(),
         ];
         let rows = self.query("take leases", &self.sql.take, values).await?;
-        Ok(rows.iter().map(lease_from_row).collect::<Result<_>>()?)
+        let mut taken = Taken::default();
+        for row in &rows {
+            if get::<bool>(row, "won", "take leases")? {
+                taken.won.push(lease_from_row(row)?);
+            } else {
+                taken.held.push(Held {
+                    name: name_from_row(row, "take leases")?,
+                    tick: Tick::new(get(row, "tick", "take leases")?),
+                    expires_at: get(row, "expires_at", "take leases")?,
+                    completed: get(row, "completed", "take leases")?,
+                });
+            }
+        }
+        Ok(taken)
     }
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> scheduler_core::Result<Vec<Renewed>> {

@@ -29,7 +29,7 @@ async fn leases_hold_no_connection() {
         .iter()
         .map(|job| TakeRequest::new(LeaseName::new(*job).expect("name"), tick))
         .collect();
-    let held = store.take(&requests, ttl).await.expect("take");
+    let held = store.take(&requests, ttl).await.expect("take").won;
     assert_eq!(held.len(), 4, "all four leases are taken and stay held");
 
     // The app's readiness write commits at once on the same one-connection pool.

@@ -17,7 +17,7 @@ use super::health::Heartbeat;
 use super::{Entry, Outcome, Scheduler};
 use crate::error::BoxError;
 use crate::job::{Duplicate, JobContext};
-use crate::lease::{Lease, LeaseKey, Release, TakeRequest, Tick};
+use crate::lease::{Held, Lease, LeaseKey, Release, TakeRequest, Tick};
 
 /// A tick that is due and not yet run here.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +25,8 @@ struct Pending {
     tick: Tick,
     /// A take for it was answered (and lost) at least once.
     attempted: bool,
+    /// When to ask again after losing (store clock); `None`: at once.
+    retry_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug)]
@@ -62,6 +64,9 @@ pub(super) struct Engine {
     /// No store call before this instant (after a failure).
     retry_at: Option<Instant>,
     next_renew: Instant,
+    /// How soon to ask again for a tick whose previous run still holds the lease
+    /// elsewhere.
+    lost_poll: Duration,
     beat: Arc<Heartbeat>,
 }
 
@@ -79,6 +84,7 @@ impl Engine {
             backoff: Backoff::new(s.config.retry_base, s.config.retry_cap),
             retry_at: None,
             next_renew: Instant::now() + renew_every,
+            lost_poll: renew_every.min(Duration::from_secs(1)),
             beat: s.health.heartbeat(),
             s,
         }
@@ -144,7 +150,7 @@ impl Engine {
             state.pending = e
                 .schedule
                 .latest_at_or_before(now, window)
-                .map(|tick| Pending { tick, attempted: false });
+                .map(|tick| Pending { tick, attempted: false, retry_at: None });
             state.next = e.schedule.next_after(now).map(|t| (t, fire_at(e, t)));
         }
     }
@@ -190,7 +196,7 @@ impl Engine {
     async fn turn(&mut self) {
         let renew_due = Instant::now() >= self.next_renew;
         if self.store_ready() {
-            self.take_due(renew_due).await;
+            self.take_due().await;
         }
         if renew_due && self.store_ready() {
             self.renew().await;
@@ -210,16 +216,17 @@ impl Engine {
         }
         let mut wake = self.next_renew;
         for state in &self.states {
-            if let Some((_, at)) = state.next {
+            let retry = state.pending.and_then(|p| p.retry_at);
+            for at in state.next.map(|(_, at)| at).into_iter().chain(retry) {
                 wake = wake.min(self.instant_of(at));
             }
         }
         wake
     }
 
-    /// Collects due ticks (new ones, and lost ones still within their catch-up window
-    /// when `retry_lost`), and takes them all in one store call.
-    async fn take_due(&mut self, retry_lost: bool) {
+    /// Collects due ticks (new ones, and lost ones whose retry time has come within
+    /// their catch-up window), and takes them all in one store call.
+    async fn take_due(&mut self) {
         let now = self.db_now();
         let mut requests = Vec::new();
         let mut asked = Vec::new();
@@ -235,7 +242,7 @@ impl Engine {
                     self.s.stats.add(&e.name, Outcome::Missed);
                     warn!(job = %e.name, tick = %old.tick, "tick missed: superseded before it could be attempted");
                 }
-                state.pending = Some(Pending { tick, attempted: false });
+                state.pending = Some(Pending { tick, attempted: false, retry_at: None });
                 state.next = e.schedule.next_after(tick.at()).map(|t| (t, fire_at(e, t)));
             }
             let Some(pending) = state.pending else { continue };
@@ -256,7 +263,7 @@ impl Engine {
                 }
                 continue;
             }
-            if !pending.attempted || retry_lost {
+            if pending.retry_at.is_none_or(|at| at <= now) {
                 requests.push(TakeRequest::new(e.lease.clone(), pending.tick));
                 asked.push(i);
             }
@@ -265,30 +272,49 @@ impl Engine {
             return;
         }
         match self.s.store.take(&requests, self.s.ttl).await {
-            Ok(won) => {
+            Ok(taken) => {
                 self.backoff.reset();
                 self.retry_at = None;
-                let mut won: HashMap<_, _> = won.into_iter().map(|l| (l.name.clone(), l)).collect();
+                let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
+                let held: HashMap<_, _> = taken.held.into_iter().map(|h| (h.name.clone(), h)).collect();
                 for i in asked {
-                    let e = &self.s.entries[i];
-                    match won.remove(&e.lease) {
+                    let lease = self.s.entries[i].lease.clone();
+                    match won.remove(&lease) {
                         Some(lease) => {
                             self.states[i].pending = None;
                             self.start(i, lease);
                         }
-                        None => {
-                            if let Some(p) = &mut self.states[i].pending
-                                && !p.attempted
-                            {
-                                p.attempted = true;
-                                self.s.stats.add(&e.name, Outcome::HeldElsewhere);
-                                debug!(job = %e.name, tick = %p.tick, "tick held elsewhere");
-                            }
-                        }
+                        None => self.lost_take(i, held.get(&lease), now),
                     }
                 }
             }
             Err(err) => self.store_failed("taking due leases", &err),
+        }
+    }
+
+    /// A take of job `i`'s pending tick lost: decide when asking again could win.
+    fn lost_take(&mut self, i: usize, held: Option<&Held>, now: DateTime<Utc>) {
+        let e = &self.s.entries[i];
+        let Some(p) = &mut self.states[i].pending else { return };
+        if !p.attempted {
+            p.attempted = true;
+            self.s.stats.add(&e.name, Outcome::HeldElsewhere);
+            debug!(job = %e.name, tick = %p.tick, "tick held elsewhere");
+        }
+        let window = window(e, p.tick);
+        let poll = now + (TimeDelta::from_std(self.lost_poll).unwrap_or(TimeDelta::seconds(1))).min(window / 4);
+        let retry_at = match held {
+            // Done elsewhere, or a later tick already taken: nothing left to do.
+            Some(h) if h.tick > p.tick || (h.tick == p.tick && h.completed) => None,
+            // Running elsewhere (this tick, or still the previous one): it frees up when
+            // it expires, or sooner if released (a graceful shutdown interrupts it, or
+            // the previous run ends). Ask again by then, at least every `lost_poll`.
+            Some(h) => Some(h.expires_at.min(poll)),
+            None => Some(poll),
+        };
+        match retry_at {
+            Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
+            _ => self.states[i].pending = None,
         }
     }
 
