@@ -1,1 +1,54 @@
-//! Shared set-up of the benchmarks.
+//! Shared set-up of the benchmarks: a throwaway PostgreSQL server (or `DATABASE_URL`),
+//! and a table of mean times printed as ratios to a baseline measured in the same run.
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Mean times per operation, gathered while criterion runs.
+#[derive(Debug, Default)]
+pub struct Ratios {
+    rows: Mutex<Vec<(String, Duration, u64, u64)>>,
+}
+
+impl Ratios {
+    pub const fn new() -> Self {
+        Self { rows: Mutex::new(Vec::new()) }
+    }
+
+    /// Records `iters` operations of `name` (each handling `elements` items) taking `total`.
+    pub fn record(&self, name: &str, total: Duration, iters: u64, elements: u64) {
+        let mut rows = self.rows.lock().unwrap();
+        match rows.iter_mut().find(|r| r.0 == name) {
+            Some(row) => {
+                row.1 += total;
+                row.2 += iters;
+            }
+            None => rows.push((name.to_owned(), total, iters, elements)),
+        }
+    }
+
+    /// Prints every operation's mean, its ratio to `baseline`'s mean, and its rate.
+    pub fn print(&self, baseline: &str) {
+        let rows = self.rows.lock().unwrap();
+        let mean = |r: &(String, Duration, u64, u64)| r.1.as_secs_f64() / r.2.max(1) as f64;
+        let Some(base) = rows.iter().find(|r| r.0 == baseline).map(mean) else { return };
+        println!("\n{:<44} {:>12} {:>10} {:>14}", "operation", "mean", "× floor", "items/s");
+        for r in rows.iter() {
+            let m = mean(r);
+            println!(
+                "{:<44} {:>10.3}ms {:>10.2} {:>14.0}",
+                r.0,
+                m * 1e3,
+                m / base,
+                r.3 as f64 / m
+            );
+        }
+        println!("(floor: `{baseline}`, measured on the same pool in the same run)\n");
+    }
+}
+
+/// A database for one benchmark run: on `DATABASE_URL`'s server, or a throwaway one.
+pub async fn database() -> String {
+    test_postgres::TestDb::new().await.url().to_owned()
+}

@@ -1,8 +1,87 @@
-//! `#[job]` (under construction: a helper is writing it).
+//! `#[job(...)]`: turns an `async fn` into a `scheduler_core` job, checking its
+//! schedule while the code compiles.
+//!
+//! Use it through `scheduler-core`, which re-exports it as `scheduler_core::job`
+//! (feature `macros`, on by default); the code it generates refers to that crate.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod args;
+mod duration;
+mod expand;
+mod schedule;
+
 use proc_macro::TokenStream;
 
-/// Placeholder.
+/// Makes a job of an `async fn(JobContext) -> Result<(), E>`.
+///
+/// The function becomes a unit struct of the same name and visibility that
+/// implements `Idempotent`, so it is registered by name:
+/// `Scheduler::builder(store).job(sweep)`.
+///
+/// ```no_run
+/// use scheduler_core::{BoxError, JobContext, MemoryStore, Scheduler, job};
+///
+/// /// Deletes expired sessions.
+/// #[job(every = "1h", jitter = "30s")]
+/// async fn sweep(ctx: JobContext) -> Result<(), std::io::Error> {
+///     println!("sweeping for tick {}", ctx.tick());
+///     Ok(())
+/// }
+///
+/// /// Compacts this node's local cache at 03:00, Berlin time.
+/// #[job(cron = "0 0 3 * * *", tz = "Europe/Berlin", scope = "node", fencing)]
+/// async fn compact(_: JobContext) -> Result<(), BoxError> {
+///     Ok(())
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() -> Result<(), BoxError> {
+///     let scheduler = Scheduler::builder(MemoryStore::new()).job(sweep).job(compact).build()?;
+///     scheduler.run_until(std::future::pending()).await;
+///     Ok(())
+/// }
+/// ```
+///
+/// # Keys
+///
+/// | key | value | default |
+/// |---|---|---|
+/// | `every` | a period: `"30s"`, `"15m"`, `"1h30m"`, `"500ms"`, `"2d"` (units `ms`, `s`, `m`, `h`, `d`); ticks at whole multiples of it since the Unix epoch | one of `every` and `cron` is required |
+/// | `cron` | a cron expression **with a seconds field**: `"sec min hour day month weekday [year]"`, e.g. `"0 */15 * * * *"` | |
+/// | `tz` | the IANA time zone `cron` is read in, e.g. `"Europe/Berlin"`; only with `cron` | `"UTC"` |
+/// | `scope` | `"cluster"` (one run per tick in the cluster) or `"node"` (one per tick per node) | `"cluster"` |
+/// | `name` | the job's name, unique in its scheduler: 1 to 200 bytes, no control characters | the function's name |
+/// | `fencing` | bare, or `fencing = true`: a duplicate run would do harm (`Duplicate::NeedsFencing`) | duplicates are harmless |
+/// | `jitter` | a duration: each tick starts after a random delay up to it | none |
+/// | `catch_up` | a duration: how late a tick may still start | one period |
+///
+/// Every value is checked at compile time, and a mistake is reported on the literal
+/// that holds it: a duration that does not parse, a zero period, a cron expression
+/// that does not parse or never fires, an unknown time zone or scope, an invalid name,
+/// an unknown or repeated key, `every` with `cron` or neither, `tz` without `cron`.
+/// The function must be `async`, take one `JobContext` parameter (named anything, or
+/// `_`; its type written `JobContext` or as a path ending in `JobContext`) and return
+/// a `Result<(), E>` whose `E` converts into `BoxError`.
+///
+/// # What it generates
+///
+/// For `#[job(every = "30s")] pub async fn sweep(ctx: JobContext) -> Result<(), E>`:
+///
+/// - `pub struct sweep;` (a unit struct: `Debug`, `Clone`, `Copy`, `Default`) with
+///   the function's doc comments, `deprecated`, lint levels and `cfg`;
+/// - in an anonymous `const _: () = { … };` block: the function as written, with its
+///   other attributes (`tracing::instrument`, say), and `impl Idempotent for sweep`,
+///   whose `run` awaits it and converts its error into `BoxError`. Methods for keys
+///   not given keep the trait's defaults.
+///
+/// The struct takes the function's name in both namespaces: in that scope, a
+/// `let sweep = …` is a pattern matching the struct, not a new variable. To call a
+/// job outside the scheduler (in a test), use `Idempotent::run` with
+/// `JobContext::detached`.
+///
+/// On any error the function is emitted unchanged next to the error, so the rest of
+/// the code still resolves.
 #[proc_macro_attribute]
-pub fn job(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn job(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::job(args.into(), item.into()).into()
 }

@@ -1,0 +1,453 @@
+//! The arguments of `#[job(...)]`: one setter per key, each checking its value where
+//! it is written; a key given twice is refused, and so are keys that contradict each
+//! other.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::meta::ParseNestedMeta;
+use syn::parse::Parser;
+use syn::spanned::Spanned;
+use syn::{Error, Expr, ExprLit, Lit, LitStr, Result, Token};
+
+use crate::{duration, schedule};
+
+/// The keys `#[job]` accepts, in the order the docs list them.
+const KEYS: [&str; 8] = [
+    "every", "cron", "tz", "scope", "name", "fencing", "jitter", "catch_up",
+];
+
+/// What `#[job(...)]` says, checked.
+#[derive(Debug)]
+pub(crate) struct Args {
+    pub(crate) schedule: Schedule,
+    pub(crate) scope: Option<Scope>,
+    /// The job's name, if given (a valid one); else the function's.
+    pub(crate) name: Option<String>,
+    /// Whether `fencing` was given (as `fencing` or `fencing = true/false`).
+    pub(crate) fencing: Option<bool>,
+    pub(crate) jitter: Option<Duration>,
+    pub(crate) catch_up: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Schedule {
+    Every(Duration),
+    Cron { expr: String, tz: Option<String> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    Cluster,
+    Node,
+}
+
+impl Args {
+    /// Parses and checks the attribute's arguments.
+    pub(crate) fn parse(tokens: TokenStream) -> Result<Self> {
+        let mut setters = Setters::default();
+        syn::meta::parser(|meta| setters.set(&meta)).parse2(tokens)?;
+        setters.finish()
+    }
+}
+
+/// A value and where its key was written.
+#[derive(Debug)]
+struct Given<T> {
+    key: Span,
+    value: T,
+}
+
+/// The keys seen so far.
+#[derive(Debug, Default)]
+struct Setters {
+    every: Option<Given<Duration>>,
+    cron: Option<Given<String>>,
+    tz: Option<Given<String>>,
+    scope: Option<Given<Scope>>,
+    name: Option<Given<String>>,
+    fencing: Option<Given<bool>>,
+    jitter: Option<Given<Duration>>,
+    catch_up: Option<Given<Duration>>,
+}
+
+const ONE_SCHEDULE: &str = "give either `every` or `cron`, not both: a job has one schedule";
+
+impl Setters {
+    fn set(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        let key = meta.path.get_ident().map(ToString::to_string);
+        match key.as_deref() {
+            Some("every") => self.every(meta),
+            Some("cron") => self.cron(meta),
+            Some("tz") => self.tz(meta),
+            Some("scope") => self.scope(meta),
+            Some("name") => self.name(meta),
+            Some("fencing") => self.fencing(meta),
+            Some("jitter") => self.jitter(meta),
+            Some("catch_up") => self.catch_up(meta),
+            _ => Err(unknown_key(meta)),
+        }
+    }
+
+    fn every(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.every, meta, "every")?;
+        if self.cron.is_some() {
+            return Err(meta.error(ONE_SCHEDULE));
+        }
+        let lit = string(meta, "every", r#""30s""#)?;
+        let period = duration(&lit)?;
+        if period.is_zero() {
+            let msg = format!(
+                "the period of `every` must be at least 1ms, not {:?}",
+                lit.value()
+            );
+            return Err(Error::new(lit.span(), msg));
+        }
+        self.every = Some(Given {
+            key: key(meta),
+            value: period,
+        });
+        Ok(())
+    }
+
+    fn cron(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.cron, meta, "cron")?;
+        if self.every.is_some() {
+            return Err(meta.error(ONE_SCHEDULE));
+        }
+        let lit = string(meta, "cron", r#""0 */15 * * * *""#)?;
+        let expr = lit.value();
+        schedule::check_cron(&expr).map_err(|msg| Error::new(lit.span(), msg))?;
+        self.cron = Some(Given {
+            key: key(meta),
+            value: expr,
+        });
+        Ok(())
+    }
+
+    fn tz(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.tz, meta, "tz")?;
+        let lit = string(meta, "tz", r#""Europe/Berlin""#)?;
+        let tz = lit.value();
+        schedule::check_time_zone(&tz).map_err(|msg| Error::new(lit.span(), msg))?;
+        self.tz = Some(Given {
+            key: key(meta),
+            value: tz,
+        });
+        Ok(())
+    }
+
+    fn scope(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.scope, meta, "scope")?;
+        let lit = string(meta, "scope", r#""node""#)?;
+        let scope = match lit.value().as_str() {
+            "cluster" => Scope::Cluster,
+            "node" => Scope::Node,
+            other => {
+                let msg = format!(
+                    r#"unknown scope {other:?}; use "cluster" (one run per tick in the cluster) or "node" (one per tick per node)"#
+                );
+                return Err(Error::new(lit.span(), msg));
+            }
+        };
+        self.scope = Some(Given {
+            key: key(meta),
+            value: scope,
+        });
+        Ok(())
+    }
+
+    fn name(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.name, meta, "name")?;
+        let lit = string(meta, "name", r#""nightly-sweep""#)?;
+        let name = lit.value();
+        check_name(&name).map_err(|reason| {
+            Error::new(lit.span(), format!("invalid job name {name:?}: {reason}"))
+        })?;
+        self.name = Some(Given {
+            key: key(meta),
+            value: name,
+        });
+        Ok(())
+    }
+
+    fn fencing(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.fencing, meta, "fencing")?;
+        let value = if meta.input.peek(Token![=]) {
+            match meta.value()?.parse::<Expr>()? {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Bool(b),
+                    attrs,
+                }) if attrs.is_empty() => b.value,
+                other => {
+                    let msg = "`fencing` stands alone or takes `true` or `false`: `fencing` or `fencing = false`";
+                    return Err(Error::new_spanned(other, msg));
+                }
+            }
+        } else if meta.input.is_empty() || meta.input.peek(Token![,]) {
+            true
+        } else {
+            return Err(meta.error(
+                "`fencing` stands alone or takes `true` or `false`: `fencing` or `fencing = false`",
+            ));
+        };
+        self.fencing = Some(Given {
+            key: key(meta),
+            value,
+        });
+        Ok(())
+    }
+
+    fn jitter(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.jitter, meta, "jitter")?;
+        let lit = string(meta, "jitter", r#""5s""#)?;
+        let jitter = duration(&lit)?;
+        self.jitter = Some(Given {
+            key: key(meta),
+            value: jitter,
+        });
+        Ok(())
+    }
+
+    fn catch_up(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.catch_up, meta, "catch_up")?;
+        let lit = string(meta, "catch_up", r#""1m""#)?;
+        let window = duration(&lit)?;
+        self.catch_up = Some(Given {
+            key: key(meta),
+            value: window,
+        });
+        Ok(())
+    }
+
+    /// Checks what only the keys together can tell.
+    fn finish(self) -> Result<Args> {
+        let schedule = match (self.every, self.cron) {
+            (Some(every), None) => {
+                if let Some(tz) = self.tz {
+                    let msg = "`tz` only applies to `cron`: an `every` schedule ticks at instants, not on a wall clock; remove `tz`";
+                    return Err(Error::new(tz.key, msg));
+                }
+                Schedule::Every(every.value)
+            }
+            (None, Some(cron)) => Schedule::Cron {
+                expr: cron.value,
+                tz: self.tz.map(|tz| tz.value),
+            },
+            // The setters refuse this already; kept for completeness.
+            (Some(_), Some(cron)) => return Err(Error::new(cron.key, ONE_SCHEDULE)),
+            (None, None) => {
+                let msg = r#"missing schedule; add `every = "30s"` or `cron = "0 */15 * * * *"` (sec min hour day month weekday)"#;
+                return Err(Error::new(Span::call_site(), msg));
+            }
+        };
+        Ok(Args {
+            schedule,
+            scope: self.scope.map(|s| s.value),
+            name: self.name.map(|n| n.value),
+            fencing: self.fencing.map(|f| f.value),
+            jitter: self.jitter.map(|j| j.value),
+            catch_up: self.catch_up.map(|c| c.value),
+        })
+    }
+}
+
+/// Checks a job name by the rules `scheduler_core` applies to job and lease names.
+pub(crate) fn check_name(name: &str) -> std::result::Result<(), &'static str> {
+    if name.is_empty() {
+        Err("a name must not be empty")
+    } else if name.len() > 200 {
+        Err("a name must be at most 200 bytes long")
+    } else if name.chars().any(char::is_control) {
+        Err("a name must not contain control characters (NUL, newline, tab, …)")
+    } else {
+        Ok(())
+    }
+}
+
+fn key(meta: &ParseNestedMeta<'_>) -> Span {
+    meta.path.span()
+}
+
+/// Refuses a key given before.
+fn once<T>(slot: &Option<Given<T>>, meta: &ParseNestedMeta<'_>, key: &str) -> Result<()> {
+    match slot {
+        Some(_) => Err(meta.error(format!("`{key}` is given twice; give each key once"))),
+        None => Ok(()),
+    }
+}
+
+/// The string literal after `key =`.
+fn string(meta: &ParseNestedMeta<'_>, key: &str, example: &str) -> Result<LitStr> {
+    let usage = format!("`{key}` takes a string, like `{key} = {example}`");
+    if !meta.input.peek(Token![=]) {
+        return Err(meta.error(usage));
+    }
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit),
+            attrs,
+        }) if attrs.is_empty() => Ok(lit),
+        other => Err(Error::new_spanned(other, usage)),
+    }
+}
+
+/// The duration a string literal holds.
+fn duration(lit: &LitStr) -> Result<Duration> {
+    let text = lit.value();
+    duration::parse(&text)
+        .map_err(|reason| Error::new(lit.span(), format!("invalid duration {text:?}: {reason}")))
+}
+
+/// The error for a key not in [`KEYS`], with a guess when one is close.
+fn unknown_key(meta: &ParseNestedMeta<'_>) -> Error {
+    let path = &meta.path;
+    let written = path
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::");
+    let guess = KEYS
+        .iter()
+        .map(|k| (edit_distance(k, &written), k))
+        .filter(|(d, k)| *d <= 2 && *d < k.len())
+        .min();
+    let valid = KEYS.join(", ");
+    let msg = match guess {
+        Some((_, k)) => format!("unknown key `{written}`; did you mean `{k}`? valid keys: {valid}"),
+        None => format!("unknown key `{written}`; valid keys: {valid}"),
+    };
+    Error::new_spanned(path, msg)
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::*;
+
+    fn parse(tokens: TokenStream) -> std::result::Result<Args, String> {
+        Args::parse(tokens).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_form_of_every_key() {
+        let args = parse(quote!(
+            every = "1h30m",
+            scope = "node",
+            name = "sweep-all",
+            fencing,
+            jitter = "5s",
+            catch_up = "1m"
+        ));
+        let args = args.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.schedule, Schedule::Every(Duration::from_secs(5400)));
+        assert_eq!(args.scope, Some(Scope::Node));
+        assert_eq!(args.name.as_deref(), Some("sweep-all"));
+        assert_eq!(args.fencing, Some(true));
+        assert_eq!(args.jitter, Some(Duration::from_secs(5)));
+        assert_eq!(args.catch_up, Some(Duration::from_secs(60)));
+
+        let args = parse(quote!(
+            cron = "0 0 3 * * *",
+            tz = "Europe/Berlin",
+            fencing = false,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            args.schedule,
+            Schedule::Cron {
+                expr: "0 0 3 * * *".into(),
+                tz: Some("Europe/Berlin".into())
+            }
+        );
+        assert_eq!(args.fencing, Some(false));
+        assert_eq!(args.scope, None);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            (
+                quote!(evry = "30s"),
+                "unknown key `evry`; did you mean `every`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up",
+            ),
+            (
+                quote!(every = "30s", schedule = "x"),
+                "unknown key `schedule`; valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up",
+            ),
+            (
+                quote!(every = "30s", every = "1m"),
+                "`every` is given twice; give each key once",
+            ),
+            (quote!(every = "30s", cron = "0 * * * * *"), ONE_SCHEDULE),
+            (quote!(cron = "0 * * * * *", every = "30s"), ONE_SCHEDULE),
+            (
+                quote!(scope = "node"),
+                "missing schedule; add `every = \"30s\"` or `cron = \"0 */15 * * * *\"` (sec min hour day month weekday)",
+            ),
+            (
+                quote!(every = 30),
+                "`every` takes a string, like `every = \"30s\"`",
+            ),
+            (
+                quote!(every),
+                "`every` takes a string, like `every = \"30s\"`",
+            ),
+            (
+                quote!(every = "30x"),
+                "invalid duration \"30x\": unknown unit; use ms, s, m, h or d",
+            ),
+            (
+                quote!(every = "0s"),
+                "the period of `every` must be at least 1ms, not \"0s\"",
+            ),
+            (
+                quote!(every = "1s", fencing = "yes"),
+                "`fencing` stands alone or takes `true` or `false`: `fencing` or `fencing = false`",
+            ),
+            (
+                quote!(every = "1s", name = ""),
+                "invalid job name \"\": a name must not be empty",
+            ),
+        ];
+        for (tokens, want) in cases {
+            assert_eq!(parse(tokens).err().as_deref(), Some(want));
+        }
+    }
+
+    #[test]
+    fn names_follow_the_lease_rules() {
+        assert_eq!(check_name("sweep"), Ok(()));
+        assert_eq!(check_name("a b 'c' ü"), Ok(()));
+        assert!(check_name("").is_err());
+        assert!(check_name("a\nb").is_err());
+        assert!(check_name(&"x".repeat(201)).is_err());
+        assert_eq!(check_name(&"x".repeat(200)), Ok(()));
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("every", "evry"), 1);
+        assert_eq!(edit_distance("catch_up", "catchup"), 1);
+        assert_eq!(edit_distance("tz", "tz"), 0);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+}

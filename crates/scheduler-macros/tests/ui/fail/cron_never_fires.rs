@@ -1,0 +1,8 @@
+use scheduler_core::{BoxError, JobContext, job};
+
+#[job(cron = "0 0 0 30 2 *")]
+async fn sweep(_ctx: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+fn main() {}

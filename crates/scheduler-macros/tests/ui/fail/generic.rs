@@ -1,0 +1,8 @@
+use scheduler_core::{BoxError, JobContext, job};
+
+#[job(every = "1m")]
+async fn sweep<T>(_ctx: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+fn main() {}

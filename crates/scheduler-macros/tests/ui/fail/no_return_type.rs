@@ -1,0 +1,6 @@
+use scheduler_core::{JobContext, job};
+
+#[job(every = "1m")]
+async fn sweep(_ctx: JobContext) {}
+
+fn main() {}

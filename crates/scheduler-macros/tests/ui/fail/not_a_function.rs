@@ -1,0 +1,6 @@
+use scheduler_core::job;
+
+#[job(every = "1m")]
+struct Sweep;
+
+fn main() {}
