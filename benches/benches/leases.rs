@@ -5,6 +5,8 @@
 //!
 //! `cargo bench -p scheduler-benches --bench leases`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -24,24 +26,38 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
         let store = rt.block_on(async {
             let url = database().await;
-            PostgresStore::connect(&url, PostgresOptions::default().max_connections(1)).await.unwrap()
+            PostgresStore::connect(&url, PostgresOptions::default().max_connections(1))
+                .await
+                .unwrap()
         });
         let start = Utc::now().timestamp_micros();
-        Self { rt, store, tick: start.into() }
+        Self {
+            rt,
+            store,
+            tick: start.into(),
+        }
     }
 
     /// A tick later than every one before.
     fn next_tick(&self) -> Tick {
         let us = self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Tick::new(DateTime::<Utc>::from_timestamp_micros(us).unwrap_or_default() + TimeDelta::zero())
+        Tick::new(
+            DateTime::<Utc>::from_timestamp_micros(us).unwrap_or_default() + TimeDelta::zero(),
+        )
     }
 }
 
 fn names(prefix: &str, n: usize) -> Vec<LeaseName> {
-    (0..n).map(|i| LeaseName::new(format!("{prefix}-{i:05}")).unwrap()).collect()
+    (0..n)
+        .map(|i| LeaseName::new(format!("{prefix}-{i:05}")).unwrap())
+        .collect()
 }
 
 fn ttl() -> Ttl {
@@ -51,7 +67,10 @@ fn ttl() -> Ttl {
 fn leases(c: &mut Criterion) {
     let b = Bench::new();
     let mut group = c.benchmark_group("leases");
-    group.sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
 
     group.throughput(Throughput::Elements(1));
     group.bench_function("select_1", |bench| {
@@ -80,8 +99,16 @@ fn leases(c: &mut Criterion) {
                 for i in 0..iters {
                     let mut conn = pool.acquire().await.unwrap();
                     let key = (i % 1000) as i64;
-                    let _: (bool,) = sea_orm::sqlx::query_as("SELECT pg_try_advisory_lock($1)").bind(key).fetch_one(&mut *conn).await.unwrap();
-                    let _: (bool,) = sea_orm::sqlx::query_as("SELECT pg_advisory_unlock($1)").bind(key).fetch_one(&mut *conn).await.unwrap();
+                    let _: (bool,) = sea_orm::sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+                        .bind(key)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .unwrap();
+                    let _: (bool,) = sea_orm::sqlx::query_as("SELECT pg_advisory_unlock($1)")
+                        .bind(key)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .unwrap();
                 }
                 let total = t.elapsed();
                 RATIOS.record("advisory lock + unlock (baseline)", total, iters, 1);
@@ -96,7 +123,11 @@ fn leases(c: &mut Criterion) {
             b.rt.block_on(async {
                 let t = Instant::now();
                 for _ in 0..iters {
-                    let taken = b.store.take(&[TakeRequest::new(one[0].clone(), b.next_tick())], ttl()).await.unwrap();
+                    let taken = b
+                        .store
+                        .take(&[TakeRequest::new(one[0].clone(), b.next_tick())], ttl())
+                        .await
+                        .unwrap();
                     let keys: Vec<_> = taken.won.iter().map(|l| l.key()).collect();
                     assert_eq!(keys.len(), 1);
                     b.store.release(&keys, Release::Completed).await.unwrap();
@@ -117,7 +148,10 @@ fn leases(c: &mut Criterion) {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let tick = b.next_tick();
-                        let reqs: Vec<_> = batch.iter().map(|n| TakeRequest::new(n.clone(), tick)).collect();
+                        let reqs: Vec<_> = batch
+                            .iter()
+                            .map(|n| TakeRequest::new(n.clone(), tick))
+                            .collect();
                         let t = Instant::now();
                         let taken = b.store.take(&reqs, ttl()).await.unwrap();
                         total += t.elapsed();
@@ -131,7 +165,10 @@ fn leases(c: &mut Criterion) {
             })
         });
         let tick = b.next_tick();
-        let reqs: Vec<_> = batch.iter().map(|n| TakeRequest::new(n.clone(), tick)).collect();
+        let reqs: Vec<_> = batch
+            .iter()
+            .map(|n| TakeRequest::new(n.clone(), tick))
+            .collect();
         let held = b.rt.block_on(b.store.take(&reqs, ttl())).unwrap().won;
         let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
         group.bench_function(format!("renew_batch_{n}"), |bench| {
@@ -142,31 +179,57 @@ fn leases(c: &mut Criterion) {
                         assert_eq!(b.store.renew(&keys, ttl()).await.unwrap().len(), n);
                     }
                     let total = t.elapsed();
-                    RATIOS.record(&format!("batched renew, {n} leases"), total, iters, n as u64);
+                    RATIOS.record(
+                        &format!("batched renew, {n} leases"),
+                        total,
+                        iters,
+                        n as u64,
+                    );
                     total
                 })
             })
         });
-        b.rt.block_on(b.store.release(&keys, Release::Completed)).unwrap();
+        b.rt.block_on(b.store.release(&keys, Release::Completed))
+            .unwrap();
         // A losing batch: every name held elsewhere (must not write).
-        let held = b.rt.block_on(b.store.take(&reqs.iter().map(|r| TakeRequest::new(r.name.clone(), b.next_tick())).collect::<Vec<_>>(), ttl())).unwrap().won;
+        let held =
+            b.rt.block_on(
+                b.store.take(
+                    &reqs
+                        .iter()
+                        .map(|r| TakeRequest::new(r.name.clone(), b.next_tick()))
+                        .collect::<Vec<_>>(),
+                    ttl(),
+                ),
+            )
+            .unwrap()
+            .won;
         group.bench_function(format!("losing_take_batch_{n}"), |bench| {
             bench.iter_custom(|iters| {
                 b.rt.block_on(async {
                     let t = Instant::now();
                     for _ in 0..iters {
                         let tick = b.next_tick();
-                        let reqs: Vec<_> = batch.iter().map(|n| TakeRequest::new(n.clone(), tick)).collect();
+                        let reqs: Vec<_> = batch
+                            .iter()
+                            .map(|n| TakeRequest::new(n.clone(), tick))
+                            .collect();
                         assert!(b.store.take(&reqs, ttl()).await.unwrap().won.is_empty());
                     }
                     let total = t.elapsed();
-                    RATIOS.record(&format!("losing batched take, {n} leases"), total, iters, n as u64);
+                    RATIOS.record(
+                        &format!("losing batched take, {n} leases"),
+                        total,
+                        iters,
+                        n as u64,
+                    );
                     total
                 })
             })
         });
         let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
-        b.rt.block_on(b.store.release(&keys, Release::Completed)).unwrap();
+        b.rt.block_on(b.store.release(&keys, Release::Completed))
+            .unwrap();
     }
     group.finish();
     RATIOS.print("SELECT 1 (floor)");

@@ -13,7 +13,9 @@ pub struct Ratios {
 
 impl Ratios {
     pub const fn new() -> Self {
-        Self { rows: Mutex::new(Vec::new()) }
+        Self {
+            rows: Mutex::new(Vec::new()),
+        }
     }
 
     /// Records `iters` operations of `name` (each handling `elements` items) taking `total`.
@@ -32,8 +34,13 @@ impl Ratios {
     pub fn print(&self, baseline: &str) {
         let rows = self.rows.lock().unwrap();
         let mean = |r: &(String, Duration, u64, u64)| r.1.as_secs_f64() / r.2.max(1) as f64;
-        let Some(base) = rows.iter().find(|r| r.0 == baseline).map(mean) else { return };
-        println!("\n{:<44} {:>12} {:>10} {:>14}", "operation", "mean", "× floor", "items/s");
+        let Some(base) = rows.iter().find(|r| r.0 == baseline).map(mean) else {
+            return;
+        };
+        println!(
+            "\n{:<44} {:>12} {:>10} {:>14}",
+            "operation", "mean", "× floor", "items/s"
+        );
         for r in rows.iter() {
             let m = mean(r);
             println!(

@@ -7,9 +7,19 @@ use scheduler_postgres::{Error, PostgresOptions, PostgresStore};
 
 #[tokio::test]
 async fn a_url_that_does_not_parse_is_refused_before_connecting() {
-    for url in ["", "not a url", "mysql://u@h/db", "postgres://u@h:notaport/db"] {
-        let err = PostgresStore::connect(url, PostgresOptions::default()).await.err();
-        assert!(matches!(err, Some(Error::InvalidUrl { .. })), "{url:?}: {err:?}");
+    for url in [
+        "",
+        "not a url",
+        "mysql://u@h/db",
+        "postgres://u@h:notaport/db",
+    ] {
+        let err = PostgresStore::connect(url, PostgresOptions::default())
+            .await
+            .err();
+        assert!(
+            matches!(err, Some(Error::InvalidUrl { .. })),
+            "{url:?}: {err:?}"
+        );
         let msg = err.map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.starts_with("invalid database URL"), "{msg}");
     }
@@ -32,12 +42,20 @@ async fn an_unreachable_server_is_a_connect_error() {
 
 #[test]
 fn bad_names_ttls_and_tables_are_typed_errors() {
-    assert!(matches!(LeaseName::new(""), Err(scheduler_core::Error::InvalidName { .. })));
+    assert!(matches!(
+        LeaseName::new(""),
+        Err(scheduler_core::Error::InvalidName { .. })
+    ));
     assert!(matches!(
         LeaseName::new("n".repeat(LeaseName::MAX_LEN + 1)),
         Err(scheduler_core::Error::InvalidName { .. })
     ));
-    assert!(matches!(Ttl::new(Duration::ZERO), Err(scheduler_core::Error::InvalidTtl { .. })));
-    let err = PostgresOptions::default().table("leases; DROP TABLE x").err();
+    assert!(matches!(
+        Ttl::new(Duration::ZERO),
+        Err(scheduler_core::Error::InvalidTtl { .. })
+    ));
+    let err = PostgresOptions::default()
+        .table("leases; DROP TABLE x")
+        .err();
     assert!(matches!(err, Some(Error::InvalidTableName(_))), "{err:?}");
 }

@@ -12,7 +12,9 @@ use test_postgres::TestDb;
 async fn batch_take_of_1000_is_one_statement_and_returns_the_free_ones() {
     let db = TestDb::new().await;
     let holder: SharedStore = Arc::new(
-        PostgresStore::connect(db.url(), PostgresOptions::default()).await.expect("connect"),
+        PostgresStore::connect(db.url(), PostgresOptions::default())
+            .await
+            .expect("connect"),
     );
 
     let statements = Arc::new(AtomicUsize::new(0));
@@ -25,12 +27,19 @@ async fn batch_take_of_1000_is_one_statement_and_returns_the_free_ones() {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });
-    let counted: SharedStore =
-        Arc::new(PostgresStore::open(conn, PostgresOptions::default()).await.expect("open"));
+    let counted: SharedStore = Arc::new(
+        PostgresStore::open(conn, PostgresOptions::default())
+            .await
+            .expect("open"),
+    );
 
     // `holder` holds every third name (one statement from it, not counted); `counted`
     // then asks for all 1,000.
     let before = statements.load(Ordering::SeqCst);
     scheduler_store_tests::batch_returns_exactly_the_free(&holder, &counted, 1000).await;
-    assert_eq!(statements.load(Ordering::SeqCst) - before, 1, "one statement for the whole batch");
+    assert_eq!(
+        statements.load(Ordering::SeqCst) - before,
+        1,
+        "one statement for the whole batch"
+    );
 }

@@ -1,5 +1,6 @@
 //! The shared lease invariants against a real PostgreSQL server: several stores,
 //! each with its own pool (an instance each), on one database.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
 
@@ -74,12 +75,22 @@ async fn awkward_names_are_bound_not_spliced() {
 #[tokio::test]
 async fn two_apps_share_one_database_through_their_own_tables() {
     let db = TestDb::new().await;
-    let app_a = PostgresStore::connect(db.url(), PostgresOptions::default().table("app_a.leases").expect("name"))
-        .await
-        .expect("connect a");
-    let app_b = PostgresStore::connect(db.url(), PostgresOptions::default().table("app_b_leases").expect("name"))
-        .await
-        .expect("connect b");
+    let app_a = PostgresStore::connect(
+        db.url(),
+        PostgresOptions::default()
+            .table("app_a.leases")
+            .expect("name"),
+    )
+    .await
+    .expect("connect a");
+    let app_b = PostgresStore::connect(
+        db.url(),
+        PostgresOptions::default()
+            .table("app_b_leases")
+            .expect("name"),
+    )
+    .await
+    .expect("connect b");
     let (a, b): (SharedStore, SharedStore) = (Arc::new(app_a), Arc::new(app_b));
     // The same lease name is free in each app's table.
     scheduler_store_tests::batch_returns_exactly_the_free(&a, &a, 10).await;

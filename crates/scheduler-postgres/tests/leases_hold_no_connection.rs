@@ -19,9 +19,11 @@ async fn leases_hold_no_connection() {
         .await
         .expect("connect");
     let conn = store.connection().clone();
-    conn.execute_unprepared("CREATE TABLE readiness (id serial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())")
-        .await
-        .expect("app table");
+    conn.execute_unprepared(
+        "CREATE TABLE readiness (id serial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .expect("app table");
 
     let tick = Tick::new(store.now().await.expect("clock"));
     let ttl = Ttl::new(Duration::from_secs(120)).expect("ttl");
@@ -39,7 +41,10 @@ async fn leases_hold_no_connection() {
         conn.execute_unprepared("INSERT INTO readiness DEFAULT VALUES"),
     )
     .await;
-    assert!(matches!(write, Ok(Ok(_))), "readiness write did not commit within 3 s: {write:?}");
+    assert!(
+        matches!(write, Ok(Ok(_))),
+        "readiness write did not commit within 3 s: {write:?}"
+    );
     // And renewals of all four still go through while the app uses the pool.
     let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
     assert_eq!(store.renew(&keys, ttl).await.expect("renew").len(), 4);
@@ -63,11 +68,12 @@ async fn advisory_locks_pin_the_pool_and_starve_the_app() {
     let mut pinned = Vec::new();
     for job in JOBS {
         let mut c = pool.acquire().await.expect("acquire");
-        let (locked,): (bool,) = sea_orm::sqlx::query_as("SELECT pg_try_advisory_lock(hashtext($1))")
-            .bind(job)
-            .fetch_one(&mut *c)
-            .await
-            .expect("lock");
+        let (locked,): (bool,) =
+            sea_orm::sqlx::query_as("SELECT pg_try_advisory_lock(hashtext($1))")
+                .bind(job)
+                .fetch_one(&mut *c)
+                .await
+                .expect("lock");
         assert!(locked);
         pinned.push(c); // held for the duration of the "run"
     }
@@ -81,7 +87,9 @@ async fn advisory_locks_pin_the_pool_and_starve_the_app() {
             err.to_string().to_lowercase().contains("pool") || err.to_string().contains("acquire"),
             "expected a pool timeout, got {err}"
         ),
-        other => panic!("the app write should not get a connection while four locks are held: {other:?}"),
+        other => {
+            panic!("the app write should not get a connection while four locks are held: {other:?}")
+        }
     }
     drop(pinned);
     conn.execute_unprepared("INSERT INTO readiness DEFAULT VALUES")

@@ -28,7 +28,11 @@ async fn eight_instances_migrate_at_once() {
         .await
         .expect("query")
         .expect("row");
-    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 1, "each migration recorded once");
+    assert_eq!(
+        row.try_get::<i64>("", "n").expect("n"),
+        1,
+        "each migration recorded once"
+    );
     let row = conn
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
@@ -37,7 +41,10 @@ async fn eight_instances_migrate_at_once() {
         .await
         .expect("query")
         .expect("the lease table exists");
-    assert_eq!(row.try_get::<String>("", "o").expect("o"), "{fillfactor=50}");
+    assert_eq!(
+        row.try_get::<String>("", "o").expect("o"),
+        "{fillfactor=50}"
+    );
     // No advisory lock outlives the migration.
     let row = conn
         .query_one_raw(Statement::from_string(

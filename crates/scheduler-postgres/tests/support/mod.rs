@@ -99,7 +99,11 @@ impl Idempotent for Recorder {
             () = tokio::time::sleep(self.work) => false,
             () = ctx.cancellation().cancelled() => true,
         };
-        let mut outcome = if cancelled { "cancelled".to_owned() } else { "ok".to_owned() };
+        let mut outcome = if cancelled {
+            "cancelled".to_owned()
+        } else {
+            "ok".to_owned()
+        };
         if self.fenced_write {
             let tick = ctx.tick().at();
             let token = ctx.token().get();
@@ -129,7 +133,11 @@ impl Idempotent for Recorder {
             [id.into(), outcome.into()],
         ))
         .await?;
-        if cancelled { Err("cancelled".into()) } else { Ok(()) }
+        if cancelled {
+            Err("cancelled".into())
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -163,9 +171,15 @@ impl Default for InstanceConfig {
 }
 
 pub async fn store(url: &str, pool: u32) -> PostgresStore {
-    let options = PostgresOptions::default().max_connections(pool).connect_timeout(Duration::from_secs(2));
+    let options = PostgresOptions::default()
+        .max_connections(pool)
+        .connect_timeout(Duration::from_secs(2));
     let store = PostgresStore::connect(url, options).await.expect("connect");
-    store.connection().execute_unprepared(RUNS_TABLE).await.expect("runs table");
+    store
+        .connection()
+        .execute_unprepared(RUNS_TABLE)
+        .await
+        .expect("runs table");
     store
 }
 
@@ -194,7 +208,13 @@ impl Instance {
         let task = tokio::spawn(scheduler.run_until(async move {
             let _ = stopped.wait_for(|s| *s).await;
         }));
-        Instance { name: name.to_owned(), store, stats, stop, task }
+        Instance {
+            name: name.to_owned(),
+            store,
+            stats,
+            stop,
+            task,
+        }
     }
 
     /// Graceful shutdown; waits until it is done.
@@ -218,7 +238,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + limit;
     while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -257,7 +280,13 @@ pub async fn runs(db: &DatabaseConnection) -> Vec<RunRow> {
 
 /// Checks that each (job, node) ran each tick at most once, and every whole-second
 /// tick in `[from, to]` exactly once. Returns the number of runs checked.
-pub fn assert_once_per_tick(rows: &[RunRow], jobs: &[&str], nodes: &[&str], from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
+pub fn assert_once_per_tick(
+    rows: &[RunRow],
+    jobs: &[&str],
+    nodes: &[&str],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> usize {
     let mut checked = 0;
     for job in jobs {
         for node in nodes {
@@ -268,10 +297,17 @@ pub fn assert_once_per_tick(rows: &[RunRow], jobs: &[&str], nodes: &[&str], from
                 .collect();
             let mut unique = ticks.clone();
             unique.dedup();
-            assert_eq!(unique.len(), ticks.len(), "{job} on {node} ran a tick twice: {ticks:?}");
+            assert_eq!(
+                unique.len(),
+                ticks.len(),
+                "{job} on {node} ran a tick twice: {ticks:?}"
+            );
             let mut t = DateTime::from_timestamp(from.timestamp() + 1, 0).unwrap();
             while t <= to {
-                assert!(unique.contains(&t), "{job} on {node} never ran tick {t}: {unique:?}");
+                assert!(
+                    unique.contains(&t),
+                    "{job} on {node} never ran tick {t}: {unique:?}"
+                );
                 checked += 1;
                 t += TimeDelta::seconds(1);
             }
@@ -282,12 +318,15 @@ pub fn assert_once_per_tick(rows: &[RunRow], jobs: &[&str], nodes: &[&str], from
 
 /// The database's clock.
 pub async fn db_now(db: &DatabaseConnection) -> DateTime<Utc> {
-    db.query_one_raw(Statement::from_string(DbBackend::Postgres, "SELECT clock_timestamp() AS now"))
-        .await
-        .expect("now")
-        .expect("row")
-        .try_get("", "now")
-        .expect("now")
+    db.query_one_raw(Statement::from_string(
+        DbBackend::Postgres,
+        "SELECT clock_timestamp() AS now",
+    ))
+    .await
+    .expect("now")
+    .expect("row")
+    .try_get("", "now")
+    .expect("now")
 }
 
 pub fn arc<T>(t: T) -> Arc<T> {

@@ -1,0 +1,121 @@
+//! The four jobs of the design brief, on PostgreSQL:
+//! - an hourly **sweep** deleting expired challenges (cluster);
+//! - **alert evaluation** every 30 s (cluster);
+//! - **mail security checks** every 15 min, over domains unchecked for 23 h (cluster);
+//! - **uptime checks** every 10 s, once per node (node scope).
+//!
+//! Start it three times, in three terminals, to watch the cluster share the work
+//! (two with the same `--node` share the node job; a third node runs its own):
+//!
+//! ```text
+//! cargo run --example uptime_monitor -- --database-url postgres://postgres@127.0.0.1:5432/app --node node-a
+//! cargo run --example uptime_monitor -- --database-url postgres://postgres@127.0.0.1:5432/app --node node-a
+//! cargo run --example uptime_monitor -- --database-url postgres://postgres@127.0.0.1:5432/app --node node-b
+//! ```
+//!
+//! `DATABASE_URL` and `NODE_ID` work instead of the flags; `--seconds N` stops after N s.
+
+use std::time::Duration;
+
+use scheduler_core::{BoxError, JobContext, Scheduler, job};
+use scheduler_examples::{flag, init_logging, shutdown_signal};
+use scheduler_postgres::{PostgresOptions, PostgresStore};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS challenges (id bigserial PRIMARY KEY, expires_at timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS monitors (id bigserial PRIMARY KEY, url text NOT NULL, down_since timestamptz);
+CREATE TABLE IF NOT EXISTS uptime_checks (monitor bigint NOT NULL, node text NOT NULL, tick timestamptz NOT NULL, up boolean NOT NULL, PRIMARY KEY (monitor, node, tick));
+CREATE TABLE IF NOT EXISTS alerts (monitor bigint PRIMARY KEY, raised_at timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS domains (name text PRIMARY KEY, checked_at timestamptz);
+INSERT INTO monitors (url) SELECT 'https://example.invalid/' || g FROM generate_series(1, 3) g WHERE NOT EXISTS (SELECT 1 FROM monitors);
+INSERT INTO domains (name) VALUES ('example.invalid'), ('example.test') ON CONFLICT DO NOTHING;
+";
+
+fn db(ctx: &JobContext) -> Result<&DatabaseConnection, BoxError> {
+    ctx.state::<DatabaseConnection>().ok_or_else(|| "no database connection in the scheduler's state".into())
+}
+
+async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) -> Result<u64, BoxError> {
+    Ok(db.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values)).await?.rows_affected())
+}
+
+/// Deletes what expired. A second run finds nothing left to delete.
+#[job(every = "1h")]
+async fn sweep(ctx: JobContext) -> Result<(), BoxError> {
+    let deleted = exec(db(&ctx)?, "DELETE FROM challenges WHERE expires_at < now()", vec![]).await?;
+    println!("[{}] sweep for {}: {deleted} expired challenges deleted", ctx.node(), ctx.tick());
+    Ok(())
+}
+
+/// Raises an alert for monitors whose last two checks failed; compares with stored state.
+#[job(every = "30s", name = "alert-evaluation")]
+async fn alert_evaluation(ctx: JobContext) -> Result<(), BoxError> {
+    let raised = exec(
+        db(&ctx)?,
+        "INSERT INTO alerts (monitor, raised_at)
+         SELECT m.id, now() FROM monitors m
+         WHERE (SELECT count(*) FILTER (WHERE NOT up) FROM (
+                  SELECT up FROM uptime_checks c WHERE c.monitor = m.id ORDER BY tick DESC LIMIT 2) last) = 2
+         ON CONFLICT (monitor) DO NOTHING",
+        vec![],
+    )
+    .await?;
+    println!("[{}] alert evaluation for {}: {raised} new alerts", ctx.node(), ctx.tick());
+    Ok(())
+}
+
+/// Checks the mail security of domains not checked in the last 23 hours.
+#[job(cron = "0 */15 * * * *", name = "mail-checks", jitter = "5s")]
+async fn mail_checks(ctx: JobContext) -> Result<(), BoxError> {
+    let checked = exec(
+        db(&ctx)?,
+        "UPDATE domains SET checked_at = now() WHERE checked_at IS NULL OR checked_at < now() - interval '23 hours'",
+        vec![],
+    )
+    .await?;
+    println!("[{}] mail checks for {}: {checked} domains checked", ctx.node(), ctx.tick());
+    Ok(())
+}
+
+/// Checks every monitor once per tick per node; the primary key makes a repeat a no-op.
+#[job(every = "10s", scope = "node", name = "uptime-checks")]
+async fn uptime_checks(ctx: JobContext) -> Result<(), BoxError> {
+    let added = exec(
+        db(&ctx)?,
+        "INSERT INTO uptime_checks (monitor, node, tick, up)
+         SELECT id, $1, $2, random() > 0.1 FROM monitors ON CONFLICT DO NOTHING",
+        vec![ctx.node().to_owned().into(), ctx.tick().at().into()],
+    )
+    .await?;
+    println!("[{}] uptime checks for {}: {added} results", ctx.node(), ctx.tick());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    init_logging();
+    let Some(url) = flag("database-url", "DATABASE_URL") else {
+        eprintln!("usage: uptime_monitor --database-url postgres://user@host:port/db [--node NAME] [--seconds N]");
+        std::process::exit(2);
+    };
+    // A pool of two: one is plenty for the leases (they never pin it); the other is
+    // for the jobs' own queries.
+    let store = PostgresStore::connect(&url, PostgresOptions::default().max_connections(2)).await?;
+    let db = store.connection().clone();
+    db.execute_unprepared(SCHEMA).await?;
+    let mut builder = Scheduler::builder(store)
+        .state(db)
+        .lease_ttl(Duration::from_secs(60))
+        .job(sweep)
+        .job(alert_evaluation)
+        .job(mail_checks)
+        .job(uptime_checks);
+    if let Some(node) = flag("node", "NODE_ID") {
+        builder = builder.node_id(node);
+    }
+    let scheduler = builder.build()?;
+    println!("node {} running 4 jobs; Ctrl-C stops it gracefully", scheduler.node_id());
+    scheduler.run_until(shutdown_signal()).await;
+    Ok(())
+}
