@@ -214,12 +214,24 @@ mod tests {
     fn table_names_are_plain_identifiers() {
         assert_eq!(TableName::default().quoted(), "\"scheduler_leases\"");
         let qualified = TableName::new("app_a.leases");
-        assert_eq!(qualified.as_ref().map(TableName::quoted).ok().as_deref(), Some("\"app_a\".\"leases\""));
+        assert_eq!(
+            qualified.as_ref().map(TableName::quoted).ok().as_deref(),
+            Some("\"app_a\".\"leases\"")
+        );
         assert_eq!(
             qualified.map(|t| t.migrations_table()).ok().as_deref(),
             Some("\"app_a\".\"leases_migrations\"")
         );
-        for bad in ["", "a.b.c", "Leases", "1leases", "lea\"ses", "x; DROP TABLE y", ".leases", "a."] {
+        for bad in [
+            "",
+            "a.b.c",
+            "Leases",
+            "1leases",
+            "lea\"ses",
+            "x; DROP TABLE y",
+            ".leases",
+            "a.",
+        ] {
             assert!(TableName::new(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(TableName::new(&"a".repeat(53)).is_err());

@@ -75,6 +75,9 @@ mod tests {
         let skewed = LocalClock::skewed(TimeDelta::seconds(-7));
         let plain = LocalClock::system();
         let diff = skewed.now() - plain.now();
-        assert!((diff + TimeDelta::seconds(7)).num_milliseconds().abs() < 50, "{diff}");
+        assert!(
+            (diff + TimeDelta::seconds(7)).num_milliseconds().abs() < 50,
+            "{diff}"
+        );
     }
 }

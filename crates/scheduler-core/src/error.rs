@@ -50,7 +50,9 @@ pub enum Error {
         source: crate::schedule::ScheduleError,
     },
     /// The lease ttl leaves no room for renewals.
-    #[error("lease ttl {ttl:?} is too short for renewals every {renew_every:?}; the ttl must be at least twice the renewal interval (default renewal: ttl/4)")]
+    #[error(
+        "lease ttl {ttl:?} is too short for renewals every {renew_every:?}; the ttl must be at least twice the renewal interval (default renewal: ttl/4)"
+    )]
     TtlTooShort {
         /// The ttl.
         ttl: Duration,

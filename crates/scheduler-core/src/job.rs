@@ -142,7 +142,10 @@ impl JobContext {
     /// [`SchedulerBuilder::state`](crate::SchedulerBuilder::state) (a database pool,
     /// say), or `None` if none was given.
     pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.state.0.get(&TypeId::of::<T>()).and_then(|v| v.downcast_ref::<T>())
+        self.state
+            .0
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
     }
 
     /// The job's name.
@@ -187,7 +190,13 @@ impl JobContext {
     }
 
     /// A context for calling a job outside the scheduler (tests, one-off runs).
-    pub fn detached(job: &str, tick: Tick, node: &str, lease: LeaseName, token: FencingToken) -> Self {
+    pub fn detached(
+        job: &str,
+        tick: Tick,
+        node: &str,
+        lease: LeaseName,
+        token: FencingToken,
+    ) -> Self {
         Self {
             job: job.into(),
             tick,

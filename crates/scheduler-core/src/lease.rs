@@ -173,7 +173,11 @@ impl From<DateTime<Utc>> for Tick {
 
 impl fmt::Display for Tick {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        write!(
+            f,
+            "{}",
+            self.0.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        )
     }
 }
 
@@ -341,7 +345,10 @@ mod tests {
         assert!(LeaseName::new("uptime:node-a").is_ok());
         assert!(LeaseName::new("it's \"quoted\" ünïcødé ✓").is_ok());
         assert!(matches!(LeaseName::new(""), Err(Error::InvalidName { .. })));
-        assert!(matches!(LeaseName::new("a\0b"), Err(Error::InvalidName { .. })));
+        assert!(matches!(
+            LeaseName::new("a\0b"),
+            Err(Error::InvalidName { .. })
+        ));
         assert!(LeaseName::new("x".repeat(200)).is_ok());
         let err = LeaseName::new("x".repeat(201)).err().map(|e| e.to_string());
         assert_eq!(
@@ -358,7 +365,10 @@ mod tests {
         assert!(Ttl::new(Duration::ZERO).is_err());
         assert!(Ttl::new(Duration::from_millis(9)).is_err());
         assert!(Ttl::new(Duration::from_secs(8 * 24 * 3600)).is_err());
-        assert_eq!(Ttl::new(Duration::from_secs(120)).map(Ttl::as_millis).ok(), Some(120_000));
+        assert_eq!(
+            Ttl::new(Duration::from_secs(120)).map(Ttl::as_millis).ok(),
+            Some(120_000)
+        );
     }
 
     #[test]

@@ -40,11 +40,11 @@ pub mod store;
 
 pub use clock::LocalClock;
 pub use error::{BoxError, Error, Result};
-pub use lease::{
-    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick,
-    Ttl,
-};
 pub use job::{Declaration, Duplicate, Idempotent, JobContext, Scope};
+pub use lease::{
+    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
+    Tick, Ttl,
+};
 pub use memory::MemoryStore;
 pub use runtime::{Health, HealthReport, Outcome, Scheduler, SchedulerBuilder, Stats};
 pub use schedule::{Schedule, ScheduleError, parse_duration};

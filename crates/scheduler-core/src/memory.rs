@@ -97,7 +97,9 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<LeaseName, Row>> {
         // A panic while holding the lock cannot leave a row half-written (every
         // update is a plain field assignment), so a poisoned lock is still usable.
-        self.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.rows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn call(&self) -> Result<DateTime<Utc>> {

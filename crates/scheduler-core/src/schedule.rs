@@ -55,7 +55,9 @@ pub enum ScheduleError {
     #[error("the period of `every` must be at least 1ms, not {0:?}")]
     PeriodTooShort(Duration),
     /// A duration string that does not parse.
-    #[error("invalid duration {input:?}: {reason}; write it like \"30s\", \"15m\", \"1h30m\" or \"500ms\"")]
+    #[error(
+        "invalid duration {input:?}: {reason}; write it like \"30s\", \"15m\", \"1h30m\" or \"500ms\""
+    )]
     InvalidDuration {
         /// The rejected text.
         input: String,
@@ -63,7 +65,9 @@ pub enum ScheduleError {
         reason: &'static str,
     },
     /// A cron expression that does not parse.
-    #[error("invalid cron expression {expr:?}: {reason}; it needs a seconds field: \"sec min hour day month weekday\", e.g. \"0 */15 * * * *\"")]
+    #[error(
+        "invalid cron expression {expr:?}: {reason}; it needs a seconds field: \"sec min hour day month weekday\", e.g. \"0 */15 * * * *\""
+    )]
     InvalidCron {
         /// The rejected expression.
         expr: String,
@@ -129,10 +133,11 @@ impl Schedule {
                 let tz: Tz = tz
                     .parse()
                     .map_err(|_| ScheduleError::UnknownTimeZone(tz.clone()))?;
-                let cron = cron::Schedule::from_str(expr).map_err(|e| ScheduleError::InvalidCron {
-                    expr: expr.clone(),
-                    reason: e.to_string(),
-                })?;
+                let cron =
+                    cron::Schedule::from_str(expr).map_err(|e| ScheduleError::InvalidCron {
+                        expr: expr.clone(),
+                        reason: e.to_string(),
+                    })?;
                 let fixed_hours = cron::TimeUnitSpec::count(cron.hours()) < 24;
                 let compiled = Compiled::Cron {
                     cron: Box::new(cron),
@@ -140,7 +145,10 @@ impl Schedule {
                     fixed_hours,
                 };
                 let epoch = DateTime::from_timestamp(0, 0).unwrap_or_default();
-                if compiled.next_after(epoch.max(Utc::now() - TimeDelta::days(1))).is_none() {
+                if compiled
+                    .next_after(epoch.max(Utc::now() - TimeDelta::days(1)))
+                    .is_none()
+                {
                     return Err(ScheduleError::NeverFires { expr: expr.clone() });
                 }
                 Ok(compiled)
@@ -179,21 +187,37 @@ pub fn parse_duration(input: &str) -> Result<Duration, ScheduleError> {
         if digits == 0 {
             return Err(fail("expected a number"));
         }
-        let value: u64 = rest[..digits].parse().map_err(|_| fail("the number is too large"))?;
+        let value: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| fail("the number is too large"))?;
         rest = &rest[digits..];
-        let unit_len = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_alphabetic()).len();
+        let unit_len = rest.len()
+            - rest
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .len();
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let part = match unit {
             "ms" => Duration::from_millis(value),
             "s" => Duration::from_secs(value),
-            "m" => value.checked_mul(60).map(Duration::from_secs).ok_or_else(|| fail("it overflows"))?,
-            "h" => value.checked_mul(3600).map(Duration::from_secs).ok_or_else(|| fail("it overflows"))?,
-            "d" => value.checked_mul(86_400).map(Duration::from_secs).ok_or_else(|| fail("it overflows"))?,
+            "m" => value
+                .checked_mul(60)
+                .map(Duration::from_secs)
+                .ok_or_else(|| fail("it overflows"))?,
+            "h" => value
+                .checked_mul(3600)
+                .map(Duration::from_secs)
+                .ok_or_else(|| fail("it overflows"))?,
+            "d" => value
+                .checked_mul(86_400)
+                .map(Duration::from_secs)
+                .ok_or_else(|| fail("it overflows"))?,
             "" => return Err(fail("a number needs a unit (ms, s, m, h, d)")),
             _ => return Err(fail("unknown unit; use ms, s, m, h or d")),
         };
-        total = total.checked_add(part).ok_or_else(|| fail("it overflows"))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| fail("it overflows"))?;
     }
     Ok(total)
 }
@@ -203,7 +227,8 @@ impl FromStr for Schedule {
 
     /// `"30s"`-style text is a period; anything else is read as a cron expression in UTC.
     fn from_str(s: &str) -> Result<Self, ScheduleError> {
-        let looks_like_duration = !s.contains(' ') && s.chars().next().is_some_and(|c| c.is_ascii_digit());
+        let looks_like_duration =
+            !s.contains(' ') && s.chars().next().is_some_and(|c| c.is_ascii_digit());
         let schedule = if looks_like_duration {
             Schedule::every(parse_duration(s)?)
         } else {
@@ -217,8 +242,14 @@ impl FromStr for Schedule {
 /// A checked schedule, ready to compute ticks.
 #[derive(Debug, Clone)]
 pub(crate) enum Compiled {
-    Every { ms: i64 },
-    Cron { cron: Box<cron::Schedule>, tz: Tz, fixed_hours: bool },
+    Every {
+        ms: i64,
+    },
+    Cron {
+        cron: Box<cron::Schedule>,
+        tz: Tz,
+        fixed_hours: bool,
+    },
 }
 
 impl Compiled {
@@ -230,7 +261,11 @@ impl Compiled {
                 let next = t.div_euclid(*ms).checked_add(1)?.checked_mul(*ms)?;
                 DateTime::from_timestamp_millis(next).map(Tick::new)
             }
-            Compiled::Cron { cron, tz, fixed_hours } => cron_next_after(cron, *tz, *fixed_hours, after).map(Tick::new),
+            Compiled::Cron {
+                cron,
+                tz,
+                fixed_hours,
+            } => cron_next_after(cron, *tz, *fixed_hours, after).map(Tick::new),
         }
     }
 
@@ -264,7 +299,12 @@ impl Compiled {
 /// used to bound the search below.
 const SLACK: TimeDelta = TimeDelta::hours(3);
 
-fn cron_next_after(cron: &cron::Schedule, tz: Tz, fixed_hours: bool, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn cron_next_after(
+    cron: &cron::Schedule,
+    tz: Tz,
+    fixed_hours: bool,
+    after: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     // Walk the expression on the naive wall clock (as if the zone had no DST), map
     // each wall time to instants by the DST rule, and keep the earliest instant after
     // `after`. Wall order and instant order differ only around a transition, so the
@@ -303,7 +343,9 @@ fn wall_to_instants(tz: Tz, fixed_hours: bool, wall: NaiveDateTime) -> Vec<DateT
             // The first wall-clock minute that exists after the gap is its end.
             let mut probe = wall;
             for _ in 0..(24 * 60) {
-                probe = probe.checked_add_signed(TimeDelta::minutes(1)).unwrap_or(probe);
+                probe = probe
+                    .checked_add_signed(TimeDelta::minutes(1))
+                    .unwrap_or(probe);
                 let minute = probe.date().and_hms_opt(
                     chrono::Timelike::hour(&probe),
                     chrono::Timelike::minute(&probe),
@@ -326,7 +368,9 @@ mod tests {
     use super::*;
 
     fn utc(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s).map(|d| d.with_timezone(&Utc)).unwrap_or_default()
+        DateTime::parse_from_rfc3339(s)
+            .map(|d| d.with_timezone(&Utc))
+            .unwrap_or_default()
     }
 
     fn ticks(schedule: &Schedule, from: &str, n: usize) -> Vec<String> {
@@ -334,8 +378,15 @@ mod tests {
         let mut at = utc(from);
         let mut out = Vec::new();
         for _ in 0..n {
-            let Some(t) = compiled.next_after(at) else { break };
-            out.push(t.at().with_timezone(&chrono_tz::Europe::Berlin).format("%m-%d %H:%M %Z").to_string());
+            let Some(t) = compiled.next_after(at) else {
+                break;
+            };
+            out.push(
+                t.at()
+                    .with_timezone(&chrono_tz::Europe::Berlin)
+                    .format("%m-%d %H:%M %Z")
+                    .to_string(),
+            );
             at = t.at();
         }
         out
@@ -343,20 +394,33 @@ mod tests {
 
     #[test]
     fn every_is_aligned_to_the_epoch() {
-        let s = Schedule::every(Duration::from_secs(30)).compile().unwrap_or_else(|e| panic!("{e}"));
+        let s = Schedule::every(Duration::from_secs(30))
+            .compile()
+            .unwrap_or_else(|e| panic!("{e}"));
         let t = s.next_after(utc("2026-11-30T10:00:07.5Z"));
         assert_eq!(t.map(Tick::at), Some(utc("2026-11-30T10:00:30Z")));
         // Exactly on a boundary: the next one, strictly after.
-        assert_eq!(s.next_after(utc("2026-11-30T10:00:30Z")).map(Tick::at), Some(utc("2026-11-30T10:01:00Z")));
+        assert_eq!(
+            s.next_after(utc("2026-11-30T10:00:30Z")).map(Tick::at),
+            Some(utc("2026-11-30T10:01:00Z"))
+        );
         // Every instance agrees whatever instant it starts from.
-        let s7 = Schedule::every(Duration::from_secs(7)).compile().unwrap_or_else(|e| panic!("{e}"));
-        let a = s7.next_after(utc("2026-11-30T10:00:00Z")).map(|t| t.at().timestamp());
+        let s7 = Schedule::every(Duration::from_secs(7))
+            .compile()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = s7
+            .next_after(utc("2026-11-30T10:00:00Z"))
+            .map(|t| t.at().timestamp());
         assert_eq!(a.map(|s| s % 7), Some(0));
         assert_eq!(
-            s.latest_at_or_before(utc("2026-11-30T10:00:59Z"), TimeDelta::seconds(60)).map(Tick::at),
+            s.latest_at_or_before(utc("2026-11-30T10:00:59Z"), TimeDelta::seconds(60))
+                .map(Tick::at),
             Some(utc("2026-11-30T10:00:30Z"))
         );
-        assert_eq!(s.latest_at_or_before(utc("2026-11-30T10:00:59Z"), TimeDelta::seconds(10)), None);
+        assert_eq!(
+            s.latest_at_or_before(utc("2026-11-30T10:00:59Z"), TimeDelta::seconds(10)),
+            None
+        );
     }
 
     #[test]
@@ -368,17 +432,28 @@ mod tests {
         for bad in ["", "30", "s", "30x", "1.5s", "-1s", "99999999999999999999s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
-        assert!(matches!("0s".parse::<Schedule>(), Err(ScheduleError::PeriodTooShort(_))));
+        assert!(matches!(
+            "0s".parse::<Schedule>(),
+            Err(ScheduleError::PeriodTooShort(_))
+        ));
         assert!("30s".parse::<Schedule>().is_ok());
         assert!("0 */15 * * * *".parse::<Schedule>().is_ok());
     }
 
     #[test]
     fn bad_cron_and_zones_are_refused() {
-        assert!(matches!(Schedule::cron("not cron").validate(), Err(ScheduleError::InvalidCron { .. })));
-        assert!(matches!(Schedule::cron("0 0 0 30 2 *").validate(), Err(ScheduleError::NeverFires { .. })));
         assert!(matches!(
-            Schedule::cron("0 * * * * *").in_time_zone("Mars/Olympus").validate(),
+            Schedule::cron("not cron").validate(),
+            Err(ScheduleError::InvalidCron { .. })
+        ));
+        assert!(matches!(
+            Schedule::cron("0 0 0 30 2 *").validate(),
+            Err(ScheduleError::NeverFires { .. })
+        ));
+        assert!(matches!(
+            Schedule::cron("0 * * * * *")
+                .in_time_zone("Mars/Olympus")
+                .validate(),
             Err(ScheduleError::UnknownTimeZone(_))
         ));
     }
@@ -389,7 +464,12 @@ mod tests {
         let fixed = Schedule::cron("0 30 2 * * *").in_time_zone("Europe/Berlin");
         assert_eq!(
             ticks(&fixed, "2026-03-27T12:00:00Z", 4),
-            ["03-28 02:30 CET", "03-29 03:00 CEST", "03-30 02:30 CEST", "03-31 02:30 CEST"]
+            [
+                "03-28 02:30 CET",
+                "03-29 03:00 CEST",
+                "03-30 02:30 CEST",
+                "03-31 02:30 CEST"
+            ]
         );
         let wildcard = Schedule::cron("0 30 * * * *").in_time_zone("Europe/Berlin");
         assert_eq!(
@@ -409,7 +489,14 @@ mod tests {
         let wildcard = Schedule::cron("0 0/30 * * * *").in_time_zone("Europe/Berlin");
         assert_eq!(
             ticks(&wildcard, "2026-10-24T23:15:00Z", 6),
-            ["10-25 01:30 CEST", "10-25 02:00 CEST", "10-25 02:30 CEST", "10-25 02:00 CET", "10-25 02:30 CET", "10-25 03:00 CET"]
+            [
+                "10-25 01:30 CEST",
+                "10-25 02:00 CEST",
+                "10-25 02:30 CEST",
+                "10-25 02:00 CET",
+                "10-25 02:30 CET",
+                "10-25 03:00 CET"
+            ]
         );
     }
 }

@@ -82,19 +82,31 @@ impl Idempotent for Probe {
             () = tokio::time::sleep(self.work) => false,
             () = ctx.cancellation().cancelled() => true,
         };
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(Run {
-            job: self.name.to_owned(),
-            tick: ctx.tick().at(),
-            started,
-            node: ctx.node().to_owned(),
-            cancelled,
-        });
-        if cancelled { Err("cancelled".into()) } else { Ok(()) }
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Run {
+                job: self.name.to_owned(),
+                tick: ctx.tick().at(),
+                started,
+                node: ctx.node().to_owned(),
+                cancelled,
+            });
+        if cancelled {
+            Err("cancelled".into())
+        } else {
+            Ok(())
+        }
     }
 }
 
 fn runs(log: &Log, job: &str) -> Vec<Run> {
-    log.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|r| r.job == job).cloned().collect()
+    log.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|r| r.job == job)
+        .cloned()
+        .collect()
 }
 
 fn store() -> Arc<MemoryStore> {
@@ -110,16 +122,25 @@ fn builder(store: &Arc<MemoryStore>) -> scheduler_core::SchedulerBuilder {
 #[tokio::test(start_paused = true)]
 async fn every_tick_runs_once_in_order() {
     let (store, log) = (store(), Log::default());
-    let scheduler = builder(&store).job(Probe::new("tick", &store, &log)).build().expect("build");
+    let scheduler = builder(&store)
+        .job(Probe::new("tick", &store, &log))
+        .build()
+        .expect("build");
     let stats = scheduler.stats();
-    scheduler.run_until(tokio::time::sleep(Duration::from_millis(10_500))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(10_500)))
+        .await;
     let ticks: Vec<_> = runs(&log, "tick").iter().map(|r| r.tick).collect();
     assert!(ticks.len() >= 10, "{ticks:?}");
     for pair in ticks.windows(2) {
         assert_eq!(pair[1] - pair[0], TimeDelta::seconds(1), "{ticks:?}");
     }
     for t in &ticks {
-        assert_eq!(t.timestamp_subsec_nanos(), 0, "ticks are aligned to whole seconds");
+        assert_eq!(
+            t.timestamp_subsec_nanos(),
+            0,
+            "ticks are aligned to whole seconds"
+        );
     }
     assert_eq!(stats.count("tick", Outcome::Ran) as usize, ticks.len());
 }
@@ -129,17 +150,34 @@ async fn two_instances_share_a_cluster_job_and_each_runs_its_node_job() {
     let (store, log) = (store(), Log::default());
     let mut node_job = Probe::new("per-node", &store, &log);
     node_job.scope = Scope::Node;
-    let a = builder(&store).node_id("a").job(Probe::new("cluster", &store, &log)).job(node_job.clone()).build().expect("build");
-    let b = builder(&store).node_id("b").job(Probe::new("cluster", &store, &log)).job(node_job).build().expect("build");
+    let a = builder(&store)
+        .node_id("a")
+        .job(Probe::new("cluster", &store, &log))
+        .job(node_job.clone())
+        .build()
+        .expect("build");
+    let b = builder(&store)
+        .node_id("b")
+        .job(Probe::new("cluster", &store, &log))
+        .job(node_job)
+        .build()
+        .expect("build");
     let stop = Duration::from_millis(5_500);
-    tokio::join!(a.run_until(tokio::time::sleep(stop)), b.run_until(tokio::time::sleep(stop)));
+    tokio::join!(
+        a.run_until(tokio::time::sleep(stop)),
+        b.run_until(tokio::time::sleep(stop))
+    );
     let mut cluster: Vec<_> = runs(&log, "cluster").iter().map(|r| r.tick).collect();
     let n = cluster.len();
     cluster.dedup();
     assert_eq!(cluster.len(), n, "a cluster tick ran twice");
     assert!(n >= 5);
     for node in ["a", "b"] {
-        let mut ticks: Vec<_> = runs(&log, "per-node").iter().filter(|r| r.node == node).map(|r| r.tick).collect();
+        let mut ticks: Vec<_> = runs(&log, "per-node")
+            .iter()
+            .filter(|r| r.node == node)
+            .map(|r| r.tick)
+            .collect();
         let n = ticks.len();
         ticks.sort();
         ticks.dedup();
@@ -155,12 +193,21 @@ async fn a_job_never_overlaps_itself() {
     slow.work = Duration::from_millis(2_500);
     let scheduler = builder(&store).job(slow).build().expect("build");
     let stats = scheduler.stats();
-    scheduler.run_until(tokio::time::sleep(Duration::from_millis(9_900))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(9_900)))
+        .await;
     let all = runs(&log, "slow");
     for pair in all.windows(2) {
-        assert!(pair[1].started >= pair[0].started + TimeDelta::milliseconds(2_500), "{all:?}");
+        assert!(
+            pair[1].started >= pair[0].started + TimeDelta::milliseconds(2_500),
+            "{all:?}"
+        );
     }
-    assert!(stats.count("slow", Outcome::SkippedOverlap) >= 4, "{}", stats.count("slow", Outcome::SkippedOverlap));
+    assert!(
+        stats.count("slow", Outcome::SkippedOverlap) >= 4,
+        "{}",
+        stats.count("slow", Outcome::SkippedOverlap)
+    );
     assert!(stats.count("slow", Outcome::Ran) >= 2);
 }
 
@@ -171,13 +218,22 @@ async fn jitter_delays_within_its_bound() {
     jittery.every = Duration::from_secs(2);
     jittery.jitter = Duration::from_millis(700);
     let scheduler = builder(&store).job(jittery).build().expect("build");
-    scheduler.run_until(tokio::time::sleep(Duration::from_secs(60))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(60)))
+        .await;
     let all = runs(&log, "jittery");
     assert!(all.len() >= 25);
     // (The first run catches up the tick due at start.)
-    let delays: Vec<i64> = all.iter().skip(1).map(|r| (r.started - r.tick).num_milliseconds()).collect();
+    let delays: Vec<i64> = all
+        .iter()
+        .skip(1)
+        .map(|r| (r.started - r.tick).num_milliseconds())
+        .collect();
     assert!(delays.iter().all(|d| (0..=710).contains(d)), "{delays:?}");
-    assert!(delays.iter().any(|d| *d > 50), "jitter never delayed anything: {delays:?}");
+    assert!(
+        delays.iter().any(|d| *d > 50),
+        "jitter never delayed anything: {delays:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -189,7 +245,11 @@ async fn an_outage_is_retried_and_the_catch_up_window_decides_what_runs() {
     let mut narrow = Probe::new("narrow", &store, &log);
     narrow.every = Duration::from_secs(10);
     narrow.catch_up = Some(Duration::from_secs(1));
-    let scheduler = builder(&store).job(wide).job(narrow).build().expect("build");
+    let scheduler = builder(&store)
+        .job(wide)
+        .job(narrow)
+        .build()
+        .expect("build");
     let stats = scheduler.stats();
     let outage = {
         let store = store.clone();
@@ -197,7 +257,9 @@ async fn an_outage_is_retried_and_the_catch_up_window_decides_what_runs() {
             // Let the first ticks pass, then fail for 3 s around the next one.
             let now = store.now().await.unwrap_or_default();
             let next = (now.timestamp() / 10 + 2) * 10;
-            let until_next = (DateTime::from_timestamp(next, 0).unwrap_or_default() - now).to_std().unwrap_or_default();
+            let until_next = (DateTime::from_timestamp(next, 0).unwrap_or_default() - now)
+                .to_std()
+                .unwrap_or_default();
             tokio::time::sleep(until_next - Duration::from_millis(500)).await;
             store.set_failing(true);
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -208,12 +270,22 @@ async fn an_outage_is_retried_and_the_catch_up_window_decides_what_runs() {
     scheduler.run_until(outage).await;
     // The wide window caught up with the tick that fell in the outage, late but once.
     let wide = runs(&log, "wide");
-    let late: Vec<_> = wide.iter().skip(1).filter(|r| r.started - r.tick > TimeDelta::seconds(2)).collect();
+    let late: Vec<_> = wide
+        .iter()
+        .skip(1)
+        .filter(|r| r.started - r.tick > TimeDelta::seconds(2))
+        .collect();
     assert_eq!(late.len(), 1, "{wide:?}");
     // The narrow window let it go: counted missed, and the next tick ran on time.
     assert_eq!(stats.count("narrow", Outcome::Missed), 1);
     let narrow = runs(&log, "narrow");
-    assert!(narrow.iter().skip(1).all(|r| r.started - r.tick < TimeDelta::seconds(1)), "{narrow:?}");
+    assert!(
+        narrow
+            .iter()
+            .skip(1)
+            .all(|r| r.started - r.tick < TimeDelta::seconds(1)),
+        "{narrow:?}"
+    );
     assert!(narrow.len() >= 2);
 }
 
@@ -227,7 +299,11 @@ async fn a_lost_lease_cancels_a_fencing_job_and_only_warns_a_harmless_one() {
     let mut harmless = Probe::new("harmless", &store, &log);
     harmless.every = Duration::from_secs(60);
     harmless.work = Duration::from_secs(30);
-    let scheduler = builder(&store).job(fenced).job(harmless).build().expect("build");
+    let scheduler = builder(&store)
+        .job(fenced)
+        .job(harmless)
+        .build()
+        .expect("build");
     assert_eq!(scheduler.declarations().len(), 1);
     assert_eq!(scheduler.declarations()[0].job, "fenced");
     let stats = scheduler.stats();
@@ -235,10 +311,16 @@ async fn a_lost_lease_cancels_a_fencing_job_and_only_warns_a_harmless_one() {
         let store = store.clone();
         async move {
             // Wait for both to be running, then steal both leases.
-            let names = [LeaseName::new("fenced").expect("n"), LeaseName::new("harmless").expect("n")];
+            let names = [
+                LeaseName::new("fenced").expect("n"),
+                LeaseName::new("harmless").expect("n"),
+            ];
             loop {
                 let now = store.now().await.unwrap_or_default();
-                if names.iter().all(|n| store.row(n).is_some_and(|r| r.expires_at > now)) {
+                if names
+                    .iter()
+                    .all(|n| store.row(n).is_some_and(|r| r.expires_at > now))
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -253,7 +335,10 @@ async fn a_lost_lease_cancels_a_fencing_job_and_only_warns_a_harmless_one() {
     scheduler.run_until(thief).await;
     let fenced = runs(&log, "fenced");
     assert_eq!(fenced.len(), 1);
-    assert!(fenced[0].cancelled, "the fencing job was cancelled at the next renewal");
+    assert!(
+        fenced[0].cancelled,
+        "the fencing job was cancelled at the next renewal"
+    );
     let harmless = runs(&log, "harmless");
     assert_eq!(harmless.len(), 1);
     assert!(!harmless[0].cancelled, "the harmless job finished");
@@ -267,9 +352,15 @@ async fn a_panicking_job_is_reported_and_the_others_go_on() {
     let (store, log) = (store(), Log::default());
     let mut bad = Probe::new("bad", &store, &log);
     bad.panic = true;
-    let scheduler = builder(&store).job(bad).job(Probe::new("good", &store, &log)).build().expect("build");
+    let scheduler = builder(&store)
+        .job(bad)
+        .job(Probe::new("good", &store, &log))
+        .build()
+        .expect("build");
     let stats = scheduler.stats();
-    scheduler.run_until(tokio::time::sleep(Duration::from_millis(5_500))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(5_500)))
+        .await;
     assert!(stats.count("bad", Outcome::Failed) >= 4);
     assert!(runs(&log, "good").len() >= 5);
     // The panicked runs released their leases: every tick was attempted afresh.
@@ -287,31 +378,69 @@ async fn shutdown_waits_for_the_grace_then_cancels_and_releases_at_once() {
     short.every = Duration::from_secs(3600);
     short.catch_up = Some(Duration::from_secs(3600));
     short.work = Duration::from_secs(2);
-    let scheduler = builder(&store).shutdown_grace(Duration::from_secs(5)).job(long).job(short).build().expect("build");
+    let scheduler = builder(&store)
+        .shutdown_grace(Duration::from_secs(5))
+        .job(long)
+        .job(short)
+        .build()
+        .expect("build");
     let stats = scheduler.stats();
     let began = tokio::time::Instant::now();
-    scheduler.run_until(tokio::time::sleep(Duration::from_millis(500))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(500)))
+        .await;
     let took = began.elapsed();
-    assert_eq!((stats.count("short", Outcome::Ran), stats.count("long", Outcome::Failed)), (1, 1));
-    assert!(took >= Duration::from_millis(5_400) && took < Duration::from_secs(8), "{took:?}");
-    assert!(!runs(&log, "short")[0].cancelled, "the short job finished within the grace");
-    assert!(runs(&log, "long")[0].cancelled, "the long job was cancelled");
+    assert_eq!(
+        (
+            stats.count("short", Outcome::Ran),
+            stats.count("long", Outcome::Failed)
+        ),
+        (1, 1)
+    );
+    assert!(
+        took >= Duration::from_millis(5_400) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert!(
+        !runs(&log, "short")[0].cancelled,
+        "the short job finished within the grace"
+    );
+    assert!(
+        runs(&log, "long")[0].cancelled,
+        "the long job was cancelled"
+    );
     let now = store.now().await.expect("now");
     for name in ["long", "short"] {
         let row = store.row(&LeaseName::new(name).expect("n")).expect("row");
         assert!(row.expires_at <= now, "{name} was not released");
     }
     // The finished tick is done; the interrupted one can be retried at once.
-    assert!(store.row(&LeaseName::new("short").expect("n")).expect("row").completed);
-    assert!(!store.row(&LeaseName::new("long").expect("n")).expect("row").completed);
+    assert!(
+        store
+            .row(&LeaseName::new("short").expect("n"))
+            .expect("row")
+            .completed
+    );
+    assert!(
+        !store
+            .row(&LeaseName::new("long").expect("n"))
+            .expect("row")
+            .completed
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn health_reports_the_store_and_the_loop() {
     let (store, log) = (store(), Log::default());
-    let scheduler = builder(&store).job(Probe::new("p", &store, &log)).build().expect("build");
+    let scheduler = builder(&store)
+        .job(Probe::new("p", &store, &log))
+        .build()
+        .expect("build");
     let health = scheduler.health();
-    assert!(!health.check(Duration::from_secs(1)).await.scheduler, "not started yet");
+    assert!(
+        !health.check(Duration::from_secs(1)).await.scheduler,
+        "not started yet"
+    );
     let probe = async {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let up = health.check(Duration::from_secs(1)).await;
@@ -320,7 +449,10 @@ async fn health_reports_the_store_and_the_loop() {
         store.set_failing(false);
         (up, down)
     };
-    let (_, (up, down)) = tokio::join!(scheduler.run_until(tokio::time::sleep(Duration::from_secs(4))), probe);
+    let (_, (up, down)) = tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(4))),
+        probe
+    );
     assert!(up.is_healthy(), "{up:?}");
     assert!(!down.database && down.scheduler, "{down:?}");
 }
@@ -334,25 +466,44 @@ async fn a_skewed_node_clock_still_fires_on_the_store_clock() {
         .build()
         .expect("build");
     let start = store.now().await.expect("now");
-    scheduler.run_until(tokio::time::sleep(Duration::from_millis(5_500))).await;
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(5_500)))
+        .await;
     let all = runs(&log, "skewed");
     assert!(all.len() >= 5, "{all:?}");
     // (The tick due just before start is caught up at once; the rest fire on time.)
     for r in all.iter().filter(|r| r.tick > start) {
         let late = (r.started - r.tick).num_milliseconds();
-        assert!((0..100).contains(&late), "started {late} ms after its tick on the store clock");
+        assert!(
+            (0..100).contains(&late),
+            "started {late} ms after its tick on the store clock"
+        );
     }
 }
 
 #[test]
 fn build_rejects_bad_configuration_with_typed_errors() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("rt");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("rt");
     let _guard = rt.enter();
     let (store, log) = (store(), Log::default());
-    let err = builder(&store).job(Probe::new("a", &store, &log)).job(Probe::new("a", &store, &log)).build().err();
-    assert!(matches!(err, Some(Error::DuplicateJob { ref name }) if name == "a"), "{err:?}");
+    let err = builder(&store)
+        .job(Probe::new("a", &store, &log))
+        .job(Probe::new("a", &store, &log))
+        .build()
+        .err();
+    assert!(
+        matches!(err, Some(Error::DuplicateJob { ref name }) if name == "a"),
+        "{err:?}"
+    );
 
-    let err = builder(&store).lease_ttl(Duration::from_secs(10)).renew_every(Duration::from_secs(6)).build().err();
+    let err = builder(&store)
+        .lease_ttl(Duration::from_secs(10))
+        .renew_every(Duration::from_secs(6))
+        .build()
+        .err();
     assert!(matches!(err, Some(Error::TtlTooShort { .. })), "{err:?}");
     let err = builder(&store).lease_ttl(Duration::ZERO).build().err();
     assert!(matches!(err, Some(Error::InvalidTtl { .. })), "{err:?}");
@@ -360,16 +511,31 @@ fn build_rejects_bad_configuration_with_typed_errors() {
     struct BadCron;
     #[scheduler_core::async_trait]
     impl Idempotent for BadCron {
-        fn name(&self) -> &str { "bad-cron" }
-        fn schedule(&self) -> Schedule { Schedule::cron("61 * * * * *") }
-        async fn run(&self, _: JobContext) -> Result<(), BoxError> { Ok(()) }
+        fn name(&self) -> &str {
+            "bad-cron"
+        }
+        fn schedule(&self) -> Schedule {
+            Schedule::cron("61 * * * * *")
+        }
+        async fn run(&self, _: JobContext) -> Result<(), BoxError> {
+            Ok(())
+        }
     }
     let err = builder(&store).job(BadCron).build().err();
-    assert!(matches!(err, Some(Error::InvalidSchedule { ref job, .. }) if job == "bad-cron"), "{err:?}");
+    assert!(
+        matches!(err, Some(Error::InvalidSchedule { ref job, .. }) if job == "bad-cron"),
+        "{err:?}"
+    );
     let msg = err.map(|e| e.to_string()).unwrap_or_default();
-    assert!(msg.starts_with("job \"bad-cron\" has an invalid schedule: invalid cron expression"), "{msg}");
+    assert!(
+        msg.starts_with("job \"bad-cron\" has an invalid schedule: invalid cron expression"),
+        "{msg}"
+    );
 
     let mut empty = Probe::new("", &store, &log);
     empty.name = "";
-    assert!(matches!(builder(&store).job(empty).build().err(), Some(Error::InvalidName { .. })));
+    assert!(matches!(
+        builder(&store).job(empty).build().err(),
+        Some(Error::InvalidName { .. })
+    ));
 }

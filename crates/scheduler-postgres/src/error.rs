@@ -16,7 +16,9 @@ pub enum Error {
     #[error(transparent)]
     InvalidTableName(#[from] scheduler_migrations::InvalidTableName),
     /// The server could not be reached or refused the connection.
-    #[error("cannot connect to the database: {source}; check that the server runs and the URL's host, port and credentials")]
+    #[error(
+        "cannot connect to the database: {source}; check that the server runs and the URL's host, port and credentials"
+    )]
     Connect {
         /// The driver's error.
         #[source]
@@ -43,7 +45,9 @@ pub enum Error {
         source: DbErr,
     },
     /// A row of the lease table does not have the expected shape (altered by hand?).
-    #[error("unexpected row in the lease table while trying to {operation}: {source}; was the table altered by hand?")]
+    #[error(
+        "unexpected row in the lease table while trying to {operation}: {source}; was the table altered by hand?"
+    )]
     BadRow {
         /// What the statement was for.
         operation: &'static str,

@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 use scheduler_core::{FencingToken, Holder, JobContext, LeaseName};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 
 use crate::error::Error;
 use crate::store::PostgresStore;
@@ -36,7 +36,9 @@ impl From<&JobContext> for Fence {
 #[non_exhaustive]
 pub enum FencedError<E> {
     /// The lease was taken over, expired or released: nothing was written.
-    #[error("lease {name:?} with fencing token {token} is no longer held; the fenced write was refused")]
+    #[error(
+        "lease {name:?} with fencing token {token} is no longer held; the fenced write was refused"
+    )]
     LeaseLost {
         /// The lease.
         name: String,
@@ -99,10 +101,12 @@ impl PostgresStore {
         T: Send,
         E: Send,
     {
-        let statement = |source| FencedError::Store(Error::Statement {
-            operation: "run a fenced transaction",
-            source,
-        });
+        let statement = |source| {
+            FencedError::Store(Error::Statement {
+                operation: "run a fenced transaction",
+                source,
+            })
+        };
         let txn = self.connection().begin().await.map_err(statement)?;
         let check = Statement::from_sql_and_values(
             DbBackend::Postgres,

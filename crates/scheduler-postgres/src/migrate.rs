@@ -8,9 +8,9 @@
 //! work behind PgBouncer's transaction pooling at all). PostgreSQL's DDL is
 //! transactional: a failed migration leaves no trace.
 
+use scheduler_migrations::TableName;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
 use sea_orm_migration::SchemaManager;
-use scheduler_migrations::TableName;
 
 use crate::error::{Error, Result, sqlstate};
 
@@ -23,7 +23,9 @@ pub(crate) async fn run(db: &DatabaseConnection, table: &TableName) -> Result<()
                 Some("42501") => {
                     "; the database user needs CREATE on the schema (or run the migrations once as a user that has it, and open the store with migrate(false))"
                 }
-                Some("25006") => "; the server is read-only (a replica?): point the URL at the primary",
+                Some("25006") => {
+                    "; the server is read-only (a replica?): point the URL at the primary"
+                }
                 _ => "",
             };
             Error::Migrate {
@@ -34,7 +36,10 @@ pub(crate) async fn run(db: &DatabaseConnection, table: &TableName) -> Result<()
         }
     };
     let setup = fail("setup");
-    let txn = db.begin().await.map_err(|source| Error::Connect { source })?;
+    let txn = db
+        .begin()
+        .await
+        .map_err(|source| Error::Connect { source })?;
     let lock_key = format!("scheduler-migrations:{table}");
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,

@@ -4,16 +4,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult,
-    Statement, Value,
-};
 use scheduler_core::lease::ensure_unique;
 use scheduler_core::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl,
 };
 use scheduler_migrations::TableName;
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult,
+    Statement, Value,
+};
 
 use crate::error::{Error, Result};
 use crate::migrate;
@@ -279,7 +279,10 @@ fn name_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseName
 
 fn keys_to_values(leases: &[LeaseKey]) -> (Value, Value) {
     let names: Vec<String> = leases.iter().map(|k| k.name.as_str().to_owned()).collect();
-    let holders: Vec<String> = leases.iter().map(|k| k.holder.as_str().to_owned()).collect();
+    let holders: Vec<String> = leases
+        .iter()
+        .map(|k| k.holder.as_str().to_owned())
+        .collect();
     (names.into(), holders.into())
 }
 
@@ -290,9 +293,15 @@ impl scheduler_core::Store for PostgresStore {
         if requests.is_empty() {
             return Ok(Taken::default());
         }
-        let names: Vec<String> = requests.iter().map(|r| r.name.as_str().to_owned()).collect();
+        let names: Vec<String> = requests
+            .iter()
+            .map(|r| r.name.as_str().to_owned())
+            .collect();
         let ticks: Vec<DateTime<Utc>> = requests.iter().map(|r| r.tick.at()).collect();
-        let holders: Vec<String> = requests.iter().map(|r| r.holder.as_str().to_owned()).collect();
+        let holders: Vec<String> = requests
+            .iter()
+            .map(|r| r.holder.as_str().to_owned())
+            .collect();
         let values = vec![
             names.into(),
             ticks.into(),
@@ -347,7 +356,9 @@ impl scheduler_core::Store for PostgresStore {
         }
         let (names, holders) = keys_to_values(leases);
         let values = vec![names, holders, (how == Release::Completed).into()];
-        let rows = self.query("release leases", &self.sql.release, values).await?;
+        let rows = self
+            .query("release leases", &self.sql.release, values)
+            .await?;
         let released = rows
             .iter()
             .map(|row| name_from_row(row, "release leases"))
@@ -357,7 +368,11 @@ impl scheduler_core::Store for PostgresStore {
 
     async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {
         let rows = self
-            .query("read the database clock", "SELECT clock_timestamp() AS now", Vec::new())
+            .query(
+                "read the database clock",
+                "SELECT clock_timestamp() AS now",
+                Vec::new(),
+            )
             .await?;
         let row = rows.first().ok_or_else(|| Error::BadRow {
             operation: "read the database clock",

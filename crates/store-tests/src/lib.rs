@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_core::{
-    LeaseName, LocalClock, Release, Store, TakeRequest, Tick, Ttl,
-};
+use scheduler_core::{LeaseName, LocalClock, Release, Store, TakeRequest, Tick, Ttl};
 use tokio::task::JoinSet;
 
 /// A store shared between tasks.
@@ -41,7 +39,10 @@ async fn wait_until(store: &SharedStore, at: DateTime<Utc>) {
         if now > at {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "store clock never passed {at}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "store clock never passed {at}"
+        );
         let left = (at - now).to_std().unwrap_or_default();
         tokio::time::sleep(left.min(Duration::from_millis(50)) + Duration::from_millis(1)).await;
     }
@@ -60,14 +61,19 @@ pub async fn one_holder_under_contention(stores: &[SharedStore], rounds: usize) 
             tasks.spawn(async move {
                 store
                     .take(&[TakeRequest::new(lease, t)], ttl(60_000))
-                    .await.expect("take").won
+                    .await
+                    .expect("take")
+                    .won
             });
         }
         let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
         // Release so the next round's (later) tick is free.
         let won = &winners[0];
-        let released = stores[0].release(&[won.key()], Release::Completed).await.expect("release");
+        let released = stores[0]
+            .release(&[won.key()], Release::Completed)
+            .await
+            .expect("release");
         assert_eq!(released, vec![lease.clone()]);
     }
 }
@@ -78,10 +84,15 @@ pub async fn expired_lease_is_taken_over(a: &SharedStore, b: &SharedStore) {
     let t = tick(a, 0).await;
     let won = a
         .take(
-            &[TakeRequest::new(name("renewed"), t), TakeRequest::new(name("abandoned"), t)],
+            &[
+                TakeRequest::new(name("renewed"), t),
+                TakeRequest::new(name("abandoned"), t),
+            ],
             short,
         )
-        .await.expect("take").won;
+        .await
+        .expect("take")
+        .won;
     assert_eq!(won.len(), 2);
     let find = |n: &str| won.iter().find(|l| l.name.as_str() == n).expect("won");
     let (renewed, abandoned) = (find("renewed"), find("abandoned"));
@@ -89,10 +100,15 @@ pub async fn expired_lease_is_taken_over(a: &SharedStore, b: &SharedStore) {
     // While valid, nobody else gets either.
     let lost = b
         .take(
-            &[TakeRequest::new(name("renewed"), t), TakeRequest::new(name("abandoned"), t)],
+            &[
+                TakeRequest::new(name("renewed"), t),
+                TakeRequest::new(name("abandoned"), t),
+            ],
             short,
         )
-        .await.expect("take").won;
+        .await
+        .expect("take")
+        .won;
     assert!(lost.is_empty(), "{lost:?}");
 
     // Keep renewing one of them until the other has expired.
@@ -107,10 +123,15 @@ pub async fn expired_lease_is_taken_over(a: &SharedStore, b: &SharedStore) {
     }
     let taken = b
         .take(
-            &[TakeRequest::new(name("renewed"), t), TakeRequest::new(name("abandoned"), t)],
+            &[
+                TakeRequest::new(name("renewed"), t),
+                TakeRequest::new(name("abandoned"), t),
+            ],
             short,
         )
-        .await.expect("take").won;
+        .await
+        .expect("take")
+        .won;
     assert_eq!(taken.len(), 1, "{taken:?}");
     assert_eq!(taken[0].name, name("abandoned"));
     assert!(taken[0].token > abandoned.token);
@@ -121,21 +142,46 @@ pub async fn former_holder_cannot_touch_new_lease(a: &SharedStore, b: &SharedSto
     let t = tick(a, 0).await;
     let old = a
         .take(&[TakeRequest::new(name("late"), t)], ttl(300))
-        .await.expect("take").won
+        .await
+        .expect("take")
+        .won
         .pop()
         .expect("free lease");
     wait_until(a, old.expires_at).await;
     let new = b
         .take(&[TakeRequest::new(name("late"), t)], ttl(60_000))
-        .await.expect("take").won
+        .await
+        .expect("take")
+        .won
         .pop()
         .expect("expired lease is taken over");
-    assert!(a.renew(&[old.key()], ttl(60_000)).await.expect("renew").is_empty());
-    assert!(a.release(&[old.key()], Release::Completed).await.expect("release").is_empty());
-    assert!(a.release(&[old.key()], Release::Interrupted).await.expect("release").is_empty());
+    assert!(
+        a.renew(&[old.key()], ttl(60_000))
+            .await
+            .expect("renew")
+            .is_empty()
+    );
+    assert!(
+        a.release(&[old.key()], Release::Completed)
+            .await
+            .expect("release")
+            .is_empty()
+    );
+    assert!(
+        a.release(&[old.key()], Release::Interrupted)
+            .await
+            .expect("release")
+            .is_empty()
+    );
     // The new holder still holds it, unchanged.
     let later_tick = tick(a, 10).await;
-    assert!(a.take(&[TakeRequest::new(name("late"), later_tick)], ttl(1000)).await.expect("take").won.is_empty());
+    assert!(
+        a.take(&[TakeRequest::new(name("late"), later_tick)], ttl(1000))
+            .await
+            .expect("take")
+            .won
+            .is_empty()
+    );
     let renewed = b.renew(&[new.key()], ttl(60_000)).await.expect("renew");
     assert_eq!(renewed.len(), 1);
 }
@@ -148,24 +194,58 @@ pub async fn fencing_tokens_increase(a: &SharedStore, b: &SharedStore) {
     // Acquire, complete, next tick.
     for (i, store) in [a, b, a].into_iter().enumerate() {
         let won = store
-            .take(&[TakeRequest::new(lease.clone(), Tick::new(t0.at() + TimeDelta::seconds(i as i64)))], ttl(60_000))
-            .await.expect("take").won
+            .take(
+                &[TakeRequest::new(
+                    lease.clone(),
+                    Tick::new(t0.at() + TimeDelta::seconds(i as i64)),
+                )],
+                ttl(60_000),
+            )
+            .await
+            .expect("take")
+            .won
             .pop()
             .expect("free");
         tokens.push(won.token);
-        store.release(&[won.key()], Release::Completed).await.expect("release");
+        store
+            .release(&[won.key()], Release::Completed)
+            .await
+            .expect("release");
     }
     // Interrupted, retried on the same tick by another instance.
     let t = Tick::new(t0.at() + TimeDelta::seconds(3));
-    let first = a.take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000)).await.expect("take").won.pop().expect("free");
-    a.release(&[first.key()], Release::Interrupted).await.expect("release");
-    let retry = b.take(&[TakeRequest::new(lease.clone(), t)], ttl(300)).await.expect("take").won.pop().expect("free");
+    let first = a
+        .take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
+    a.release(&[first.key()], Release::Interrupted)
+        .await
+        .expect("release");
+    let retry = b
+        .take(&[TakeRequest::new(lease.clone(), t)], ttl(300))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
     tokens.extend([first.token, retry.token]);
     // Takeover after expiry.
     wait_until(a, retry.expires_at).await;
-    let takeover = a.take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000)).await.expect("take").won.pop().expect("expired");
+    let takeover = a
+        .take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("expired");
     tokens.push(takeover.token);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens not strictly increasing: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
 }
 
 /// A tick released as completed cannot be taken again; an expired, unreleased one
@@ -174,48 +254,131 @@ pub async fn released_tick_is_done(a: &SharedStore, b: &SharedStore) {
     let lease = name("ticks");
     let t1 = tick(a, 0).await;
     let t2 = Tick::new(t1.at() + TimeDelta::seconds(1));
-    let run = a.take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000)).await.expect("take").won.pop().expect("free");
-    assert_eq!(a.release(&[run.key()], Release::Completed).await.expect("release"), vec![lease.clone()]);
+    let run = a
+        .take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
+    assert_eq!(
+        a.release(&[run.key()], Release::Completed)
+            .await
+            .expect("release"),
+        vec![lease.clone()]
+    );
     // A lost take reports what stood in the way: here, the completed tick.
-    let lost = b.take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000)).await.expect("take");
+    let lost = b
+        .take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000))
+        .await
+        .expect("take");
     assert!(lost.won.is_empty());
     assert_eq!(lost.held.len(), 1);
     assert_eq!((lost.held[0].tick, lost.held[0].completed), (t1, true));
-    assert!(b.take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000)).await.expect("take").won.is_empty(), "a completed tick was taken again");
+    assert!(
+        b.take(&[TakeRequest::new(lease.clone(), t1)], ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .is_empty(),
+        "a completed tick was taken again"
+    );
     // An earlier tick than the last one taken is never handed out.
     let t0 = Tick::new(t1.at() - TimeDelta::seconds(1));
-    assert!(b.take(&[TakeRequest::new(lease.clone(), t0)], ttl(60_000)).await.expect("take").won.is_empty());
+    assert!(
+        b.take(&[TakeRequest::new(lease.clone(), t0)], ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .is_empty()
+    );
 
-    let crashed = b.take(&[TakeRequest::new(lease.clone(), t2)], ttl(300)).await.expect("take").won.pop().expect("next tick is free");
+    let crashed = b
+        .take(&[TakeRequest::new(lease.clone(), t2)], ttl(300))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("next tick is free");
     wait_until(a, crashed.expires_at).await;
-    let retried = a.take(&[TakeRequest::new(lease.clone(), t2)], ttl(60_000)).await.expect("take").won.pop().expect("an expired, unreleased tick can be retried");
+    let retried = a
+        .take(&[TakeRequest::new(lease.clone(), t2)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("an expired, unreleased tick can be retried");
     assert_eq!(retried.tick, t2);
-    a.release(&[retried.key()], Release::Completed).await.expect("release");
+    a.release(&[retried.key()], Release::Completed)
+        .await
+        .expect("release");
     let t3 = Tick::new(t2.at() + TimeDelta::seconds(1));
-    assert_eq!(b.take(&[TakeRequest::new(lease, t3)], ttl(60_000)).await.expect("take").won.len(), 1);
+    assert_eq!(
+        b.take(&[TakeRequest::new(lease, t3)], ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .len(),
+        1
+    );
 }
 
 /// Takes, renewals and releases behave the same whatever the caller's clock says:
 /// every time comes from the store. `skewed` stores belong to nodes whose clocks are
 /// off by `skew`; they compute their ticks from their own clocks, as a runtime
 /// would, and the store still measures expiry on its clock alone.
-pub async fn node_clock_does_not_matter(honest: &SharedStore, skewed: &SharedStore, skew: TimeDelta) {
+pub async fn node_clock_does_not_matter(
+    honest: &SharedStore,
+    skewed: &SharedStore,
+    skew: TimeDelta,
+) {
     let node_clock = LocalClock::skewed(skew);
     let at = node_clock.now();
     let t = Tick::new(DateTime::from_timestamp(at.timestamp(), 0).expect("in range"));
     let lease = name("skewed");
     let before = honest.now().await.expect("clock");
-    let won = skewed.take(&[TakeRequest::new(lease.clone(), t)], ttl(1_000)).await.expect("take").won.pop().expect("free");
+    let won = skewed
+        .take(&[TakeRequest::new(lease.clone(), t)], ttl(1_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
     let after = honest.now().await.expect("clock");
     // The expiry is on the store's clock: one ttl after the take, whatever the skew.
-    assert!(won.expires_at >= before + TimeDelta::milliseconds(1_000), "{won:?} {before}");
-    assert!(won.expires_at <= after + TimeDelta::milliseconds(1_000), "{won:?} {after}");
+    assert!(
+        won.expires_at >= before + TimeDelta::milliseconds(1_000),
+        "{won:?} {before}"
+    );
+    assert!(
+        won.expires_at <= after + TimeDelta::milliseconds(1_000),
+        "{won:?} {after}"
+    );
     // Held until it expires on the store's clock, not the node's.
-    assert!(honest.take(&[TakeRequest::new(lease.clone(), t)], ttl(1_000)).await.expect("take").won.is_empty());
-    let renewed = skewed.renew(&[won.key()], ttl(400)).await.expect("renew").pop().expect("held");
-    assert!(renewed.expires_at < won.expires_at, "renewal is measured from the store's now");
+    assert!(
+        honest
+            .take(&[TakeRequest::new(lease.clone(), t)], ttl(1_000))
+            .await
+            .expect("take")
+            .won
+            .is_empty()
+    );
+    let renewed = skewed
+        .renew(&[won.key()], ttl(400))
+        .await
+        .expect("renew")
+        .pop()
+        .expect("held");
+    assert!(
+        renewed.expires_at < won.expires_at,
+        "renewal is measured from the store's now"
+    );
     wait_until(honest, renewed.expires_at).await;
-    let taken = honest.take(&[TakeRequest::new(lease, t)], ttl(1_000)).await.expect("take").won;
+    let taken = honest
+        .take(&[TakeRequest::new(lease, t)], ttl(1_000))
+        .await
+        .expect("take")
+        .won;
     assert_eq!(taken.len(), 1);
 }
 
@@ -225,21 +388,44 @@ pub async fn batch_returns_exactly_the_free(a: &SharedStore, b: &SharedStore, si
     let t = tick(a, 0).await;
     let names: Vec<LeaseName> = (0..size).map(|i| name(&format!("batch-{i:05}"))).collect();
     // `a` holds every third name.
-    let held: Vec<TakeRequest> = names.iter().step_by(3).map(|n| TakeRequest::new(n.clone(), t)).collect();
-    assert_eq!(a.take(&held, ttl(60_000)).await.expect("take").won.len(), held.len());
-    let all: Vec<TakeRequest> = names.iter().map(|n| TakeRequest::new(n.clone(), t)).collect();
+    let held: Vec<TakeRequest> = names
+        .iter()
+        .step_by(3)
+        .map(|n| TakeRequest::new(n.clone(), t))
+        .collect();
+    assert_eq!(
+        a.take(&held, ttl(60_000)).await.expect("take").won.len(),
+        held.len()
+    );
+    let all: Vec<TakeRequest> = names
+        .iter()
+        .map(|n| TakeRequest::new(n.clone(), t))
+        .collect();
     let taken = b.take(&all, ttl(60_000)).await.expect("take");
     let won = taken.won;
     // The held ones are reported with their state.
     assert_eq!(taken.held.len(), held.len());
-    assert!(taken.held.iter().all(|h| h.tick == t && !h.completed && h.name.as_str().starts_with("batch-")));
+    assert!(
+        taken
+            .held
+            .iter()
+            .all(|h| h.tick == t && !h.completed && h.name.as_str().starts_with("batch-"))
+    );
     let mut won_names: Vec<_> = won.iter().map(|l| l.name.clone()).collect();
     won_names.sort();
-    let expected: Vec<_> = names.iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, n)| n.clone()).collect();
+    let expected: Vec<_> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 != 0)
+        .map(|(_, n)| n.clone())
+        .collect();
     assert_eq!(won_names, expected);
     // The winners' holders are the ones asked for.
     for lease in &won {
-        let req = all.iter().find(|r| r.name == lease.name).expect("asked for");
+        let req = all
+            .iter()
+            .find(|r| r.name == lease.name)
+            .expect("asked for");
         assert_eq!(lease.holder, req.holder);
         assert_eq!(lease.tick, t);
     }
@@ -255,7 +441,14 @@ pub async fn awkward_names_round_trip(a: &SharedStore) {
         "back\\slash and $1 and %s",
     ];
     let reqs: Vec<_> = names.iter().map(|n| TakeRequest::new(name(n), t)).collect();
-    let mut won: Vec<_> = a.take(&reqs, ttl(60_000)).await.expect("take").won.into_iter().map(|l| l.name).collect();
+    let mut won: Vec<_> = a
+        .take(&reqs, ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
     won.sort();
     let mut expected: Vec<_> = names.iter().map(|n| name(n)).collect();
     expected.sort();

@@ -20,7 +20,8 @@ async fn memory_store_keeps_the_lease_invariants() {
 #[tokio::test]
 async fn memory_store_ignores_node_clocks() {
     let stores = one_store();
-    scheduler_store_tests::node_clock_does_not_matter(&stores[0], &stores[1], TimeDelta::hours(1)).await;
+    scheduler_store_tests::node_clock_does_not_matter(&stores[0], &stores[1], TimeDelta::hours(1))
+        .await;
 }
 
 #[tokio::test]

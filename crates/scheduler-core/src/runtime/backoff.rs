@@ -53,14 +53,25 @@ mod tests {
         for _ in 0..10 {
             let ceiling = b.ceiling();
             let delay = b.next_delay();
-            assert!(delay >= Duration::from_millis(1) && delay <= ceiling, "{delay:?} > {ceiling:?}");
+            assert!(
+                delay >= Duration::from_millis(1) && delay <= ceiling,
+                "{delay:?} > {ceiling:?}"
+            );
             ceilings.push(ceiling.as_millis());
         }
-        assert_eq!(ceilings, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000]);
+        assert_eq!(
+            ceilings,
+            [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000]
+        );
         b.reset();
         assert_eq!(b.ceiling(), Duration::from_millis(100));
         // Jitter: many draws are not all the same.
-        let draws: std::collections::HashSet<_> = (0..50).map(|_| { let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(1)); b.next_delay() }).collect();
+        let draws: std::collections::HashSet<_> = (0..50)
+            .map(|_| {
+                let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(1));
+                b.next_delay()
+            })
+            .collect();
         assert!(draws.len() > 10);
     }
 }

@@ -120,7 +120,10 @@ impl Engine {
                 let mid = before + (after - before) / 2;
                 let offset = db - mid;
                 if (offset - self.offset).num_milliseconds().abs() > 1000 {
-                    info!(offset_ms = offset.num_milliseconds(), "clock offset to the store");
+                    info!(
+                        offset_ms = offset.num_milliseconds(),
+                        "clock offset to the store"
+                    );
                 }
                 self.offset = offset;
                 true
@@ -150,7 +153,11 @@ impl Engine {
             state.pending = e
                 .schedule
                 .latest_at_or_before(now, window)
-                .map(|tick| Pending { tick, attempted: false, retry_at: None });
+                .map(|tick| Pending {
+                    tick,
+                    attempted: false,
+                    retry_at: None,
+                });
             state.next = e.schedule.next_after(now).map(|t| (t, fire_at(e, t)));
         }
     }
@@ -242,10 +249,16 @@ impl Engine {
                     self.s.stats.add(&e.name, Outcome::Missed);
                     warn!(job = %e.name, tick = %old.tick, "tick missed: superseded before it could be attempted");
                 }
-                state.pending = Some(Pending { tick, attempted: false, retry_at: None });
+                state.pending = Some(Pending {
+                    tick,
+                    attempted: false,
+                    retry_at: None,
+                });
                 state.next = e.schedule.next_after(tick.at()).map(|t| (t, fire_at(e, t)));
             }
-            let Some(pending) = state.pending else { continue };
+            let Some(pending) = state.pending else {
+                continue;
+            };
             if let Some(running) = &state.running {
                 state.pending = None;
                 if !pending.attempted {
@@ -275,8 +288,13 @@ impl Engine {
             Ok(taken) => {
                 self.backoff.reset();
                 self.retry_at = None;
-                let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
-                let held: HashMap<_, _> = taken.held.into_iter().map(|h| (h.name.clone(), h)).collect();
+                let mut won: HashMap<_, _> =
+                    taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
+                let held: HashMap<_, _> = taken
+                    .held
+                    .into_iter()
+                    .map(|h| (h.name.clone(), h))
+                    .collect();
                 for i in asked {
                     let lease = self.s.entries[i].lease.clone();
                     match won.remove(&lease) {
@@ -295,14 +313,18 @@ impl Engine {
     /// A take of job `i`'s pending tick lost: decide when asking again could win.
     fn lost_take(&mut self, i: usize, held: Option<&Held>, now: DateTime<Utc>) {
         let e = &self.s.entries[i];
-        let Some(p) = &mut self.states[i].pending else { return };
+        let Some(p) = &mut self.states[i].pending else {
+            return;
+        };
         if !p.attempted {
             p.attempted = true;
             self.s.stats.add(&e.name, Outcome::HeldElsewhere);
             debug!(job = %e.name, tick = %p.tick, "tick held elsewhere");
         }
         let window = window(e, p.tick);
-        let poll = now + (TimeDelta::from_std(self.lost_poll).unwrap_or(TimeDelta::seconds(1))).min(window / 4);
+        let poll = now
+            + (TimeDelta::from_std(self.lost_poll).unwrap_or(TimeDelta::seconds(1)))
+                .min(window / 4);
         let retry_at = match held {
             // Done elsewhere, or a later tick already taken: nothing left to do.
             Some(h) if h.tick > p.tick || (h.tick == p.tick && h.completed) => None,
@@ -336,7 +358,9 @@ impl Engine {
             node = %self.s.node, holder = %lease.holder, token = %lease.token);
         span.in_scope(|| debug!(lateness_ms = lateness, "run starting"));
         let job = e.job.clone();
-        let task = self.tasks.spawn(async move { (i, job.run(ctx).await) }.instrument(span));
+        let task = self
+            .tasks
+            .spawn(async move { (i, job.run(ctx).await) }.instrument(span));
         self.by_task.insert(task.id(), i);
         self.states[i].running = Some(Running {
             task: task.id(),
@@ -350,13 +374,21 @@ impl Engine {
         let (id, result) = match done {
             Ok((id, (_, result))) => (id, result),
             Err(err) => {
-                let why: BoxError = if err.is_panic() { "the job panicked".into() } else { "the job was cancelled".into() };
+                let why: BoxError = if err.is_panic() {
+                    "the job panicked".into()
+                } else {
+                    "the job was cancelled".into()
+                };
                 (err.id(), Err(why))
             }
         };
-        let Some(i) = self.by_task.remove(&id) else { return };
+        let Some(i) = self.by_task.remove(&id) else {
+            return;
+        };
         let e = &self.s.entries[i];
-        let Some(running) = self.states[i].running.take() else { return };
+        let Some(running) = self.states[i].running.take() else {
+            return;
+        };
         if running.task != id {
             return;
         }
@@ -376,14 +408,23 @@ impl Engine {
         }
         if !running.lost {
             // A run stopped by its token did not complete its tick: let it be retried.
-            let how = if running.cancel.is_cancelled() { Release::Interrupted } else { Release::Completed };
+            let how = if running.cancel.is_cancelled() {
+                Release::Interrupted
+            } else {
+                Release::Completed
+            };
             self.to_release.push((running.lease.key(), how));
         }
     }
 
     async fn flush_releases(&mut self) {
         for how in [Release::Completed, Release::Interrupted] {
-            let keys: Vec<LeaseKey> = self.to_release.iter().filter(|(_, h)| *h == how).map(|(k, _)| k.clone()).collect();
+            let keys: Vec<LeaseKey> = self
+                .to_release
+                .iter()
+                .filter(|(_, h)| *h == how)
+                .map(|(k, _)| k.clone())
+                .collect();
             if keys.is_empty() {
                 continue;
             }
@@ -407,7 +448,12 @@ impl Engine {
             .states
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.running.as_ref().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
+            .filter_map(|(i, s)| {
+                s.running
+                    .as_ref()
+                    .filter(|r| !r.lost)
+                    .map(|r| (i, r.lease.key()))
+            })
             .collect();
         if held.is_empty() {
             self.next_renew = Instant::now() + self.renew_every;
@@ -419,7 +465,10 @@ impl Engine {
                 self.backoff.reset();
                 self.retry_at = None;
                 self.next_renew = Instant::now() + self.renew_every;
-                let renewed: HashMap<_, _> = renewed.into_iter().map(|r| (r.name, r.expires_at)).collect();
+                let renewed: HashMap<_, _> = renewed
+                    .into_iter()
+                    .map(|r| (r.name, r.expires_at))
+                    .collect();
                 for (i, key) in held {
                     match renewed.get(&key.name) {
                         Some(expires_at) => {
@@ -443,7 +492,11 @@ impl Engine {
             .states
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.running.as_ref().is_some_and(|r| !r.lost && r.lease.expires_at <= now))
+            .filter(|(_, s)| {
+                s.running
+                    .as_ref()
+                    .is_some_and(|r| !r.lost && r.lease.expires_at <= now)
+            })
             .map(|(i, _)| i)
             .collect();
         for i in expired {
@@ -453,7 +506,9 @@ impl Engine {
 
     fn lost(&mut self, i: usize, why: &str) {
         let e = &self.s.entries[i];
-        let Some(running) = &mut self.states[i].running else { return };
+        let Some(running) = &mut self.states[i].running else {
+            return;
+        };
         running.lost = true;
         self.s.stats.add(&e.name, Outcome::LeaseLost);
         match e.duplicate {
@@ -517,7 +572,8 @@ impl Engine {
                 }
             }
         }
-        self.to_release.extend(interrupted.into_iter().map(|k| (k, Release::Interrupted)));
+        self.to_release
+            .extend(interrupted.into_iter().map(|k| (k, Release::Interrupted)));
         // Release everything in (at most) one call per kind; a few quick retries, then
         // leave the rest to expire.
         for _ in 0..3 {

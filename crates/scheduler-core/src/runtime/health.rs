@@ -34,7 +34,11 @@ impl Heartbeat {
     fn age(&self) -> Option<Duration> {
         match self.last.load(Ordering::Relaxed) {
             0 => None,
-            last => Some(self.origin.elapsed().saturating_sub(Duration::from_millis(last - 1))),
+            last => Some(
+                self.origin
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(last - 1)),
+            ),
         }
     }
 }
@@ -74,11 +78,17 @@ impl Health {
     /// Checks that the store answers within `bound` and that the loop turned within
     /// two of its wake-up periods.
     pub async fn check(&self, bound: Duration) -> HealthReport {
-        let database = matches!(tokio::time::timeout(bound, self.store.now()).await, Ok(Ok(_)));
+        let database = matches!(
+            tokio::time::timeout(bound, self.store.now()).await,
+            Ok(Ok(_))
+        );
         let scheduler = self
             .beat
             .age()
             .is_some_and(|age| age <= self.period.saturating_mul(2) + Duration::from_secs(1));
-        HealthReport { database, scheduler }
+        HealthReport {
+            database,
+            scheduler,
+        }
     }
 }

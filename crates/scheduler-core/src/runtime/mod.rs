@@ -158,10 +158,12 @@ impl SchedulerBuilder {
                 return Err(Error::DuplicateJob { name });
             }
             let schedule_spec = job.schedule();
-            let schedule = schedule_spec.compile().map_err(|source| Error::InvalidSchedule {
-                job: name.clone(),
-                source,
-            })?;
+            let schedule = schedule_spec
+                .compile()
+                .map_err(|source| Error::InvalidSchedule {
+                    job: name.clone(),
+                    source,
+                })?;
             let scope = job.scope();
             let lease = match scope {
                 Scope::Cluster => LeaseName::new(name.clone())?,

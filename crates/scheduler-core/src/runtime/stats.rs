@@ -62,7 +62,11 @@ pub struct Stats {
 impl Stats {
     pub(crate) fn new<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Self {
         Self {
-            jobs: Arc::new(jobs.into_iter().map(|j| (j.to_owned(), Default::default())).collect()),
+            jobs: Arc::new(
+                jobs.into_iter()
+                    .map(|j| (j.to_owned(), Default::default()))
+                    .collect(),
+            ),
         }
     }
 
