@@ -1,1 +1,53 @@
-//! The SQLite store (under construction).
+//! The embedded SQLite lease store for `scheduler-core`, on sea-orm: one machine,
+//! no server.
+//!
+//! Leases are rows in a table of one SQLite file. Every process of the machine that
+//! opens the file shares them: SQLite's file locks make each take atomic across
+//! processes, and its clock (not the callers') measures every expiry. Every
+//! operation is batched and borrows a pooled connection for itself only (one
+//! statement; for a take, one upsert and one read in a short transaction), so
+//! holding leases never pins a connection.
+//!
+//! The file is created if missing, kept in WAL journal mode with
+//! `synchronous = FULL` (a granted lease is on disk before the job runs: see
+//! [`SqliteStore`] for why), and its schema is created in a `BEGIN IMMEDIATE`
+//! transaction, so several processes may open one new file at once.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use scheduler_core::{LeaseName, Release, Store, TakeRequest, Tick, Ttl};
+//! use scheduler_sqlite::{SqliteOptions, SqliteStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = SqliteOptions::default().busy_timeout(Duration::from_secs(10));
+//! let store = SqliteStore::open("/var/lib/app/scheduler.db", options).await?;
+//!
+//! let tick = Tick::new(store.now().await?);
+//! let ttl = Ttl::new(Duration::from_secs(30))?;
+//! let taken = store.take(&[TakeRequest::new(LeaseName::new("sweep")?, tick)], ttl).await?;
+//! for lease in &taken.won {
+//!     // … run the tick's work, renewing every ttl/4 …
+//!     store.release(&[lease.key()], Release::Completed).await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Bad input gets a typed [`Error`] that says what to do: a directory that does
+//! not exist ([`Error::MissingDirectory`]), a read-only file or directory
+//! ([`Error::ReadOnly`]), a file that is not a database ([`Error::Open`]), a lock
+//! held by another process beyond the busy timeout ([`Error::Busy`]).
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod batch;
+pub mod error;
+mod migrate;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use scheduler_migrations::TableName;
+pub use store::{SqliteOptions, SqliteStore};
