@@ -39,3 +39,8 @@ pub async fn shutdown_signal() {
     }
     eprintln!("shutting down: finishing running jobs, releasing leases");
 }
+
+/// The README's code blocks, compiled as doctests so the README stays true to the code.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
