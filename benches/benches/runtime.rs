@@ -57,8 +57,13 @@ fn start(url: String, jobs: u64) -> Instance {
     let (tx, rx) = std::sync::mpsc::channel();
     let (s, r) = (statements.clone(), runs.clone());
     std::thread::spawn(move || {
-        let task = std::fs::read_link("/proc/thread-self").map(|p| format!("/proc/{}", p.display())).unwrap_or_default();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let task = std::fs::read_link("/proc/thread-self")
+            .map(|p| format!("/proc/{}", p.display()))
+            .unwrap_or_default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let mut options = ConnectOptions::new(url);
             options.max_connections(2).sqlx_logging(false);
@@ -67,10 +72,15 @@ fn start(url: String, jobs: u64) -> Instance {
             conn.set_metric_callback(move |_| {
                 counter.fetch_add(1, Ordering::Relaxed);
             });
-            let store = PostgresStore::open(conn, PostgresOptions::default()).await.unwrap();
+            let store = PostgresStore::open(conn, PostgresOptions::default())
+                .await
+                .unwrap();
             let mut builder = Scheduler::builder(store).lease_ttl(Duration::from_secs(60));
             for i in 0..jobs {
-                builder = builder.job(Noop { name: format!("job-{i:05}"), runs: r.clone() });
+                builder = builder.job(Noop {
+                    name: format!("job-{i:05}"),
+                    runs: r.clone(),
+                });
             }
             let scheduler = builder.build().unwrap();
             tx.send(task).unwrap();
@@ -78,7 +88,12 @@ fn start(url: String, jobs: u64) -> Instance {
         });
     });
     let task = rx.recv().unwrap();
-    Instance { task, statements, runs, jobs }
+    Instance {
+        task,
+        statements,
+        runs,
+        jobs,
+    }
 }
 
 impl Instance {
@@ -95,7 +110,11 @@ fn overhead(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut summary = Vec::new();
     let mut group = c.benchmark_group("runtime_per_tick");
-    group.sampling_mode(SamplingMode::Flat).sample_size(10).warm_up_time(Duration::from_millis(100)).measurement_time(Duration::from_secs(10));
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(10));
     for jobs in [1_000u64, 10_000] {
         let url = rt.block_on(scheduler_benches::database());
         let instance = start(url, jobs);
@@ -104,20 +123,28 @@ fn overhead(c: &mut Criterion) {
         group.bench_function(format!("{jobs}_jobs"), |b| {
             b.iter_custom(|iters| {
                 instance.wait_ticks(0);
-                let (s0, c0) = (instance.statements.load(Ordering::Relaxed), thread_cpu_ns(&instance.task));
+                let (s0, c0) = (
+                    instance.statements.load(Ordering::Relaxed),
+                    thread_cpu_ns(&instance.task),
+                );
                 instance.wait_ticks(iters);
-                let (s1, c1) = (instance.statements.load(Ordering::Relaxed), thread_cpu_ns(&instance.task));
+                let (s1, c1) = (
+                    instance.statements.load(Ordering::Relaxed),
+                    thread_cpu_ns(&instance.task),
+                );
                 stats.0 += iters;
                 stats.1 += s1 - s0;
                 stats.2 += c1 - c0;
-                Duration::from_nanos((c1 - c0) / iters.max(1))
-                    * u32::try_from(iters).unwrap_or(1)
+                Duration::from_nanos((c1 - c0) / iters.max(1)) * u32::try_from(iters).unwrap_or(1)
             })
         });
         summary.push((jobs, stats));
     }
     group.finish();
-    println!("\n{:>8} {:>8} {:>18} {:>20} {:>18}", "jobs", "ticks", "statements/tick", "loop CPU ms/tick", "CPU µs/job/tick");
+    println!(
+        "\n{:>8} {:>8} {:>18} {:>20} {:>18}",
+        "jobs", "ticks", "statements/tick", "loop CPU ms/tick", "CPU µs/job/tick"
+    );
     for (jobs, (ticks, statements, cpu)) in summary {
         let per_tick = cpu as f64 / ticks.max(1) as f64 / 1e6;
         println!(

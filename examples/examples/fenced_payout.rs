@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
-use scheduler_core::{BoxError, JobContext, LeaseName, Scheduler, Store, TakeRequest, Tick, Ttl, job};
+use scheduler_core::{
+    BoxError, JobContext, LeaseName, Scheduler, Store, TakeRequest, Tick, Ttl, job,
+};
 use scheduler_examples::{flag, init_logging, shutdown_signal};
 use scheduler_postgres::{Fence, FencedError, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -19,7 +21,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 /// Pays out what is owed for one tick, once.
 #[job(every = "5s", fencing)]
 async fn payout(ctx: JobContext) -> Result<(), BoxError> {
-    let store = ctx.state::<PostgresStore>().ok_or("no store in the scheduler's state")?;
+    let store = ctx
+        .state::<PostgresStore>()
+        .ok_or("no store in the scheduler's state")?;
     let fence = Fence::from(&ctx);
     let tick = ctx.tick().at();
     let token = ctx.token().get();
@@ -37,7 +41,10 @@ async fn payout(ctx: JobContext) -> Result<(), BoxError> {
         })
         .await;
     match paid {
-        Ok(_) => println!("paid out for tick {} with fencing token {token}", ctx.tick()),
+        Ok(_) => println!(
+            "paid out for tick {} with fencing token {token}",
+            ctx.tick()
+        ),
         // What a stale holder sees: its lease was taken over (it was paused, or cut off
         // from the database, for longer than the ttl). Nothing was written.
         Err(FencedError::LeaseLost { name, token }) => {
@@ -60,9 +67,15 @@ async fn main() -> Result<(), BoxError> {
         .connection()
         .execute_unprepared("CREATE TABLE IF NOT EXISTS payouts (tick timestamptz PRIMARY KEY, token bigint NOT NULL, amount bigint NOT NULL)")
         .await?;
-    let scheduler = Scheduler::builder(store.clone()).state(store.clone()).job(payout).build()?;
+    let scheduler = Scheduler::builder(store.clone())
+        .state(store.clone())
+        .job(payout)
+        .build()?;
     for d in scheduler.declarations() {
-        println!("declared: job {} needs fencing (lease {}, {})", d.job, d.lease, d.schedule);
+        println!(
+            "declared: job {} needs fencing (lease {}, {})",
+            d.job, d.lease, d.schedule
+        );
     }
     scheduler.run_until(shutdown_signal()).await;
 
@@ -71,15 +84,37 @@ async fn main() -> Result<(), BoxError> {
     let name = LeaseName::new("stale-demo")?;
     let ttl = Ttl::new(Duration::from_millis(200))?;
     let tick = Tick::new(store.now().await?);
-    let old = store.take(&[TakeRequest::new(name.clone(), tick)], ttl).await?.won.pop().ok_or("lease held")?;
+    let old = store
+        .take(&[TakeRequest::new(name.clone(), tick)], ttl)
+        .await?
+        .won
+        .pop()
+        .ok_or("lease held")?;
     tokio::time::sleep(Duration::from_millis(300)).await; // the old holder "pauses" past its ttl
-    let new = store.take(&[TakeRequest::new(name.clone(), tick)], ttl).await?.won.pop().ok_or("not taken over")?;
+    let new = store
+        .take(&[TakeRequest::new(name.clone(), tick)], ttl)
+        .await?
+        .won
+        .pop()
+        .ok_or("not taken over")?;
     let stale = store
-        .fenced(&Fence { name: old.name.clone(), holder: old.holder.clone(), token: old.token }, |txn| {
-            Box::pin(async move { txn.execute_unprepared("SELECT 1").await })
-        })
+        .fenced(
+            &Fence {
+                name: old.name.clone(),
+                holder: old.holder.clone(),
+                token: old.token,
+            },
+            |txn| Box::pin(async move { txn.execute_unprepared("SELECT 1").await }),
+        )
         .await;
-    println!("stale holder with token {} after a takeover (token {}): {}", old.token, new.token,
-        match stale { Err(e) => e.to_string(), Ok(_) => "written (this must not happen)".to_owned() });
+    println!(
+        "stale holder with token {} after a takeover (token {}): {}",
+        old.token,
+        new.token,
+        match stale {
+            Err(e) => e.to_string(),
+            Ok(_) => "written (this must not happen)".to_owned(),
+        }
+    );
     Ok(())
 }

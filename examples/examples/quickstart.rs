@@ -19,12 +19,21 @@ use scheduler_sqlite::{SqliteOptions, SqliteStore};
 /// Every two seconds, once in the cluster.
 #[job(every = "2s")]
 async fn heartbeat(ctx: JobContext) -> Result<(), BoxError> {
-    println!("ran heartbeat for tick {} (token {})", ctx.tick(), ctx.token());
+    println!(
+        "ran heartbeat for tick {} (token {})",
+        ctx.tick(),
+        ctx.token()
+    );
     Ok(())
 }
 
 /// Every third second on Berlin's wall clock, once per node, with up to 500 ms jitter.
-#[job(cron = "*/3 * * * * *", tz = "Europe/Berlin", scope = "node", jitter = "500ms")]
+#[job(
+    cron = "*/3 * * * * *",
+    tz = "Europe/Berlin",
+    scope = "node",
+    jitter = "500ms"
+)]
 async fn node_report(ctx: JobContext) -> Result<(), BoxError> {
     println!("ran node_report on {} for tick {}", ctx.node(), ctx.tick());
     Ok(())
@@ -38,7 +47,11 @@ async fn slow_sweep(ctx: JobContext) -> Result<(), BoxError> {
     if slow {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    println!("ran slow-sweep for tick {}{}", ctx.tick(), if slow { " (slowly)" } else { "" });
+    println!(
+        "ran slow-sweep for tick {}{}",
+        ctx.tick(),
+        if slow { " (slowly)" } else { "" }
+    );
     Ok(())
 }
 
@@ -57,7 +70,10 @@ async fn main() -> Result<(), BoxError> {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
-    println!("quickstart: 3 jobs on {path} as node {}; Ctrl-C stops gracefully", scheduler.node_id());
+    println!(
+        "quickstart: 3 jobs on {path} as node {}; Ctrl-C stops gracefully",
+        scheduler.node_id()
+    );
     scheduler.run_until(shutdown_signal()).await;
     Ok(())
 }

@@ -33,18 +33,39 @@ INSERT INTO domains (name) VALUES ('example.invalid'), ('example.test') ON CONFL
 ";
 
 fn db(ctx: &JobContext) -> Result<&DatabaseConnection, BoxError> {
-    ctx.state::<DatabaseConnection>().ok_or_else(|| "no database connection in the scheduler's state".into())
+    ctx.state::<DatabaseConnection>()
+        .ok_or_else(|| "no database connection in the scheduler's state".into())
 }
 
-async fn exec(db: &DatabaseConnection, sql: &str, values: Vec<sea_orm::Value>) -> Result<u64, BoxError> {
-    Ok(db.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values)).await?.rows_affected())
+async fn exec(
+    db: &DatabaseConnection,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> Result<u64, BoxError> {
+    Ok(db
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .await?
+        .rows_affected())
 }
 
 /// Deletes what expired. A second run finds nothing left to delete.
 #[job(every = "1h")]
 async fn sweep(ctx: JobContext) -> Result<(), BoxError> {
-    let deleted = exec(db(&ctx)?, "DELETE FROM challenges WHERE expires_at < now()", vec![]).await?;
-    println!("[{}] sweep for {}: {deleted} expired challenges deleted", ctx.node(), ctx.tick());
+    let deleted = exec(
+        db(&ctx)?,
+        "DELETE FROM challenges WHERE expires_at < now()",
+        vec![],
+    )
+    .await?;
+    println!(
+        "[{}] sweep for {}: {deleted} expired challenges deleted",
+        ctx.node(),
+        ctx.tick()
+    );
     Ok(())
 }
 
@@ -61,7 +82,11 @@ async fn alert_evaluation(ctx: JobContext) -> Result<(), BoxError> {
         vec![],
     )
     .await?;
-    println!("[{}] alert evaluation for {}: {raised} new alerts", ctx.node(), ctx.tick());
+    println!(
+        "[{}] alert evaluation for {}: {raised} new alerts",
+        ctx.node(),
+        ctx.tick()
+    );
     Ok(())
 }
 
@@ -74,7 +99,11 @@ async fn mail_checks(ctx: JobContext) -> Result<(), BoxError> {
         vec![],
     )
     .await?;
-    println!("[{}] mail checks for {}: {checked} domains checked", ctx.node(), ctx.tick());
+    println!(
+        "[{}] mail checks for {}: {checked} domains checked",
+        ctx.node(),
+        ctx.tick()
+    );
     Ok(())
 }
 
@@ -88,7 +117,11 @@ async fn uptime_checks(ctx: JobContext) -> Result<(), BoxError> {
         vec![ctx.node().to_owned().into(), ctx.tick().at().into()],
     )
     .await?;
-    println!("[{}] uptime checks for {}: {added} results", ctx.node(), ctx.tick());
+    println!(
+        "[{}] uptime checks for {}: {added} results",
+        ctx.node(),
+        ctx.tick()
+    );
     Ok(())
 }
 
@@ -96,7 +129,9 @@ async fn uptime_checks(ctx: JobContext) -> Result<(), BoxError> {
 async fn main() -> Result<(), BoxError> {
     init_logging();
     let Some(url) = flag("database-url", "DATABASE_URL") else {
-        eprintln!("usage: uptime_monitor --database-url postgres://user@host:port/db [--node NAME] [--seconds N]");
+        eprintln!(
+            "usage: uptime_monitor --database-url postgres://user@host:port/db [--node NAME] [--seconds N]"
+        );
         std::process::exit(2);
     };
     // A pool of two: one is plenty for the leases (they never pin it); the other is
@@ -115,7 +150,10 @@ async fn main() -> Result<(), BoxError> {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
-    println!("node {} running 4 jobs; Ctrl-C stops it gracefully", scheduler.node_id());
+    println!(
+        "node {} running 4 jobs; Ctrl-C stops it gracefully",
+        scheduler.node_id()
+    );
     scheduler.run_until(shutdown_signal()).await;
     Ok(())
 }

@@ -46,7 +46,10 @@ pub use lease::{
     Tick, Ttl,
 };
 pub use memory::MemoryStore;
-pub use runtime::{Health, HealthReport, Outcome, Scheduler, SchedulerBuilder, Stats};
+pub use runtime::{
+    Health, HealthReport, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
+    Stats, metric_names,
+};
 pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;

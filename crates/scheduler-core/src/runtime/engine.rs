@@ -14,7 +14,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::health::Heartbeat;
-use super::{Entry, Outcome, Scheduler};
+use super::{Entry, Outcome, RunOutcome, RunRecord, Scheduler};
 use crate::error::BoxError;
 use crate::job::{Duplicate, JobContext};
 use crate::lease::{Held, Lease, LeaseKey, Release, TakeRequest, Tick};
@@ -32,6 +32,7 @@ struct Pending {
 #[derive(Debug)]
 struct Running {
     task: Id,
+    started: DateTime<Utc>,
     lease: Lease,
     cancel: CancellationToken,
     lost: bool,
@@ -114,7 +115,10 @@ impl Engine {
     async fn sync_clock(&mut self) -> bool {
         let clock = self.s.config.clock;
         let before = clock.now();
-        match self.s.store.now().await {
+        let t = Instant::now();
+        let now = self.s.store.now().await;
+        self.s.observe.store_call("now", t.elapsed(), now.is_ok());
+        match now {
             Ok(db) => {
                 let after = clock.now();
                 let mid = before + (after - before) / 2;
@@ -126,6 +130,9 @@ impl Engine {
                     );
                 }
                 self.offset = offset;
+                self.s
+                    .observe
+                    .clock_offset(offset.num_microseconds().unwrap_or(0) as f64 / 1e6);
                 true
             }
             Err(err) => {
@@ -246,7 +253,7 @@ impl Engine {
                 if let Some(old) = state.pending.take()
                     && !old.attempted
                 {
-                    self.s.stats.add(&e.name, Outcome::Missed);
+                    self.s.observe.outcome(&e.name, Outcome::Missed);
                     warn!(job = %e.name, tick = %old.tick, "tick missed: superseded before it could be attempted");
                 }
                 state.pending = Some(Pending {
@@ -262,7 +269,7 @@ impl Engine {
             if let Some(running) = &state.running {
                 state.pending = None;
                 if !pending.attempted {
-                    self.s.stats.add(&e.name, Outcome::SkippedOverlap);
+                    self.s.observe.outcome(&e.name, Outcome::SkippedOverlap);
                     info!(job = %e.name, tick = %pending.tick, running = %running.lease.tick,
                         "tick skipped: the previous run still holds the lease");
                 }
@@ -271,7 +278,7 @@ impl Engine {
             if now - pending.tick.at() > window(e, pending.tick) {
                 state.pending = None;
                 if !pending.attempted {
-                    self.s.stats.add(&e.name, Outcome::Missed);
+                    self.s.observe.outcome(&e.name, Outcome::Missed);
                     warn!(job = %e.name, tick = %pending.tick, "tick missed: its catch-up window closed");
                 }
                 continue;
@@ -284,7 +291,12 @@ impl Engine {
         if requests.is_empty() {
             return;
         }
-        match self.s.store.take(&requests, self.s.ttl).await {
+        let t = Instant::now();
+        let taken = self.s.store.take(&requests, self.s.ttl).await;
+        self.s
+            .observe
+            .store_call("take", t.elapsed(), taken.is_ok());
+        match taken {
             Ok(taken) => {
                 self.backoff.reset();
                 self.retry_at = None;
@@ -318,7 +330,7 @@ impl Engine {
         };
         if !p.attempted {
             p.attempted = true;
-            self.s.stats.add(&e.name, Outcome::HeldElsewhere);
+            self.s.observe.outcome(&e.name, Outcome::HeldElsewhere);
             debug!(job = %e.name, tick = %p.tick, "tick held elsewhere");
         }
         let window = window(e, p.tick);
@@ -353,7 +365,12 @@ impl Engine {
             cancel: cancel.clone(),
             state: self.s.state.clone(),
         };
-        let lateness = (self.db_now() - lease.tick.at()).num_milliseconds();
+        let started = self.db_now();
+        let lateness = (started - lease.tick.at()).num_milliseconds();
+        self.s.observe.started(
+            &e.name,
+            (started - lease.tick.at()).to_std().unwrap_or_default(),
+        );
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
             node = %self.s.node, holder = %lease.holder, token = %lease.token);
         span.in_scope(|| debug!(lateness_ms = lateness, "run starting"));
@@ -364,6 +381,7 @@ impl Engine {
         self.by_task.insert(task.id(), i);
         self.states[i].running = Some(Running {
             task: task.id(),
+            started,
             lease,
             cancel,
             lost: false,
@@ -394,18 +412,19 @@ impl Engine {
         }
         match &result {
             Ok(()) if !running.lost => {
-                self.s.stats.add(&e.name, Outcome::Ran);
+                self.s.observe.outcome(&e.name, Outcome::Ran);
                 debug!(job = %e.name, tick = %running.lease.tick, "run finished");
             }
             Ok(()) => {
-                self.s.stats.add(&e.name, Outcome::Ran);
+                self.s.observe.outcome(&e.name, Outcome::Ran);
                 warn!(job = %e.name, tick = %running.lease.tick, "run finished after its lease was lost; the tick may have run twice");
             }
             Err(err) => {
-                self.s.stats.add(&e.name, Outcome::Failed);
+                self.s.observe.outcome(&e.name, Outcome::Failed);
                 error!(job = %e.name, tick = %running.lease.tick, error = %err, "run failed");
             }
         }
+        self.record_end(i, &running, result.as_ref().err().map(|e| e.to_string()));
         if !running.lost {
             // A run stopped by its token did not complete its tick: let it be retried.
             let how = if running.cancel.is_cancelled() {
@@ -415,6 +434,26 @@ impl Engine {
             };
             self.to_release.push((running.lease.key(), how));
         }
+    }
+
+    fn record_end(&self, i: usize, running: &Running, error: Option<String>) {
+        let outcome = match &error {
+            None => RunOutcome::Succeeded,
+            Some(_) if running.cancel.is_cancelled() => RunOutcome::Cancelled,
+            Some(_) => RunOutcome::Failed,
+        };
+        self.s.observe.ended(RunRecord {
+            job: self.s.entries[i].name.to_string(),
+            tick: running.lease.tick,
+            node: self.s.node.to_string(),
+            holder: running.lease.holder.clone(),
+            token: running.lease.token,
+            started: running.started,
+            finished: self.db_now(),
+            outcome,
+            error,
+            lease_lost: running.lost,
+        });
     }
 
     async fn flush_releases(&mut self) {
@@ -428,7 +467,12 @@ impl Engine {
             if keys.is_empty() {
                 continue;
             }
-            match self.s.store.release(&keys, how).await {
+            let t = Instant::now();
+            let released = self.s.store.release(&keys, how).await;
+            self.s
+                .observe
+                .store_call("release", t.elapsed(), released.is_ok());
+            match released {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
                     self.backoff.reset();
@@ -460,8 +504,16 @@ impl Engine {
             return;
         }
         let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
-        match self.s.store.renew(&keys, self.s.ttl).await {
+        let t = Instant::now();
+        let renewed = self.s.store.renew(&keys, self.s.ttl).await;
+        self.s
+            .observe
+            .store_call("renew", t.elapsed(), renewed.is_ok());
+        match renewed {
             Ok(renewed) => {
+                self.s
+                    .observe
+                    .renewals(renewed.len(), keys.len().saturating_sub(renewed.len()));
                 self.backoff.reset();
                 self.retry_at = None;
                 self.next_renew = Instant::now() + self.renew_every;
@@ -510,7 +562,7 @@ impl Engine {
             return;
         };
         running.lost = true;
-        self.s.stats.add(&e.name, Outcome::LeaseLost);
+        self.s.observe.outcome(&e.name, Outcome::LeaseLost);
         match e.duplicate {
             Duplicate::NeedsFencing => {
                 running.cancel.cancel();
@@ -565,7 +617,22 @@ impl Engine {
         let mut interrupted = Vec::new();
         for (i, state) in self.states.iter_mut().enumerate() {
             if let Some(running) = state.running.take() {
-                self.s.stats.add(&self.s.entries[i].name, Outcome::Failed);
+                self.s
+                    .observe
+                    .outcome(&self.s.entries[i].name, Outcome::Failed);
+                let ended = RunRecord {
+                    job: self.s.entries[i].name.to_string(),
+                    tick: running.lease.tick,
+                    node: self.s.node.to_string(),
+                    holder: running.lease.holder.clone(),
+                    token: running.lease.token,
+                    started: running.started,
+                    finished: self.s.config.clock.now() + self.offset,
+                    outcome: RunOutcome::Cancelled,
+                    error: Some("aborted at shutdown".to_owned()),
+                    lease_lost: running.lost,
+                };
+                self.s.observe.ended(ended);
                 warn!(job = %self.s.entries[i].name, tick = %running.lease.tick, "run aborted at shutdown");
                 if !running.lost {
                     interrupted.push(running.lease.key());

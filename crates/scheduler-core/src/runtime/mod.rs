@@ -3,6 +3,7 @@
 mod backoff;
 mod engine;
 mod health;
+mod observe;
 mod stats;
 
 use std::any::{Any, TypeId};
@@ -12,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use health::{Health, HealthReport};
+use observe::Observer;
+pub use observe::{RunOutcome, RunRecord, RunRecorder, names as metric_names};
 pub use stats::{Outcome, Stats};
 
 use crate::clock::LocalClock;
@@ -28,6 +31,8 @@ pub struct SchedulerBuilder {
     config: Config,
     jobs: Vec<JobBox>,
     state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    meter: Option<opentelemetry::metrics::Meter>,
+    recorder: Option<Arc<dyn RunRecorder>>,
 }
 
 struct JobBox(Arc<dyn Idempotent>);
@@ -116,6 +121,21 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Records OpenTelemetry metrics with `meter` (from the app's own meter provider;
+    /// the library never installs a global one). The metrics are listed in
+    /// [`metric_names`] and the README.
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Hands every finished run to `recorder` (a run history table, say), off the
+    /// scheduler's loop.
+    pub fn record_runs(mut self, recorder: Arc<dyn RunRecorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
     /// Registers a job.
     pub fn job(mut self, job: impl Idempotent) -> Self {
         self.jobs.push(JobBox(Arc::new(job)));
@@ -189,6 +209,7 @@ impl SchedulerBuilder {
             ttl,
             config,
             entries,
+            observe: Observer::new(stats.clone(), self.meter.as_ref(), self.recorder),
             stats,
             health,
             state: State(Arc::new(self.state)),
@@ -254,6 +275,7 @@ pub struct Scheduler {
     config: Config,
     entries: Vec<Entry>,
     stats: Stats,
+    observe: Observer,
     health: Health,
     state: State,
 }
@@ -271,6 +293,8 @@ impl Scheduler {
             config: Config::default(),
             jobs: Vec::new(),
             state: HashMap::new(),
+            meter: None,
+            recorder: None,
         }
     }
 

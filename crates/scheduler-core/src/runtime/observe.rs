@@ -1,0 +1,290 @@
+//! What the runtime reports: tick outcome counters ([`Stats`]), OpenTelemetry
+//! metrics when the app passes a meter, and a record of each run for an optional
+//! [`RunRecorder`] (the run history).
+//!
+//! The library never installs a global meter provider: the app hands a
+//! [`Meter`](opentelemetry::metrics::Meter) to
+//! [`SchedulerBuilder::meter`](crate::SchedulerBuilder::meter). Every metric is listed
+//! in the README; names and units follow OpenTelemetry's conventions (dot-separated,
+//! UCUM units, `{…}` annotations for counts).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+
+use super::stats::{Outcome, Stats};
+use crate::error::BoxError;
+use crate::lease::{FencingToken, Holder, Tick};
+
+/// Metric names, as exported (Prometheus turns dots into `_` and adds unit suffixes).
+pub mod names {
+    /// Counter of tick outcomes; attributes `job`, `outcome`
+    /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`).
+    pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
+    /// Histogram of run durations in seconds; attributes `job`, `outcome`.
+    pub const RUN_DURATION: &str = "scheduler.run.duration";
+    /// Histogram of fire lateness (start minus scheduled tick, store clock) in seconds; attribute `job`.
+    pub const RUN_LATENESS: &str = "scheduler.run.lateness";
+    /// Gauge: Unix time in seconds of each job's last successful run; attribute `job`.
+    pub const LAST_SUCCESS: &str = "scheduler.run.last_success";
+    /// Up-down counter of leases this instance holds.
+    pub const LEASES_HELD: &str = "scheduler.leases.held";
+    /// Counter of lease renewals; attribute `result` (`renewed`, `lost`).
+    pub const RENEWALS: &str = "scheduler.lease.renewals";
+    /// Histogram of store call durations in seconds; attributes `operation`
+    /// (`take`, `renew`, `release`, `now`) and `result` (`ok`, `error`).
+    pub const STORE_DURATION: &str = "scheduler.store.duration";
+    /// Counter of failed store calls; attribute `operation`.
+    pub const STORE_ERRORS: &str = "scheduler.store.errors";
+    /// Gauge: the store's clock minus this instance's clock, in seconds.
+    pub const CLOCK_OFFSET: &str = "scheduler.clock.offset";
+}
+
+/// How a run ended, as recorded in the run history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// It returned `Ok`.
+    Succeeded,
+    /// It returned an error or panicked.
+    Failed,
+    /// It was cancelled (shutdown past the grace period, or a lost lease of a job
+    /// that needs fencing).
+    Cancelled,
+}
+
+impl RunOutcome {
+    /// The outcome as stored: `succeeded`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Succeeded => "succeeded",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One finished run, as handed to a [`RunRecorder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The job.
+    pub job: String,
+    /// The tick it ran.
+    pub tick: Tick,
+    /// The node it ran on.
+    pub node: String,
+    /// The lease's holder for this run.
+    pub holder: Holder,
+    /// The run's fencing token.
+    pub token: FencingToken,
+    /// When it started, on the store's clock.
+    pub started: DateTime<Utc>,
+    /// When it ended, on the store's clock.
+    pub finished: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The error's text, if it failed.
+    pub error: Option<String>,
+    /// Whether the lease was lost while it ran.
+    pub lease_lost: bool,
+}
+
+/// Receives every finished run (the run history of the store crates implements it).
+///
+/// Called off the scheduler's loop, once per run end; a failure is logged and the run
+/// is not recorded (the scheduler does not retry it).
+#[async_trait]
+pub trait RunRecorder: Send + Sync + fmt::Debug + 'static {
+    /// Records one run.
+    ///
+    /// # Errors
+    /// Whatever stopped it; the runtime logs it.
+    async fn record(&self, run: &RunRecord) -> Result<(), BoxError>;
+}
+
+#[derive(Debug)]
+struct Instruments {
+    outcomes: Counter<u64>,
+    run_duration: Histogram<f64>,
+    lateness: Histogram<f64>,
+    last_success: Gauge<f64>,
+    held: UpDownCounter<i64>,
+    renewals: Counter<u64>,
+    store_duration: Histogram<f64>,
+    store_errors: Counter<u64>,
+    clock_offset: Gauge<f64>,
+}
+
+impl Instruments {
+    fn new(meter: &Meter) -> Self {
+        // Seconds-scale buckets from 1 ms to 10 min: runs, lateness and statements.
+        let buckets = vec![
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0, 300.0, 600.0,
+        ];
+        Self {
+            outcomes: meter
+                .u64_counter(names::TICK_OUTCOMES)
+                .with_unit("{tick}")
+                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost")
+                .build(),
+            run_duration: meter
+                .f64_histogram(names::RUN_DURATION)
+                .with_unit("s")
+                .with_description("How long runs took")
+                .with_boundaries(buckets.clone())
+                .build(),
+            lateness: meter
+                .f64_histogram(names::RUN_LATENESS)
+                .with_unit("s")
+                .with_description("Run start minus its scheduled tick, on the store's clock")
+                .with_boundaries(buckets.clone())
+                .build(),
+            last_success: meter
+                .f64_gauge(names::LAST_SUCCESS)
+                .with_unit("s")
+                .with_description("Unix time of the job's last successful run")
+                .build(),
+            held: meter
+                .i64_up_down_counter(names::LEASES_HELD)
+                .with_unit("{lease}")
+                .with_description("Leases this instance holds")
+                .build(),
+            renewals: meter
+                .u64_counter(names::RENEWALS)
+                .with_unit("{lease}")
+                .with_description("Lease renewals by result: renewed or lost")
+                .build(),
+            store_duration: meter
+                .f64_histogram(names::STORE_DURATION)
+                .with_unit("s")
+                .with_description("Lease store calls (one statement each for SQL stores)")
+                .with_boundaries(buckets)
+                .build(),
+            store_errors: meter
+                .u64_counter(names::STORE_ERRORS)
+                .with_unit("{error}")
+                .with_description("Failed lease store calls")
+                .build(),
+            clock_offset: meter
+                .f64_gauge(names::CLOCK_OFFSET)
+                .with_unit("s")
+                .with_description("The store's clock minus this instance's clock")
+                .build(),
+        }
+    }
+}
+
+/// The runtime's one place to report to: stats always, metrics and run records when
+/// configured.
+#[derive(Debug, Clone)]
+pub(crate) struct Observer {
+    pub(crate) stats: Stats,
+    metrics: Option<Arc<Instruments>>,
+    recorder: Option<Arc<dyn RunRecorder>>,
+}
+
+fn job_attr(job: &str) -> KeyValue {
+    KeyValue::new("job", job.to_owned())
+}
+
+impl Observer {
+    pub(crate) fn new(
+        stats: Stats,
+        meter: Option<&Meter>,
+        recorder: Option<Arc<dyn RunRecorder>>,
+    ) -> Self {
+        Self {
+            stats,
+            metrics: meter.map(|m| Arc::new(Instruments::new(m))),
+            recorder,
+        }
+    }
+
+    pub(crate) fn outcome(&self, job: &str, outcome: Outcome) {
+        self.stats.add(job, outcome);
+        if let Some(m) = &self.metrics {
+            m.outcomes.add(
+                1,
+                &[job_attr(job), KeyValue::new("outcome", outcome.as_str())],
+            );
+        }
+    }
+
+    pub(crate) fn started(&self, job: &str, lateness: Duration) {
+        if let Some(m) = &self.metrics {
+            m.lateness.record(lateness.as_secs_f64(), &[job_attr(job)]);
+            m.held.add(1, &[]);
+        }
+    }
+
+    /// A run ended: metrics now, the record off the loop.
+    pub(crate) fn ended(&self, run: RunRecord) {
+        if let Some(m) = &self.metrics {
+            let took = (run.finished - run.started).to_std().unwrap_or_default();
+            let attrs = [
+                job_attr(&run.job),
+                KeyValue::new("outcome", run.outcome.as_str()),
+            ];
+            m.run_duration.record(took.as_secs_f64(), &attrs);
+            if run.outcome == RunOutcome::Succeeded {
+                let at = run.finished.timestamp_micros() as f64 / 1e6;
+                m.last_success.record(at, &[job_attr(&run.job)]);
+            }
+            m.held.add(-1, &[]);
+        }
+        if let Some(recorder) = &self.recorder {
+            let recorder = recorder.clone();
+            tokio::spawn(async move {
+                if let Err(err) = recorder.record(&run).await {
+                    tracing::warn!(job = %run.job, tick = %run.tick, error = %err, "could not record the run in the history");
+                }
+            });
+        }
+    }
+
+    pub(crate) fn renewals(&self, renewed: usize, lost: usize) {
+        if let Some(m) = &self.metrics {
+            m.renewals
+                .add(renewed as u64, &[KeyValue::new("result", "renewed")]);
+            if lost > 0 {
+                m.renewals
+                    .add(lost as u64, &[KeyValue::new("result", "lost")]);
+            }
+        }
+    }
+
+    pub(crate) fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
+        if let Some(m) = &self.metrics {
+            let result = if ok { "ok" } else { "error" };
+            m.store_duration.record(
+                took.as_secs_f64(),
+                &[
+                    KeyValue::new("operation", operation),
+                    KeyValue::new("result", result),
+                ],
+            );
+            if !ok {
+                m.store_errors
+                    .add(1, &[KeyValue::new("operation", operation)]);
+            }
+        }
+    }
+
+    pub(crate) fn clock_offset(&self, seconds: f64) {
+        if let Some(m) = &self.metrics {
+            m.clock_offset.record(seconds, &[]);
+        }
+    }
+}
