@@ -246,6 +246,9 @@ impl Engine {
         let mut asked = Vec::new();
         for (i, e) in self.s.entries.iter().enumerate() {
             let state = &mut self.states[i];
+            // (After a long pause many ticks may be due at once: each superseded one is
+            // counted, and logged once.)
+            let mut superseded = 0u64;
             while let Some((tick, at)) = state.next {
                 if at > now {
                     break;
@@ -254,7 +257,7 @@ impl Engine {
                     && !old.attempted
                 {
                     self.s.observe.outcome(&e.name, Outcome::Missed);
-                    warn!(job = %e.name, tick = %old.tick, "tick missed: superseded before it could be attempted");
+                    superseded += 1;
                 }
                 state.pending = Some(Pending {
                     tick,
@@ -262,6 +265,9 @@ impl Engine {
                     retry_at: None,
                 });
                 state.next = e.schedule.next_after(tick.at()).map(|t| (t, fire_at(e, t)));
+            }
+            if superseded > 0 {
+                warn!(job = %e.name, missed = superseded, "ticks missed: superseded before they could be attempted");
             }
             let Some(pending) = state.pending else {
                 continue;
