@@ -298,7 +298,13 @@ impl Engine {
             return;
         }
         let t = Instant::now();
-        let taken = self.s.store.take(&requests, self.s.ttl).await;
+        let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
+        let taken = self
+            .s
+            .store
+            .take(&requests, self.s.ttl)
+            .instrument(span)
+            .await;
         self.s
             .observe
             .store_call("take", t.elapsed(), taken.is_ok());
@@ -317,6 +323,10 @@ impl Engine {
                     let lease = self.s.entries[i].lease.clone();
                     match won.remove(&lease) {
                         Some(lease) => {
+                            if self.states[i].pending.is_some_and(|p| p.attempted) {
+                                info!(job = %self.s.entries[i].name, tick = %lease.tick, token = %lease.token,
+                                    "took over a tick another holder had not completed");
+                            }
                             self.states[i].pending = None;
                             self.start(i, lease);
                         }
