@@ -4,6 +4,9 @@
 //! - the CPU time of the scheduler's thread (its loop, the driver's work on that
 //!   thread, and spawning the trivial runs), as criterion's time per iteration.
 //!
+//! Each size runs twice: without metrics, and with OpenTelemetry metrics recorded
+//! into an SDK meter provider (the cost of observability per run).
+//!
 //! `cargo bench -p scheduler-benches --bench runtime`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -51,7 +54,7 @@ struct Instance {
 }
 
 /// Starts one scheduler with `jobs` jobs on a thread of its own (current-thread runtime).
-fn start(url: String, jobs: u64) -> Instance {
+fn start(url: String, jobs: u64, metrics: bool) -> Instance {
     let statements = Arc::new(AtomicU64::new(0));
     let runs = Arc::new(AtomicU64::new(0));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -75,7 +78,21 @@ fn start(url: String, jobs: u64) -> Instance {
             let store = PostgresStore::open(conn, PostgresOptions::default())
                 .await
                 .unwrap();
+            // Kept alive for the scheduler's lifetime.
+            let provider = metrics.then(|| {
+                let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporter::default();
+                let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
+                    .with_interval(Duration::from_secs(5))
+                    .build();
+                opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+                    .with_reader(reader)
+                    .build()
+            });
             let mut builder = Scheduler::builder(store).lease_ttl(Duration::from_secs(60));
+            if let Some(provider) = &provider {
+                use opentelemetry::metrics::MeterProvider as _;
+                builder = builder.meter(provider.meter("scheduler"));
+            }
             for i in 0..jobs {
                 builder = builder.job(Noop {
                     name: format!("job-{i:05}"),
@@ -115,12 +132,18 @@ fn overhead(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(100))
         .measurement_time(Duration::from_secs(10));
-    for jobs in [1_000u64, 10_000] {
+    for (jobs, metrics) in [
+        (1_000u64, false),
+        (1_000, true),
+        (10_000, false),
+        (10_000, true),
+    ] {
         let url = rt.block_on(scheduler_benches::database());
-        let instance = start(url, jobs);
+        let instance = start(url, jobs, metrics);
         instance.wait_ticks(2); // past start-up and the first catch-up
         let mut stats = (0u64, 0u64, 0u64); // ticks, statements, cpu ns
-        group.bench_function(format!("{jobs}_jobs"), |b| {
+        let label = format!("{jobs}_jobs_{}", if metrics { "metrics" } else { "plain" });
+        group.bench_function(&label, |b| {
             b.iter_custom(|iters| {
                 instance.wait_ticks(0);
                 let (s0, c0) = (
@@ -138,17 +161,17 @@ fn overhead(c: &mut Criterion) {
                 Duration::from_nanos((c1 - c0) / iters.max(1)) * u32::try_from(iters).unwrap_or(1)
             })
         });
-        summary.push((jobs, stats));
+        summary.push((label, jobs, stats));
     }
     group.finish();
     println!(
-        "\n{:>8} {:>8} {:>18} {:>20} {:>18}",
-        "jobs", "ticks", "statements/tick", "loop CPU ms/tick", "CPU µs/job/tick"
+        "\n{:>22} {:>8} {:>18} {:>20} {:>18}",
+        "case", "ticks", "statements/tick", "loop CPU ms/tick", "CPU µs/job/tick"
     );
-    for (jobs, (ticks, statements, cpu)) in summary {
+    for (label, jobs, (ticks, statements, cpu)) in summary {
         let per_tick = cpu as f64 / ticks.max(1) as f64 / 1e6;
         println!(
-            "{jobs:>8} {ticks:>8} {:>18.2} {per_tick:>20.2} {:>18.2}",
+            "{label:>22} {ticks:>8} {:>18.2} {per_tick:>20.2} {:>18.2}",
             statements as f64 / ticks.max(1) as f64,
             per_tick * 1e3 / jobs as f64
         );

@@ -8,10 +8,12 @@
 
 pub mod error;
 pub mod fenced;
+pub mod history;
 mod migrate;
 pub mod store;
 
 pub use error::{Error, Result};
 pub use fenced::{Fence, FencedError, FencedFuture};
+pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
 pub use scheduler_migrations::TableName;
 pub use store::{PostgresOptions, PostgresStore};

@@ -1,0 +1,130 @@
+//! `scheduler-cli`: the operator's view of a scheduler database.
+//!
+//! - `scheduler-cli status` lists every lease of the lease table: its holder, tick,
+//!   fencing token, when it expires, and the last run of its job (outcome and error)
+//!   from the run history table when the app keeps one
+//!   ([`scheduler_postgres::RunHistory`]).
+//! - `scheduler-cli locks` lists the sessions that hold or wait for advisory locks in
+//!   the database, from `pg_locks` joined with `pg_stat_activity`, and flags an `idle`
+//!   session holding one: a pooled connection pinned by a session-level lock.
+//!
+//! Both take `--json` for output with stable field names. The database comes from
+//! `--database-url` or `DATABASE_URL`; the lease table from `--table` (default
+//! `scheduler_leases`). Nothing is written: the commands only read.
+//!
+//! The commands are library functions returning typed rows ([`status()`],
+//! [`locks()`]) with renderers ([`Status::human`], [`Status::json`], …), so they can be
+//! called without spawning the binary.
+//!
+//! ```no_run
+//! use scheduler_postgres::TableName;
+//!
+//! # async fn demo() -> scheduler_cli::Result<()> {
+//! let db = scheduler_cli::connect("postgres://app@db/app").await?;
+//! let status = scheduler_cli::status(&db, &TableName::default()).await?;
+//! print!("{}", status.human());
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod columns;
+pub mod error;
+pub mod locks;
+pub mod status;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
+use sea_orm::DatabaseConnection;
+
+pub use error::{Error, Result};
+pub use locks::{AdvisoryLock, Locks, locks};
+pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
+
+/// The command line.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "scheduler-cli",
+    version,
+    about = "Who holds which lease, each job's last run, and who holds advisory locks",
+    long_about = None
+)]
+pub struct Cli {
+    /// The database, as postgres://user:password@host:port/database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+
+    /// The lease table (`table` or `schema.table`); its run history is `<table>_runs`.
+    #[arg(long, default_value = TableName::DEFAULT, global = true)]
+    pub table: TableName,
+
+    /// Print JSON (stable field names) instead of aligned columns.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// How long to wait for the server, in seconds.
+    #[arg(long, default_value_t = 5, global = true)]
+    pub connect_timeout: u64,
+
+    /// What to show.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Every lease: holder, tick, token, expiry, and its job's last run.
+    Status,
+    /// Sessions holding or waiting for advisory locks; idle holders are flagged.
+    Locks,
+}
+
+/// Connects to `url` with one connection, without running migrations (the CLI only
+/// reads), waiting at most 5 s for the server.
+///
+/// # Errors
+/// [`Error::Connect`] if the URL does not parse or the server cannot be reached.
+pub async fn connect(url: &str) -> Result<DatabaseConnection> {
+    connect_within(url, Duration::from_secs(5)).await
+}
+
+async fn connect_within(url: &str, timeout: Duration) -> Result<DatabaseConnection> {
+    let options = PostgresOptions::default()
+        .migrate(false)
+        .max_connections(1)
+        .connect_timeout(timeout);
+    let store = PostgresStore::connect(url, options).await?;
+    Ok(store.connection().clone())
+}
+
+/// Runs the command line: connects, reads, and renders the output.
+///
+/// # Errors
+/// [`Error::NoUrl`] without a database URL, and whatever the command reports.
+pub async fn run(cli: &Cli) -> Result<String> {
+    let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
+    let db = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
+    let output = match cli.command {
+        Command::Status => {
+            let status = status(&db, &cli.table).await?;
+            if cli.json {
+                status.json()?
+            } else {
+                status.human()
+            }
+        }
+        Command::Locks => {
+            let locks = locks(&db).await?;
+            if cli.json {
+                locks.json()?
+            } else {
+                locks.human()
+            }
+        }
+    };
+    let _ = db.close().await;
+    Ok(output)
+}

@@ -1,0 +1,23 @@
+//! `scheduler-cli`: see the crate's library for what each command shows.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use scheduler_cli::Cli;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match scheduler_cli::run(&cli).await {
+        Ok(output) => {
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(output.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! The run history: an optional table of finished runs, and its retention sweep.
+//!
+//! [`RunHistory`] keeps one row per finished run in a table named after the lease
+//! table (`scheduler_leases_runs` for `scheduler_leases`). It implements
+//! [`RunRecorder`]: the runtime hands it each run as it ends, off its loop, and it
+//! writes it with **one `INSERT`** on a pooled connection. The rows are swept by
+//! [`RetentionJob`], itself a scheduled cluster job of the library, so the table stays
+//! bounded without any cron outside the app.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use scheduler_core::Scheduler;
+//! use scheduler_postgres::{HistoryOptions, PostgresOptions, PostgresStore, RunHistory};
+//!
+//! # async fn demo() -> Result<(), scheduler_core::BoxError> {
+//! let store = PostgresStore::connect("postgres://app@db/app", PostgresOptions::default()).await?;
+//! let options = HistoryOptions::default().retention(Duration::from_secs(7 * 24 * 3600));
+//! let history = Arc::new(RunHistory::new(&store, options).await?);
+//! let scheduler = Scheduler::builder(store)
+//!     .record_runs(history.clone())
+//!     .job(history.retention_job())
+//!     .build()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The table, for the lease table `scheduler_leases`:
+//!
+//! ```sql
+//! CREATE TABLE scheduler_leases_runs (
+//!     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY, -- replica identity
+//!     job        text        NOT NULL,  -- the job's name (not the lease's: no `:node`)
+//!     tick       timestamptz NOT NULL,
+//!     node       text        NOT NULL,
+//!     holder     text        NOT NULL,
+//!     token      bigint      NOT NULL,
+//!     started    timestamptz NOT NULL,  -- on the database's clock
+//!     finished   timestamptz NOT NULL,
+//!     outcome    text        NOT NULL,  -- succeeded | failed | cancelled
+//!     error      text,                  -- at most MAX_ERROR_LEN bytes
+//!     lease_lost boolean     NOT NULL
+//! );
+//! CREATE INDEX scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
+//! CREATE INDEX scheduler_leases_runs_time ON scheduler_leases_runs (started);
+//! ```
+//!
+//! The first index serves "the last run of each job" (`scheduler-cli status`), the
+//! second the retention sweep. The primary key gives the table a replica identity, so
+//! the sweep's deletes still work under logical replication.
+//!
+//! The table is not a migration of the lease table: it exists only for apps that ask
+//! for it, and only PostgreSQL has it (every lease migration must have a SQLite twin).
+//! [`RunHistory::new`] creates it when it is missing, in one transaction under the
+//! same transaction-level advisory lock as the migrations, so instances starting
+//! together create it once and no lock outlives the transaction.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use scheduler_core::{BoxError, Idempotent, JobContext, RunRecord, RunRecorder, Schedule, Scope};
+use scheduler_migrations::TableName;
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
+};
+
+use crate::error::{Error, Result, sqlstate};
+use crate::store::PostgresStore;
+
+/// The longest error text kept for a run, in bytes; longer text is cut at a
+/// character boundary and ends with `…`.
+pub const MAX_ERROR_LEN: usize = 2000;
+
+/// How many rows one statement of the retention sweep deletes at most.
+pub const SWEEP_BATCH: i64 = 10_000;
+
+/// The retention job's name.
+pub const RETENTION_JOB: &str = "scheduler-history-retention";
+
+/// The longest retention honoured (100 years); longer ones are clamped to it.
+const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How a [`RunHistory`] behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HistoryOptions {
+    /// How long runs are kept: the [retention job](RunHistory::retention_job) deletes
+    /// runs that started longer ago than this, on the database's clock. Default
+    /// 30 days; at most 100 years (longer is clamped).
+    pub retention: Duration,
+}
+
+impl Default for HistoryOptions {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+impl HistoryOptions {
+    /// Keeps runs for `retention`.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+}
+
+/// The name of the run history table of a lease table: the lease table's name with
+/// `_runs` appended, in the same schema.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HistoryTable {
+    schema: Option<String>,
+    table: String,
+}
+
+impl HistoryTable {
+    /// The history table of the lease table `leases`.
+    pub fn for_leases(leases: &TableName) -> Self {
+        Self {
+            schema: leases.schema().map(str::to_owned),
+            // At most 52 + 5 characters: within PostgreSQL's 63.
+            table: format!("{}_runs", leases.table()),
+        }
+    }
+
+    /// The unqualified table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The quoted, qualified name, ready to splice into SQL (its parts are plain
+    /// identifiers, as [`TableName`] guarantees).
+    pub fn quoted(&self) -> String {
+        self.quoted_with_suffix("")
+    }
+
+    /// The quoted name of one of the table's indexes, `suffix` appended to the
+    /// table's name (at most 6 characters, to stay within 63).
+    fn index(&self, suffix: &str) -> String {
+        format!("\"{}{suffix}\"", self.table)
+    }
+
+    fn quoted_with_suffix(&self, suffix: &str) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}{suffix}\"", self.table),
+            None => format!("\"{}{suffix}\"", self.table),
+        }
+    }
+}
+
+impl fmt::Display for HistoryTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            Some(schema) => write!(f, "{schema}.{}", self.table),
+            None => f.write_str(&self.table),
+        }
+    }
+}
+
+/// The run history of one lease table: records runs, one `INSERT` each, and sweeps
+/// old ones with its [retention job](RunHistory::retention_job).
+///
+/// Cheap to clone (it shares the store's pool). Hand it to
+/// [`SchedulerBuilder::record_runs`](scheduler_core::SchedulerBuilder::record_runs)
+/// behind an `Arc`.
+#[derive(Debug, Clone)]
+pub struct RunHistory {
+    db: DatabaseConnection,
+    table: HistoryTable,
+    retention: Duration,
+    insert: String,
+    sweep: String,
+}
+
+impl RunHistory {
+    /// The run history of `store`'s lease table, on the store's pool. Creates the
+    /// table and its indexes when they are missing.
+    ///
+    /// When the table exists already nothing is locked or created, so a database user
+    /// without `CREATE` can record runs into a table created once by one that has it.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] if no connection could be had, [`Error::Migrate`] if the
+    /// table could not be created.
+    pub async fn new(store: &PostgresStore, options: HistoryOptions) -> Result<Self> {
+        let db = store.connection().clone();
+        let table = HistoryTable::for_leases(store.table());
+        if !exists(&db, &table).await? {
+            create(&db, store.table(), &table).await?;
+        }
+        let t = table.quoted();
+        Ok(Self {
+            insert: format!(
+                "INSERT INTO {t} \
+                 (job, tick, node, holder, token, started, finished, outcome, error, lease_lost) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            ),
+            // `ctid = ANY(ARRAY(…))` deletes by TID scan (an `IN (subquery)` may be
+            // planned as a join over the whole table). Rows are never updated, and the
+            // statement's snapshot keeps a TID from being reused under it.
+            sweep: format!(
+                "DELETE FROM {t} WHERE ctid = ANY(ARRAY( \
+                   SELECT ctid FROM {t} \
+                   WHERE started < now() - $1::bigint * interval '1 millisecond' \
+                   LIMIT $2 \
+                 ))"
+            ),
+            db,
+            table,
+            retention: options.retention.min(MAX_RETENTION),
+        })
+    }
+
+    /// The history table.
+    pub fn table(&self) -> &HistoryTable {
+        &self.table
+    }
+
+    /// How long runs are kept.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The job that deletes runs older than the retention: named
+    /// [`RETENTION_JOB`], hourly, cluster scope, harmless if duplicated. Register it
+    /// with the scheduler that records the runs.
+    pub fn retention_job(&self) -> RetentionJob {
+        RetentionJob {
+            history: self.clone(),
+        }
+    }
+
+    /// Deletes the runs older than the retention now, in batches of at most
+    /// [`SWEEP_BATCH`] rows, one short statement each; returns how many it deleted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops between batches or abandons the statement in
+    /// flight; every batch that completed stays deleted.
+    ///
+    /// # Errors
+    /// [`Error::Statement`] if a batch fails; the batches before it stay deleted.
+    pub async fn sweep(&self) -> Result<u64> {
+        self.sweep_until(|| false).await
+    }
+
+    async fn sweep_until(&self, stop: impl Fn() -> bool) -> Result<u64> {
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
+        let mut deleted = 0;
+        loop {
+            let stmt = Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                &self.sweep,
+                [retention_ms.into(), SWEEP_BATCH.into()],
+            );
+            let batch = self
+                .db
+                .execute_raw(stmt)
+                .await
+                .map_err(|source| Error::Statement {
+                    operation: "delete old runs from the history",
+                    source,
+                })?
+                .rows_affected();
+            deleted += batch;
+            if batch < SWEEP_BATCH.unsigned_abs() || stop() {
+                return Ok(deleted);
+            }
+        }
+    }
+}
+
+/// Whether `table` exists (and is visible to this user).
+async fn exists(db: &DatabaseConnection, table: &HistoryTable) -> Result<bool> {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT to_regclass($1) IS NOT NULL AS present",
+            [table.quoted().into()],
+        ))
+        .await
+        .map_err(|source| Error::Statement {
+            operation: "look for the run history table",
+            source,
+        })?;
+    match row {
+        Some(row) => row
+            .try_get::<bool>("", "present")
+            .map_err(|source| Error::BadRow {
+                operation: "look for the run history table",
+                source,
+            }),
+        None => Ok(false),
+    }
+}
+
+/// Creates the table and its indexes in one transaction, under the migrations'
+/// advisory lock of the lease table.
+async fn create(db: &DatabaseConnection, leases: &TableName, table: &HistoryTable) -> Result<()> {
+    let fail = |source: DbErr| {
+        let hint = match sqlstate(&source).as_deref() {
+            Some("42501") => {
+                "; the database user needs CREATE on the schema (or create the history once as a user that has it)"
+            }
+            Some("25006") => "; the server is read-only (a replica?): point the URL at the primary",
+            _ => "",
+        };
+        Error::Migrate {
+            migration: format!("create run history table {table}"),
+            source,
+            hint,
+        }
+    };
+    let txn = db
+        .begin()
+        .await
+        .map_err(|source| Error::Connect { source })?;
+    txn.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        [format!("scheduler-migrations:{leases}").into()],
+    ))
+    .await
+    .map_err(fail)?;
+    if let Some(schema) = leases.schema() {
+        txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .await
+            .map_err(fail)?;
+    }
+    let t = table.quoted();
+    let by_job = table.index("_job");
+    let by_time = table.index("_time");
+    txn.execute_unprepared(&format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            job        text        NOT NULL,
+            tick       timestamptz NOT NULL,
+            node       text        NOT NULL,
+            holder     text        NOT NULL,
+            token      bigint      NOT NULL,
+            started    timestamptz NOT NULL,
+            finished   timestamptz NOT NULL,
+            outcome    text        NOT NULL,
+            error      text,
+            lease_lost boolean     NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC);
+        CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"
+    ))
+    .await
+    .map_err(fail)?;
+    txn.commit().await.map_err(fail)?;
+    tracing::info!(table = %table, "created the run history table");
+    Ok(())
+}
+
+/// `text` fit for a `text` column: no NUL (PostgreSQL refuses it), at most
+/// [`MAX_ERROR_LEN`] bytes.
+fn error_text(text: &str) -> String {
+    let clean = text.replace('\0', "\u{fffd}");
+    if clean.len() <= MAX_ERROR_LEN {
+        return clean;
+    }
+    let mut end = MAX_ERROR_LEN - '…'.len_utf8();
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &clean[..end])
+}
+
+#[async_trait]
+impl RunRecorder for RunHistory {
+    async fn record(&self, run: &RunRecord) -> Result<(), BoxError> {
+        let values: [Value; 10] = [
+            run.job.clone().into(),
+            run.tick.at().into(),
+            run.node.clone().into(),
+            run.holder.as_str().to_owned().into(),
+            run.token.get().into(),
+            run.started.into(),
+            run.finished.into(),
+            run.outcome.as_str().into(),
+            run.error.as_deref().map(error_text).into(),
+            run.lease_lost.into(),
+        ];
+        self.db
+            .execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                &self.insert,
+                values,
+            ))
+            .await
+            .map_err(|source| Error::Statement {
+                operation: "record a run in the history",
+                source,
+            })?;
+        Ok(())
+    }
+}
+
+/// The retention sweep as a job: deletes the runs older than the history's retention,
+/// in bounded batches. Hourly, cluster scope, harmless if duplicated (a second sweep
+/// finds nothing to delete). Made by [`RunHistory::retention_job`].
+#[derive(Debug, Clone)]
+pub struct RetentionJob {
+    history: RunHistory,
+}
+
+#[async_trait]
+impl Idempotent for RetentionJob {
+    fn name(&self) -> &str {
+        RETENTION_JOB
+    }
+
+    fn schedule(&self) -> Schedule {
+        Schedule::every(Duration::from_secs(3600))
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::Cluster
+    }
+
+    async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+        let deleted = self.history.sweep_until(|| ctx.is_cancelled()).await?;
+        tracing::debug!(table = %self.history.table, deleted, "swept the run history");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_tables_are_named_after_the_lease_table() {
+        let plain = HistoryTable::for_leases(&TableName::default());
+        assert_eq!(plain.quoted(), "\"scheduler_leases_runs\"");
+        assert_eq!(plain.to_string(), "scheduler_leases_runs");
+        let qualified = TableName::new("app_a.leases").map(|t| HistoryTable::for_leases(&t));
+        assert_eq!(
+            qualified.as_ref().map(HistoryTable::quoted).ok().as_deref(),
+            Some("\"app_a\".\"leases_runs\"")
+        );
+        // The longest lease table still gives identifiers within 63 characters.
+        let long = TableName::new(&"a".repeat(52)).map(|t| HistoryTable::for_leases(&t));
+        let long = long.as_ref().map(|t| t.index("_time")).unwrap_or_default();
+        assert!(long.len() - 2 <= 63, "{long}");
+    }
+
+    #[test]
+    fn error_text_is_bounded_and_holds_no_nul() {
+        assert_eq!(error_text("boom"), "boom");
+        assert_eq!(error_text("a\0b"), "a\u{fffd}b");
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let cut = error_text(&long);
+        assert!(cut.len() <= MAX_ERROR_LEN);
+        assert!(cut.ends_with('…'));
+        assert!(cut.starts_with("éé"));
+    }
+}
