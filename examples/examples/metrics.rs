@@ -29,15 +29,12 @@
 //! scrape_configs:
 //!   - job_name: scheduler-example
 //!     scrape_interval: 5s
-//!     honor_labels: true   # keep the scheduler's `job` label (see below)
 //!     static_configs:
 //!       - targets: ["127.0.0.1:9464"]
 //! ```
 //!
-//! The scheduler's `job` attribute collides with the `job` label Prometheus gives
-//! every target. By default Prometheus keeps its own and renames the scraped one to
-//! `exported_job`; with `honor_labels: true` the scraped `job` (`heartbeat`, …) is
-//! kept, which is what the dashboard and the README's alert rule expect.
+//! The scheduler's job is the `job_name` label (OpenTelemetry attribute `job.name`),
+//! so it never clashes with the `job` label Prometheus gives every target.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -232,7 +232,10 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
     for s in select(&samples, "scheduler_tick_outcomes_total", &[]) {
         let outcome = &s.labels["outcome"];
         if outcome == "ran" || outcome == "failed" {
-            exported.insert((s.labels["job"].clone(), outcome.clone()), s.value as u64);
+            exported.insert(
+                (s.labels["job_name"].clone(), outcome.clone()),
+                s.value as u64,
+            );
         }
     }
     assert_eq!(exported, printed, "tick outcomes vs printed runs\n{body}");
@@ -248,21 +251,24 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
             .unwrap_or(0) as f64;
         // One run duration per run, by how it ended; one lateness per start.
         let duration = "scheduler_run_duration_seconds_count";
-        let succeeded = [("job", job), ("outcome", "succeeded")];
+        let succeeded = [("job_name", job), ("outcome", "succeeded")];
         assert_eq!(value(&samples, duration, &succeeded), ran, "{job}");
-        let failures = [("job", job), ("outcome", "failed")];
+        let failures = [("job_name", job), ("outcome", "failed")];
         assert_eq!(value(&samples, duration, &failures), failed, "{job}");
         let lateness = "scheduler_run_lateness_seconds_count";
-        assert_eq!(value(&samples, lateness, &[("job", job)]), ran + failed);
+        assert_eq!(
+            value(&samples, lateness, &[("job_name", job)]),
+            ran + failed
+        );
         // Histograms are whole: the +Inf bucket holds every observation.
-        let inf = [("job", job), ("outcome", "succeeded"), ("le", "+Inf")];
+        let inf = [("job_name", job), ("outcome", "succeeded"), ("le", "+Inf")];
         let buckets = "scheduler_run_duration_seconds_bucket";
         assert_eq!(value(&samples, buckets, &inf), ran, "{job}");
         // The last success is recent.
         let last = value(
             &samples,
             "scheduler_run_last_success_seconds",
-            &[("job", job)],
+            &[("job_name", job)],
         );
         assert!(
             last >= started - 5.0 && last <= started + 120.0,
@@ -270,7 +276,7 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
         );
     }
     // The slow job takes 1.5 s every second: the tick that comes while it runs is skipped.
-    let skipped = [("job", "slow-report"), ("outcome", "skipped_overlap")];
+    let skipped = [("job_name", "slow-report"), ("outcome", "skipped_overlap")];
     assert!(value(&samples, "scheduler_tick_outcomes_total", &skipped) >= 1.0);
     // Every run has ended: no lease is held.
     assert_eq!(value(&samples, "scheduler_leases_held", &[]), 0.0);

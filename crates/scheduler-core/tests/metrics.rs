@@ -258,7 +258,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     .map(|(k, v)| (key(&k), v))
     .collect();
     let outcomes: BTreeMap<Vec<String>, u64> = m
-        .by(metric_names::TICK_OUTCOMES, &["job", "outcome"])
+        .by(metric_names::TICK_OUTCOMES, &["job.name", "outcome"])
         .into_iter()
         .map(|(k, p)| match p {
             Point::Sum(v) => (k, v as u64),
@@ -286,7 +286,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     }
 
     // Run durations by job and how the run ended (paused time: exact sums).
-    let durations = m.by(metric_names::RUN_DURATION, &["job", "outcome"]);
+    let durations = m.by(metric_names::RUN_DURATION, &["job.name", "outcome"]);
     let expected_durations = [
         (["steady", "succeeded"], 5, 0.5),
         (["failing", "failed"], 3, 0.15),
@@ -303,7 +303,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     assert_eq!(m.unit(metric_names::RUN_DURATION), "s");
 
     // Lateness: one per started run; only the caught-up tick of 0 was late (0.5 s).
-    let lateness = m.by(metric_names::RUN_LATENESS, &["job"]);
+    let lateness = m.by(metric_names::RUN_LATENESS, &["job.name"]);
     let expected_lateness = [
         ("steady", 5),
         ("failing", 3),
@@ -319,7 +319,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     }
 
     // Last success: only the jobs that succeeded, at the end of their last run.
-    let last_success = m.by(metric_names::LAST_SUCCESS, &["job"]);
+    let last_success = m.by(metric_names::LAST_SUCCESS, &["job.name"]);
     let expected_last = [("steady", 8.1), ("slow", 8.2), ("harmless", 5.5)];
     assert_eq!(last_success.len(), expected_last.len(), "{last_success:?}");
     for (job, after_base) in expected_last {

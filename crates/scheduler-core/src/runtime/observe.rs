@@ -23,14 +23,14 @@ use crate::lease::{FencingToken, Holder, Tick};
 
 /// Metric names, as exported (Prometheus turns dots into `_` and adds unit suffixes).
 pub mod names {
-    /// Counter of tick outcomes; attributes `job`, `outcome`
+    /// Counter of tick outcomes; attributes `job.name`, `outcome`
     /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`).
     pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
-    /// Histogram of run durations in seconds; attributes `job`, `outcome`.
+    /// Histogram of run durations in seconds; attributes `job.name`, `outcome`.
     pub const RUN_DURATION: &str = "scheduler.run.duration";
-    /// Histogram of fire lateness (start minus scheduled tick, store clock) in seconds; attribute `job`.
+    /// Histogram of fire lateness (start minus scheduled tick, store clock) in seconds; attribute `job.name`.
     pub const RUN_LATENESS: &str = "scheduler.run.lateness";
-    /// Gauge: Unix time in seconds of each job's last successful run; attribute `job`.
+    /// Gauge: Unix time in seconds of each job's last successful run; attribute `job.name`.
     pub const LAST_SUCCESS: &str = "scheduler.run.last_success";
     /// Up-down counter of leases this instance holds.
     pub const LEASES_HELD: &str = "scheduler.leases.held";
@@ -195,8 +195,12 @@ pub(crate) struct Observer {
     recorder: Option<Arc<dyn RunRecorder>>,
 }
 
+/// The attribute naming the job. Not `job`: Prometheus gives every scraped target a
+/// `job` label of its own, which would clash (it becomes `job_name` there).
+const JOB: &str = "job.name";
+
 fn job_attr(job: &str) -> KeyValue {
-    KeyValue::new("job", job.to_owned())
+    KeyValue::new(JOB, job.to_owned())
 }
 
 impl Observer {
