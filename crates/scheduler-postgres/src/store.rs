@@ -256,12 +256,8 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, operation: &'static
 
 fn lease_from_row(row: &QueryResult) -> Result<Lease> {
     const OP: &str = "take leases";
-    let name: String = get(row, "name", OP)?;
     Ok(Lease {
-        name: LeaseName::new(name).map_err(|e| Error::BadRow {
-            operation: OP,
-            source: DbErr::Custom(e.to_string()),
-        })?,
+        name: name_from_row(row, OP)?,
         holder: Holder::from_stored(get(row, "holder", OP)?),
         tick: Tick::new(get::<DateTime<Utc>>(row, "tick", OP)?),
         token: FencingToken::new(get(row, "token", OP)?),

@@ -115,10 +115,7 @@ impl Engine {
     async fn sync_clock(&mut self) -> bool {
         let clock = self.s.config.clock;
         let before = clock.now();
-        let t = Instant::now();
-        let now = self.s.store.now().await;
-        self.s.observe.store_call("now", t.elapsed(), now.is_ok());
-        match now {
+        match self.s.observe.timed("now", self.s.store.now()).await {
             Ok(db) => {
                 let after = clock.now();
                 let mid = before + (after - before) / 2;
@@ -297,17 +294,9 @@ impl Engine {
         if requests.is_empty() {
             return;
         }
-        let t = Instant::now();
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
-        let taken = self
-            .s
-            .store
-            .take(&requests, self.s.ttl)
-            .instrument(span)
-            .await;
-        self.s
-            .observe
-            .store_call("take", t.elapsed(), taken.is_ok());
+        let call = self.s.store.take(&requests, self.s.ttl).instrument(span);
+        let taken = self.s.observe.timed("take", call).await;
         match taken {
             Ok(taken) => {
                 self.backoff.reset();
@@ -483,12 +472,8 @@ impl Engine {
             if keys.is_empty() {
                 continue;
             }
-            let t = Instant::now();
-            let released = self.s.store.release(&keys, how).await;
-            self.s
-                .observe
-                .store_call("release", t.elapsed(), released.is_ok());
-            match released {
+            let call = self.s.store.release(&keys, how);
+            match self.s.observe.timed("release", call).await {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
                     self.backoff.reset();
@@ -520,12 +505,8 @@ impl Engine {
             return;
         }
         let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
-        let t = Instant::now();
-        let renewed = self.s.store.renew(&keys, self.s.ttl).await;
-        self.s
-            .observe
-            .store_call("renew", t.elapsed(), renewed.is_ok());
-        match renewed {
+        let call = self.s.store.renew(&keys, self.s.ttl);
+        match self.s.observe.timed("renew", call).await {
             Ok(renewed) => {
                 self.s
                     .observe
@@ -630,33 +611,24 @@ impl Engine {
         }
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
-        let mut interrupted = Vec::new();
-        for (i, state) in self.states.iter_mut().enumerate() {
-            if let Some(running) = state.running.take() {
-                self.s
-                    .observe
-                    .outcome(&self.s.entries[i].name, Outcome::Failed);
-                let ended = RunRecord {
-                    job: self.s.entries[i].name.to_string(),
-                    tick: running.lease.tick,
-                    node: self.s.node.to_string(),
-                    holder: running.lease.holder.clone(),
-                    token: running.lease.token,
-                    started: running.started,
-                    finished: self.s.config.clock.now() + self.offset,
-                    outcome: RunOutcome::Cancelled,
-                    error: Some("aborted at shutdown".to_owned()),
-                    lease_lost: running.lost,
-                };
-                self.s.observe.ended(ended);
-                warn!(job = %self.s.entries[i].name, tick = %running.lease.tick, "run aborted at shutdown");
-                if !running.lost {
-                    interrupted.push(running.lease.key());
-                }
+        let aborted: Vec<(usize, Running)> = self
+            .states
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, state)| state.running.take().map(|r| (i, r)))
+            .collect();
+        for (i, running) in aborted {
+            self.s
+                .observe
+                .outcome(&self.s.entries[i].name, Outcome::Failed);
+            // Its token was cancelled above: recorded as cancelled.
+            self.record_end(i, &running, Some("aborted at shutdown".to_owned()));
+            warn!(job = %self.s.entries[i].name, tick = %running.lease.tick, "run aborted at shutdown");
+            if !running.lost {
+                self.to_release
+                    .push((running.lease.key(), Release::Interrupted));
             }
         }
-        self.to_release
-            .extend(interrupted.into_iter().map(|k| (k, Release::Interrupted)));
         // Release everything in (at most) one call per kind; a few quick retries, then
         // leave the rest to expire.
         for _ in 0..3 {

@@ -269,7 +269,19 @@ impl Observer {
         }
     }
 
-    pub(crate) fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
+    /// Runs one store call, recording its duration and result.
+    pub(crate) async fn timed<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = crate::Result<T>>,
+    ) -> crate::Result<T> {
+        let started = tokio::time::Instant::now();
+        let result = call.await;
+        self.store_call(operation, started.elapsed(), result.is_ok());
+        result
+    }
+
+    fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
         if let Some(m) = &self.metrics {
             let result = if ok { "ok" } else { "error" };
             m.store_duration.record(

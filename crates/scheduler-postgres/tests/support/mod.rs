@@ -2,7 +2,6 @@
 //! pool and scheduler, and every job records its runs in a `runs` table.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, unreachable_pub)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -327,8 +326,4 @@ pub async fn db_now(db: &DatabaseConnection) -> DateTime<Utc> {
     .expect("row")
     .try_get("", "now")
     .expect("now")
-}
-
-pub fn arc<T>(t: T) -> Arc<T> {
-    Arc::new(t)
 }
