@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use scheduler_core::{FencingToken, Holder, JobContext, LeaseName};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement};
 
 use crate::error::Error;
 use crate::store::PostgresStore;
@@ -101,13 +101,9 @@ impl PostgresStore {
         T: Send,
         E: Send,
     {
-        let statement = |source| {
-            FencedError::Store(Error::Statement {
-                operation: "run a fenced transaction",
-                source,
-            })
-        };
-        let txn = self.connection().begin().await.map_err(statement)?;
+        let statement =
+            |source| FencedError::Store(Error::statement("run a fenced transaction", source));
+        let txn = self.begin().await.map_err(statement)?;
         let check = Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!(

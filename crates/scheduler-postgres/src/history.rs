@@ -61,9 +61,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use scheduler_core::{BoxError, Idempotent, JobContext, RunRecord, RunRecorder, Schedule, Scope};
 use scheduler_migrations::TableName;
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 
 use crate::error::{Error, Result, sqlstate};
 use crate::store::PostgresStore;
@@ -167,7 +165,7 @@ impl fmt::Display for HistoryTable {
 /// behind an `Arc`.
 #[derive(Debug, Clone)]
 pub struct RunHistory {
-    db: DatabaseConnection,
+    store: PostgresStore,
     table: HistoryTable,
     retention: Duration,
     insert: String,
@@ -185,10 +183,9 @@ impl RunHistory {
     /// [`Error::Connect`] if no connection could be had, [`Error::Migrate`] if the
     /// table could not be created.
     pub async fn new(store: &PostgresStore, options: HistoryOptions) -> Result<Self> {
-        let db = store.connection().clone();
         let table = HistoryTable::for_leases(store.table());
-        if !exists(&db, &table).await? {
-            create(&db, store.table(), &table).await?;
+        if !exists(store, &table).await? {
+            create(store, &table).await?;
         }
         let t = table.quoted();
         Ok(Self {
@@ -207,7 +204,7 @@ impl RunHistory {
                    LIMIT $2 \
                  ))"
             ),
-            db,
+            store: store.clone(),
             table,
             retention: options.retention.min(MAX_RETENTION),
         })
@@ -249,20 +246,14 @@ impl RunHistory {
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let mut deleted = 0;
         loop {
-            let stmt = Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.sweep,
-                [retention_ms.into(), SWEEP_BATCH.into()],
-            );
             let batch = self
-                .db
-                .execute_raw(stmt)
-                .await
-                .map_err(|source| Error::Statement {
-                    operation: "delete old runs from the history",
-                    source,
-                })?
-                .rows_affected();
+                .store
+                .execute(
+                    "delete old runs from the history",
+                    &self.sweep,
+                    vec![retention_ms.into(), SWEEP_BATCH.into()],
+                )
+                .await?;
             deleted += batch;
             if batch < SWEEP_BATCH.unsigned_abs() || stop() {
                 return Ok(deleted);
@@ -272,23 +263,20 @@ impl RunHistory {
 }
 
 /// Whether `table` exists (and is visible to this user).
-async fn exists(db: &DatabaseConnection, table: &HistoryTable) -> Result<bool> {
-    let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
+async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
+    const OP: &str = "look for the run history table";
+    let rows = store
+        .query(
+            OP,
             "SELECT to_regclass($1) IS NOT NULL AS present",
-            [table.quoted().into()],
-        ))
-        .await
-        .map_err(|source| Error::Statement {
-            operation: "look for the run history table",
-            source,
-        })?;
-    match row {
+            vec![table.quoted().into()],
+        )
+        .await?;
+    match rows.first() {
         Some(row) => row
             .try_get::<bool>("", "present")
             .map_err(|source| Error::BadRow {
-                operation: "look for the run history table",
+                operation: OP,
                 source,
             }),
         None => Ok(false),
@@ -297,7 +285,8 @@ async fn exists(db: &DatabaseConnection, table: &HistoryTable) -> Result<bool> {
 
 /// Creates the table and its indexes in one transaction, under the migrations'
 /// advisory lock of the lease table.
-async fn create(db: &DatabaseConnection, leases: &TableName, table: &HistoryTable) -> Result<()> {
+async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
+    let leases = store.table();
     let fail = |source: DbErr| {
         let hint = match sqlstate(&source).as_deref() {
             Some("42501") => {
@@ -309,10 +298,10 @@ async fn create(db: &DatabaseConnection, leases: &TableName, table: &HistoryTabl
         Error::Migrate {
             migration: format!("create run history table {table}"),
             source,
-            hint,
+            hint: hint.to_owned(),
         }
     };
-    let txn = db
+    let txn = store
         .begin()
         .await
         .map_err(|source| Error::Connect { source })?;
@@ -384,17 +373,9 @@ impl RunRecorder for RunHistory {
             run.error.as_deref().map(error_text).into(),
             run.lease_lost.into(),
         ];
-        self.db
-            .execute_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.insert,
-                values,
-            ))
-            .await
-            .map_err(|source| Error::Statement {
-                operation: "record a run in the history",
-                source,
-            })?;
+        self.store
+            .execute("record a run in the history", &self.insert, values.into())
+            .await?;
         Ok(())
     }
 }

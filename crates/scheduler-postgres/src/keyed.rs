@@ -70,9 +70,7 @@
 
 use std::sync::Arc;
 
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, sqlstate};
@@ -381,13 +379,9 @@ impl Keyed {
         }
         let mut committed = 0;
         for part in keys.chunks(per_transaction) {
-            let statement = |source| Error::Statement {
-                operation: "process keyed items",
-                source,
-            };
+            let statement = |source| Error::statement("process keyed items", source);
             let txn = self
                 .store
-                .connection()
                 .begin()
                 .await
                 .map_err(|e| store(committed)(statement(e)))?;
@@ -405,10 +399,9 @@ impl Keyed {
                             committed,
                             source,
                         },
-                        _ => store(committed)(Error::Statement {
-                            operation: "take keyed advisory locks",
-                            source,
-                        }),
+                        _ => {
+                            store(committed)(Error::statement("take keyed advisory locks", source))
+                        }
                     });
                 }
             };
@@ -473,23 +466,19 @@ impl Keyed {
 
 async fn read_lock_table(store: &PostgresStore) -> Result<LockTable, Error> {
     const OP: &str = "read the lock table settings";
-    let row = store
-        .connection()
-        .query_one_raw(Statement::from_string(
-            DbBackend::Postgres,
+    let rows = store
+        .query(
+            OP,
             "SELECT current_setting('max_locks_per_transaction')::int4 AS max_locks_per_transaction, \
                     current_setting('max_connections')::int4 AS max_connections, \
                     current_setting('max_prepared_transactions')::int4 AS max_prepared_transactions",
-        ))
-        .await
-        .map_err(|source| Error::Statement {
-            operation: OP,
-            source,
-        })?
-        .ok_or_else(|| Error::BadRow {
-            operation: OP,
-            source: DbErr::Custom("no row returned".to_owned()),
-        })?;
+            Vec::new(),
+        )
+        .await?;
+    let row = rows.first().ok_or_else(|| Error::BadRow {
+        operation: OP,
+        source: DbErr::Custom("no row returned".to_owned()),
+    })?;
     let get = |column: &str| -> Result<u32, Error> {
         let value: i32 = row.try_get("", column).map_err(|source| Error::BadRow {
             operation: OP,

@@ -20,4 +20,4 @@ pub use fenced::{Fence, FencedError, FencedFuture};
 pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
 pub use keyed::{Keyed, KeyedError, KeyedOptions, LockTable, Processed};
 pub use scheduler_migrations::TableName;
-pub use store::{PostgresOptions, PostgresStore};
+pub use store::{PostgresOptions, PostgresStore, connect_options};

@@ -1,5 +1,6 @@
 //! [`PostgresStore`]: the lease store for clusters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,9 +12,10 @@ use scheduler_core::{
 };
 use scheduler_migrations::TableName;
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult,
-    Statement, Value,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, QueryResult, RuntimeErr, Statement, TransactionTrait, Value,
 };
+use sea_query_sqlx::SqlxValues;
 
 use crate::error::{Error, Result};
 use crate::migrate;
@@ -33,6 +35,12 @@ pub struct PostgresOptions {
     /// How long to wait for a connection: to the server when connecting, from the
     /// pool when running a statement. Default 5 s.
     pub connect_timeout: Duration,
+    /// The URL points at a pooler in **transaction pooling** mode (PgBouncer
+    /// `pool_mode = transaction`, which before 1.21 has no prepared-statement
+    /// support): no statement of the store is prepared under a name. Default `false`;
+    /// set by `pgbouncer=true` in the URL ([`PostgresOptions::for_url`]). See
+    /// [`PostgresStore`]'s "Behind PgBouncer".
+    pub transaction_pooling: bool,
 }
 
 impl Default for PostgresOptions {
@@ -42,6 +50,7 @@ impl Default for PostgresOptions {
             migrate: true,
             max_connections: 4,
             connect_timeout: Duration::from_secs(5),
+            transaction_pooling: false,
         }
     }
 }
@@ -73,6 +82,70 @@ impl PostgresOptions {
         self.connect_timeout = timeout;
         self
     }
+
+    /// Whether the URL points at a pooler in transaction pooling mode (PgBouncer
+    /// `pool_mode = transaction`); see [`PostgresOptions::transaction_pooling`].
+    pub fn transaction_pooling(mut self, on: bool) -> Self {
+        self.transaction_pooling = on;
+        self
+    }
+
+    /// The defaults, with [`transaction_pooling`](Self::transaction_pooling) on when
+    /// `url` carries `pgbouncer=true` (the convention Prisma uses too).
+    pub fn for_url(url: &str) -> Self {
+        Self::default().transaction_pooling(pgbouncer_param(url).1)
+    }
+}
+
+/// The sea-orm pool options [`PostgresStore::connect`] uses for `url`: `options`'
+/// pool size and timeouts; with transaction pooling (in `options` or `pgbouncer=true`
+/// in the URL) the `pgbouncer` parameter is taken out of the URL and sqlx's statement
+/// cache is switched off. Use it to build an app pool to pass to
+/// [`PostgresStore::open`] behind PgBouncer.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] if the URL does not parse.
+pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOptions> {
+    let (url, pgbouncer) = pgbouncer_param(url);
+    check_url(&url)?;
+    let mut connect = ConnectOptions::new(url);
+    connect
+        .max_connections(options.max_connections)
+        .min_connections(0)
+        .connect_timeout(options.connect_timeout)
+        .acquire_timeout(options.connect_timeout)
+        .sqlx_logging(false);
+    if pgbouncer || options.transaction_pooling {
+        // sqlx names every statement it prepares; with the cache off each gets a
+        // fresh name (never reused on another server connection), and transactions
+        // opened by the store start with `DEALLOCATE ALL` so the names of other
+        // clients' statements left on a server connection cannot clash.
+        connect.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
+    }
+    Ok(connect)
+}
+
+/// `url` without its `pgbouncer` query parameter, and whether it was `true`.
+fn pgbouncer_param(url: &str) -> (String, bool) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), false);
+    };
+    let mut on = false;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some(("pgbouncer", value)) => {
+                on = value.eq_ignore_ascii_case("true") || value == "1";
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if rest.is_empty() {
+        (base.to_owned(), on)
+    } else {
+        (format!("{base}?{}", rest.join("&")), on)
+    }
 }
 
 /// The PostgreSQL lease store.
@@ -91,11 +164,46 @@ impl PostgresOptions {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Behind PgBouncer
+///
+/// In PgBouncer's `pool_mode = transaction` (1.18 has no prepared-statement support
+/// there) every transaction may run on another server connection, so a statement
+/// prepared under a name in one is gone, or another client's, in the next. Add
+/// `pgbouncer=true` to the URL (or set [`PostgresOptions::transaction_pooling`]):
+///
+/// - the lease statements (take, renew, release, the clock read) run as **unnamed**
+///   statements, each in a transaction of its own, so parse and execute stay on one
+///   server connection;
+/// - the transactions the store opens ([`fenced`](Self::fenced), keyed processing,
+///   migrations, the run history's table) start with `DEALLOCATE ALL`, and the pool is
+///   built with sqlx's statement cache off ([`connect_options`]), so the statements
+///   sqlx prepares inside them get fresh names that nothing else uses;
+/// - migrations take a transaction-level advisory lock, which PgBouncer does not
+///   break (a session lock would be lost between transactions).
+///
+/// Your own statements on the same pool follow the same rule: run them in a
+/// transaction (or in [`fenced`](Self::fenced)); a statement outside one may be
+/// parsed on one server connection and executed on another. PgBouncer must accept
+/// the startup parameters sqlx sends: `ignore_startup_parameters =
+/// extra_float_digits,options`.
+///
+/// ```no_run
+/// use scheduler_postgres::{PostgresOptions, PostgresStore};
+///
+/// # async fn demo() -> scheduler_postgres::Result<()> {
+/// let url = "postgres://app@pgbouncer:6432/app?pgbouncer=true";
+/// let store = PostgresStore::connect(url, PostgresOptions::default()).await?;
+/// assert!(store.transaction_pooling());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     db: DatabaseConnection,
     table: TableName,
     sql: Sql,
+    transaction_pooling: bool,
 }
 
 /// The statements, with the table name spliced in once.
@@ -180,16 +288,9 @@ impl PostgresStore {
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
     /// server cannot be reached, [`Error::Migrate`] if a migration fails.
-    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
-        check_url(url)?;
-        let mut connect = ConnectOptions::new(url.to_owned());
-        connect
-            .max_connections(options.max_connections)
-            .min_connections(0)
-            .connect_timeout(options.connect_timeout)
-            .acquire_timeout(options.connect_timeout)
-            .sqlx_logging(false);
-        let db = Database::connect(connect)
+    pub async fn connect(url: &str, mut options: PostgresOptions) -> Result<Self> {
+        options.transaction_pooling |= pgbouncer_param(url).1;
+        let db = Database::connect(connect_options(url, &options)?)
             .await
             .map_err(|source| Error::Connect { source })?;
         Self::open(db, options).await
@@ -200,14 +301,22 @@ impl PostgresStore {
     /// # Errors
     /// [`Error::Migrate`] if a migration fails.
     pub async fn open(db: DatabaseConnection, options: PostgresOptions) -> Result<Self> {
-        if options.migrate {
-            migrate::run(&db, &options.table).await?;
+        let backend = db.get_database_backend();
+        if backend != DbBackend::Postgres {
+            return Err(Error::NotPostgres {
+                backend: format!("{backend:?}"),
+            });
         }
-        Ok(Self {
+        let store = Self {
             sql: Sql::new(&options.table),
             table: options.table,
             db,
-        })
+            transaction_pooling: options.transaction_pooling,
+        };
+        if options.migrate {
+            migrate::run(&store).await?;
+        }
+        Ok(store)
     }
 
     /// The pool the store borrows connections from.
@@ -220,18 +329,119 @@ impl PostgresStore {
         &self.table
     }
 
-    async fn query(
+    /// Whether the store runs behind a transaction pooler
+    /// ([`PostgresOptions::transaction_pooling`]).
+    pub fn transaction_pooling(&self) -> bool {
+        self.transaction_pooling
+    }
+
+    /// Begins a transaction on the store's pool, for the app's own statements too.
+    ///
+    /// Behind a transaction pooler ([`PostgresOptions::transaction_pooling`]) it first
+    /// drops every prepared statement on the server connection it was given, so that
+    /// the statements sqlx prepares inside (under names fresh for this client: the
+    /// pool's statement cache is off) cannot clash with names another client left
+    /// there. Directly on PostgreSQL it is sea-orm's `begin()`.
+    ///
+    /// # Errors
+    /// The driver's error if no connection could be had or the server failed.
+    pub async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+        let txn = self.db.begin().await?;
+        if self.transaction_pooling {
+            txn.execute_unprepared("DEALLOCATE ALL").await?;
+        }
+        Ok(txn)
+    }
+
+    /// Runs one statement outside any transaction of the caller's and returns its rows.
+    ///
+    /// Directly on PostgreSQL this is sea-orm's cached prepared statement. Behind a
+    /// transaction pooler a prepared statement may not outlive a transaction (the
+    /// next one can run on another server connection), and sqlx's parse and execute
+    /// steps are two round trips with a sync between them where the pooler may
+    /// switch connections: so the statement runs **unnamed** inside a transaction
+    /// of its own.
+    pub(crate) async fn query(
         &self,
         operation: &'static str,
         sql: &str,
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>> {
+        let rows = if self.transaction_pooling {
+            self.unnamed(sql, values, Returns::Rows)
+                .await
+                .map(|(rows, _)| rows)
+        } else {
+            let stmt = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+            self.db.query_all_raw(stmt).await
+        };
+        rows.map_err(|source| Error::statement(operation, source))
+    }
+
+    /// Runs one statement like [`query`](Self::query) and returns how many rows it
+    /// affected.
+    pub(crate) async fn execute(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<u64> {
+        if self.transaction_pooling {
+            return self
+                .unnamed(sql, values, Returns::Count)
+                .await
+                .map(|(_, affected)| affected)
+                .map_err(|source| Error::statement(operation, source));
+        }
         let stmt = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
         self.db
-            .query_all_raw(stmt)
+            .execute_raw(stmt)
             .await
-            .map_err(|source| Error::Statement { operation, source })
+            .map(|done| done.rows_affected())
+            .map_err(|source| Error::statement(operation, source))
     }
+
+    /// Runs `sql` as an unnamed statement in a transaction of its own: its rows, or
+    /// how many rows it affected.
+    async fn unnamed(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        returns: Returns,
+    ) -> Result<(Vec<QueryResult>, u64), DbErr> {
+        use sea_orm::sqlx;
+        let driver = |e: sqlx::Error| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)));
+        let mut txn = self
+            .db
+            .get_postgres_connection_pool()
+            .begin()
+            .await
+            .map_err(driver)?;
+        let query = sqlx::query_with(
+            sqlx::AssertSqlSafe(sql),
+            SqlxValues(sea_orm::sea_query::Values(values)),
+        )
+        .persistent(false);
+        let done = match returns {
+            Returns::Rows => {
+                let rows = query.fetch_all(&mut *txn).await.map_err(driver)?;
+                (rows.into_iter().map(QueryResult::from).collect(), 0)
+            }
+            Returns::Count => {
+                let done = query.execute(&mut *txn).await.map_err(driver)?;
+                (Vec::new(), done.rows_affected())
+            }
+        };
+        txn.commit().await.map_err(driver)?;
+        Ok(done)
+    }
+}
+
+/// What [`PostgresStore::unnamed`] hands back.
+#[derive(Debug, Clone, Copy)]
+enum Returns {
+    Rows,
+    Count,
 }
 
 /// Rejects what does not parse as a PostgreSQL URL before any connection is tried.
@@ -254,14 +464,49 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, operation: &'static
         .map_err(|source| Error::BadRow { operation, source })
 }
 
+/// Reads a `timestamptz` column.
+///
+/// sqlx decodes one by adding its microseconds to 2000-01-01 with chrono's panicking
+/// `+`, and PostgreSQL's range (and `'infinity'`) reaches beyond chrono's: a value set
+/// by hand would panic. The raw value's range is checked first.
+fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
+    use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
+    use sea_orm::sqlx::{Row, Type, ValueRef};
+    /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
+    const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+    if let Some(raw) = row.try_as_pg_row().and_then(|r| r.try_get_raw(col).ok())
+        && !raw.is_null()
+        && raw.format() == PgValueFormat::Binary
+        && <DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
+    {
+        let micros = raw
+            .as_bytes()
+            .ok()
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map(i64::from_be_bytes);
+        let at = micros
+            .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
+            .and_then(DateTime::from_timestamp_micros);
+        if at.is_none() {
+            return Err(Error::BadRow {
+                operation,
+                source: DbErr::Custom(format!(
+                    "column \"{col}\" holds a timestamp out of range (infinity?)"
+                )),
+            });
+        }
+    }
+    get(row, col, operation)
+}
+
 fn lease_from_row(row: &QueryResult) -> Result<Lease> {
     const OP: &str = "take leases";
     Ok(Lease {
         name: name_from_row(row, OP)?,
         holder: Holder::from_stored(get(row, "holder", OP)?),
-        tick: Tick::new(get::<DateTime<Utc>>(row, "tick", OP)?),
+        tick: Tick::new(time(row, "tick", OP)?),
         token: FencingToken::new(get(row, "token", OP)?),
-        expires_at: get(row, "expires_at", OP)?,
+        expires_at: time(row, "expires_at", OP)?,
     })
 }
 
@@ -312,8 +557,8 @@ impl scheduler_core::Store for PostgresStore {
             } else {
                 taken.held.push(Held {
                     name: name_from_row(row, "take leases")?,
-                    tick: Tick::new(get(row, "tick", "take leases")?),
-                    expires_at: get(row, "expires_at", "take leases")?,
+                    tick: Tick::new(time(row, "tick", "take leases")?),
+                    expires_at: time(row, "expires_at", "take leases")?,
                     completed: get(row, "completed", "take leases")?,
                 });
             }
@@ -334,7 +579,7 @@ impl scheduler_core::Store for PostgresStore {
             .map(|row| {
                 Ok(Renewed {
                     name: name_from_row(row, "renew leases")?,
-                    expires_at: get(row, "expires_at", "renew leases")?,
+                    expires_at: time(row, "expires_at", "renew leases")?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -374,6 +619,6 @@ impl scheduler_core::Store for PostgresStore {
             operation: "read the database clock",
             source: DbErr::Custom("no row returned".to_owned()),
         })?;
-        Ok(get(row, "now", "read the database clock")?)
+        Ok(time(row, "now", "read the database clock")?)
     }
 }

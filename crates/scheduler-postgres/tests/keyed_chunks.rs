@@ -46,7 +46,9 @@ fn insert<'c>(
 
 async fn count(store: &PostgresStore) -> i64 {
     store
-        .connection()
+        .begin() // safe behind PgBouncer too; dropped, it rolls back
+        .await
+        .expect("begin")
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT count(*) AS n FROM events",
@@ -60,7 +62,9 @@ async fn count(store: &PostgresStore) -> i64 {
 
 async fn setting(store: &PostgresStore, name: &str) -> u32 {
     let row = store
-        .connection()
+        .begin() // safe behind PgBouncer too; dropped, it rolls back
+        .await
+        .expect("begin")
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             format!("SHOW {name}"),

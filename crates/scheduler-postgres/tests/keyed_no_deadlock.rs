@@ -88,7 +88,9 @@ async fn overlapping_batches_in_opposite_orders_never_deadlock() {
     }
 
     let row = store
-        .connection()
+        .begin() // safe behind PgBouncer too; dropped, it rolls back
+        .await
+        .expect("begin")
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT count(*) AS n, count(DISTINCT key) AS distinct_keys FROM processed",

@@ -73,7 +73,10 @@ async fn a_chunk_too_large_for_the_lock_table_names_the_setting() {
     println!("{message}");
 
     // Nothing written, no advisory lock left anywhere.
-    let row = conn
+    let row = store
+        .begin() // safe behind PgBouncer too; dropped, it rolls back
+        .await
+        .expect("begin")
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT (SELECT count(*) FROM events) AS events, \

@@ -7,13 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use scheduler_postgres::{KeyedOptions, PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, Database, DbBackend, DbErr, Statement};
 use test_postgres::TestDb;
 use tokio::sync::Notify;
 
-async fn advisory_locks(store: &PostgresStore) -> i64 {
-    store
-        .connection()
+/// Advisory locks held in the test's database, read on a connection of the test's
+/// own (on the server itself, never through PgBouncer).
+async fn advisory_locks(db: &TestDb) -> i64 {
+    Database::connect(db.direct_url())
+        .await
+        .expect("connect to inspect")
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' \
@@ -73,7 +76,7 @@ async fn a_pool_of_two_serves_a_worker_mid_batch_and_the_app() {
 
     // The worker is mid-batch: its transaction is open and holds the keys' locks.
     in_transaction.notified().await;
-    assert_eq!(advisory_locks(&store).await, 100);
+    assert_eq!(advisory_locks(&db).await, 100);
     // The app's write commits on the pool's other connection meanwhile.
     let write = tokio::time::timeout(
         Duration::from_secs(3),
@@ -95,7 +98,7 @@ async fn a_pool_of_two_serves_a_worker_mid_batch_and_the_app() {
     let done = worker.await.expect("join").expect("process");
     assert_eq!(done.values, vec![100]);
     assert_eq!(
-        advisory_locks(&store).await,
+        advisory_locks(&db).await,
         0,
         "the locks went with the commit"
     );

@@ -2,7 +2,7 @@
 //! applied once.
 
 use scheduler_postgres::{PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
 use test_postgres::TestDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -19,7 +19,8 @@ async fn eight_instances_migrate_at_once() {
         .into_iter()
         .map(|r| r.expect("every instance starts"))
         .collect();
-    let conn = stores[0].connection();
+    assert_eq!(stores.len(), 8);
+    let conn = &Database::connect(db.direct_url()).await.expect("connect");
     let row = conn
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
@@ -49,7 +50,8 @@ async fn eight_instances_migrate_at_once() {
     let row = conn
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'",
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         ))
         .await
         .expect("query")

@@ -23,10 +23,10 @@ async fn three_instances_run_every_tick_of_five_jobs_exactly_once() {
     let a = Instance::start("a", db.url(), InstanceConfig::default(), five).await;
     let b = Instance::start("b", db.url(), InstanceConfig::default(), five).await;
     let c = Instance::start("c", db.url(), InstanceConfig::default(), five).await;
-    let start = db_now(a.store.connection()).await;
+    let start = db_now(&a.inspect).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let end = db_now(a.store.connection()).await;
-    let conn = a.store.connection().clone();
+    let end = db_now(&a.inspect).await;
+    let conn = a.inspect.clone();
     let (sa, sb, sc) = (a.stats.clone(), b.stats.clone(), c.stats.clone());
     tokio::join!(a.shutdown(), b.shutdown(), c.shutdown());
     let rows = runs(&conn).await;
@@ -62,10 +62,10 @@ async fn node_jobs_run_once_per_tick_per_node() {
     let a2 = Instance::start("a2", db.url(), on("node-a"), node_job).await;
     let b1 = Instance::start("b1", db.url(), on("node-b"), node_job).await;
     let b2 = Instance::start("b2", db.url(), on("node-b"), node_job).await;
-    let start = db_now(a1.store.connection()).await;
+    let start = db_now(&a1.inspect).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let end = db_now(a1.store.connection()).await;
-    let conn = a1.store.connection().clone();
+    let end = db_now(&a1.inspect).await;
+    let conn = a1.inspect.clone();
     tokio::join!(a1.shutdown(), a2.shutdown(), b1.shutdown(), b2.shutdown());
     let rows = runs(&conn).await;
     assert_once_per_tick(
@@ -97,10 +97,10 @@ async fn an_instance_with_a_skewed_clock_changes_nothing() {
     let a = Instance::start("ahead", db.url(), skewed(7), five).await;
     let b = Instance::start("behind", db.url(), skewed(-5), five).await;
     let c = Instance::start("right", db.url(), InstanceConfig::default(), five).await;
-    let start = db_now(a.store.connection()).await;
+    let start = db_now(&a.inspect).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let end = db_now(a.store.connection()).await;
-    let conn = a.store.connection().clone();
+    let end = db_now(&a.inspect).await;
+    let conn = a.inspect.clone();
     tokio::join!(a.shutdown(), b.shutdown(), c.shutdown());
     let rows = runs(&conn).await;
     assert_once_per_tick(
@@ -145,7 +145,7 @@ async fn a_crashed_holders_tick_is_retried_within_its_window_or_superseded() {
         vec![hourly, brisk]
     };
     let a = Instance::start("a", db.url(), config(), jobs).await;
-    let conn = a.store.connection().clone();
+    let conn = a.inspect.clone();
     wait_for(Duration::from_secs(10), "a to run both jobs", || {
         let conn = conn.clone();
         async move {
@@ -222,7 +222,7 @@ async fn a_graceful_shutdown_hands_over_without_waiting_for_expiry() {
         vec![long, Recorder::new("tick", store, "")]
     };
     let a = Instance::start("a", db.url(), config(), jobs).await;
-    let conn = a.store.connection().clone();
+    let conn = a.inspect.clone();
     wait_for(Duration::from_secs(10), "a to start the long job", || {
         let conn = conn.clone();
         async move { runs(&conn).await.iter().any(|r| r.job == "long") }
@@ -275,7 +275,7 @@ async fn a_stolen_lease_cancels_the_fencing_job_and_refuses_its_write() {
         vec![payout, sweep]
     };
     let a = Instance::start("a", db.url(), InstanceConfig::default(), jobs).await;
-    let conn = a.store.connection().clone();
+    let conn = a.inspect.clone();
     wait_for(Duration::from_secs(10), "both jobs to start", || {
         let conn = conn.clone();
         async move { runs(&conn).await.len() == 2 }
@@ -351,7 +351,7 @@ async fn the_runtimes_recover_from_a_database_restart() {
         .await
         .expect("join")
         .expect("restart");
-    let conn = support::store(&url, 1).await.connection().clone();
+    let conn = support::inspector(&url).await;
     let back = db_now(&conn).await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     let end = db_now(&conn).await;
@@ -391,6 +391,8 @@ async fn a_hundred_jobs_on_a_pool_of_one_never_starve_the_app() {
             .collect()
     };
     let a = Instance::start("a", db.url(), config, jobs).await;
+    // The app's query runs on the store's own pool of one (a simple-protocol
+    // statement, which transaction pooling also allows).
     let conn = a.store.connection().clone();
     let mut worst = Duration::ZERO;
     for _ in 0..50 {
@@ -401,7 +403,7 @@ async fn a_hundred_jobs_on_a_pool_of_one_never_starve_the_app() {
         worst = worst.max(began.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let rows = runs(&conn).await;
+    let rows = runs(&a.inspect).await;
     a.shutdown().await;
     eprintln!(
         "worst app query wait with 100 jobs on a pool of one: {worst:?}; {} runs",

@@ -8,6 +8,11 @@
 //! - [`TestServer::start`] gives a test a server of its own, which it may
 //!   [stop](TestServer::stop) and [restart](TestServer::restart) to play a database
 //!   restart.
+//! - [`PgBouncer::start`] puts PgBouncer (transaction pooling) in front of a server.
+//!   In [`pgbouncer_mode`] (the environment variable [`PGBOUNCER_ENV`], or a test
+//!   binary whose name starts with `pgbouncer`) every [`TestDb`] and [`TestServer`]
+//!   URL goes through one: [`TestDb::url`] is PgBouncer's, [`TestDb::direct_url`] the
+//!   server's, for a test's own set-up and inspection.
 //!
 //! # Quick start
 //!
@@ -42,6 +47,10 @@
 //! `shared_buffers = 64MB`.
 
 #![warn(missing_docs)]
+
+mod pgbouncer;
+
+pub use pgbouncer::{PGBOUNCER_ENV, PgBouncer, direct_url, pgbouncer_mode};
 
 use std::collections::hash_map::RandomState;
 use std::env;
@@ -155,6 +164,7 @@ shutdown
 #[derive(Debug, Clone)]
 pub struct TestDb {
     url: String,
+    direct_url: String,
     name: String,
 }
 
@@ -180,15 +190,29 @@ impl TestDb {
             let server = without_credentials(&admin);
             panic!("test-postgres: could not create database {name} on {server}: {error}");
         }
+        let direct_url = with_database(&admin, &name);
+        let url = match shared_bouncer().await {
+            Some(bouncer) => bouncer.url(&name),
+            None => direct_url.clone(),
+        };
         TestDb {
-            url: with_database(&admin, &name),
+            url,
+            direct_url,
             name,
         }
     }
 
-    /// The URL of the database, e.g. `postgres://postgres@127.0.0.1:PORT/DBNAME`.
+    /// The URL of the database, e.g. `postgres://postgres@127.0.0.1:PORT/DBNAME`; in
+    /// [`pgbouncer_mode`], PgBouncer's (`…?pgbouncer=true`).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of the database on the server itself, never through PgBouncer: for a
+    /// test's own statements (set-up, inspection), which need not follow the rules of
+    /// transaction pooling.
+    pub fn direct_url(&self) -> &str {
+        &self.direct_url
     }
 
     /// The name of the database.
@@ -206,6 +230,7 @@ impl TestDb {
 pub struct TestServer {
     watchdog: Mutex<Watchdog>,
     port: u16,
+    bouncer: Option<PgBouncer>,
 }
 
 impl TestServer {
@@ -219,16 +244,34 @@ impl TestServer {
     ///
     /// When the PostgreSQL binaries cannot be found, `initdb` fails, or the server
     /// does not start; the message quotes the end of the server log.
+    ///
+    /// In [`pgbouncer_mode`] it also starts a [`PgBouncer`] in front of the server,
+    /// which stays up across restarts of the server.
     pub fn start() -> io::Result<TestServer> {
         let (watchdog, port) = launch()?;
+        let bouncer = if pgbouncer_mode() {
+            Some(PgBouncer::start(port)?)
+        } else {
+            None
+        };
         Ok(TestServer {
             watchdog: Mutex::new(watchdog),
             port,
+            bouncer,
         })
     }
 
-    /// The URL of `database` on this server: `postgres://postgres@127.0.0.1:PORT/DATABASE`.
+    /// The URL of `database` on this server: `postgres://postgres@127.0.0.1:PORT/DATABASE`;
+    /// in [`pgbouncer_mode`], PgBouncer's.
     pub fn url(&self, database: &str) -> String {
+        match &self.bouncer {
+            Some(bouncer) => bouncer.url(database),
+            None => server_url(self.port, database),
+        }
+    }
+
+    /// The URL of `database` on the server itself, never through PgBouncer.
+    pub fn direct_url(&self, database: &str) -> String {
         server_url(self.port, database)
     }
 
@@ -271,7 +314,7 @@ impl TestServer {
     ///
     /// When the database cannot be created, e.g. because the server is stopped.
     pub async fn create_database(&self) -> String {
-        let admin = self.url("postgres");
+        let admin = self.direct_url("postgres");
         let name = database_name();
         if let Err(error) = create_database(&admin, &name).await {
             let server = without_credentials(&admin);
@@ -310,6 +353,40 @@ impl SharedServer {
 }
 
 static SHARED: OnceLock<SharedServer> = OnceLock::new();
+
+static SHARED_BOUNCER: OnceLock<Option<PgBouncer>> = OnceLock::new();
+
+/// In [`pgbouncer_mode`], the PgBouncer in front of the shared server (or of
+/// `DATABASE_URL`'s), started on first use; never dropped, cleaned up by its watchdog
+/// when the process exits.
+async fn shared_bouncer() -> Option<&'static PgBouncer> {
+    if !pgbouncer_mode() {
+        return None;
+    }
+    if let Some(bouncer) = SHARED_BOUNCER.get() {
+        return bouncer.as_ref();
+    }
+    let admin = admin_url().await;
+    let started = tokio::task::spawn_blocking(move || {
+        SHARED_BOUNCER
+            .get_or_init(|| {
+                match pgbouncer::Upstream::from_url(&admin).and_then(|up| PgBouncer::start_for(&up))
+                {
+                    Ok(bouncer) => Some(bouncer),
+                    Err(error) => panic!("test-postgres: could not start PgBouncer: {error}"),
+                }
+            })
+            .as_ref()
+    })
+    .await;
+    match started {
+        Ok(bouncer) => bouncer,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(error) => panic!("test-postgres: starting PgBouncer failed: {error}"),
+        },
+    }
+}
 
 /// Returns the shared server, starting it on a blocking thread on first use. A failed
 /// start panics, and the next caller tries again.

@@ -9,7 +9,7 @@ use scheduler_core::{
     BoxError, Duplicate, Idempotent, JobContext, LocalClock, Schedule, Scheduler, Scope, Stats,
 };
 use scheduler_postgres::{Fence, PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -78,8 +78,10 @@ impl Idempotent for Recorder {
         self.catch_up
     }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
-        let db = self.store.connection();
-        let row = db
+        // The app's own statements, each in a transaction of the store's: that works
+        // directly and behind PgBouncer's transaction pooling alike.
+        let txn = self.store.begin().await?;
+        let row = txn
             .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 "INSERT INTO runs (job, tick, node, instance, token) VALUES ($1, $2, $3, $4, $5) RETURNING id",
@@ -94,6 +96,7 @@ impl Idempotent for Recorder {
             .await?
             .ok_or("no id")?;
         let id: i64 = row.try_get("", "id")?;
+        txn.commit().await?;
         let cancelled = tokio::select! {
             () = tokio::time::sleep(self.work) => false,
             () = ctx.cancellation().cancelled() => true,
@@ -126,12 +129,14 @@ impl Idempotent for Recorder {
                 Err(e) => format!("{outcome}+error:{e}"),
             };
         }
-        db.execute_raw(Statement::from_sql_and_values(
+        let txn = self.store.begin().await?;
+        txn.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             "UPDATE runs SET finished = clock_timestamp(), outcome = $2 WHERE id = $1",
             [id.into(), outcome.into()],
         ))
         .await?;
+        txn.commit().await?;
         if cancelled {
             Err("cancelled".into())
         } else {
@@ -144,6 +149,8 @@ impl Idempotent for Recorder {
 pub struct Instance {
     pub name: String,
     pub store: PostgresStore,
+    /// A connection of the test's own to the same database, never through PgBouncer.
+    pub inspect: DatabaseConnection,
     pub stats: Stats,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -210,6 +217,7 @@ impl Instance {
         Instance {
             name: name.to_owned(),
             store,
+            inspect: inspector(url).await,
             stats,
             stop,
             task,
@@ -227,6 +235,14 @@ impl Instance {
         self.task.abort();
         let _ = self.task.await;
     }
+}
+
+/// A connection of the test's own to `url`'s database, on the server itself (never
+/// through PgBouncer), for set-up and inspection.
+pub async fn inspector(url: &str) -> DatabaseConnection {
+    Database::connect(test_postgres::direct_url(url))
+        .await
+        .expect("connect to inspect")
 }
 
 /// Waits until `probe` holds, polling, for at most `limit`.

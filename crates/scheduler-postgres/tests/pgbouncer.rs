@@ -1,0 +1,71 @@
+//! The PostgreSQL store's test suite again, through PgBouncer 1.18 in transaction
+//! pooling mode.
+//!
+//! This binary's name starts with `pgbouncer`, so `test-postgres` puts a PgBouncer
+//! (`pool_mode = transaction`) in front of every server it starts here:
+//! `TestDb::url()` and `TestServer::url()` are PgBouncer's, carrying `pgbouncer=true`,
+//! which switches the store to statements that survive transaction pooling. The
+//! tests' own set-up and inspection statements go to the server directly
+//! (`direct_url`). Every test file of the suite is included below as a module, so
+//! each test runs twice in `cargo test`: directly (its own binary) and here. The
+//! keyed tests that fill PostgreSQL's shared lock table on purpose run in binaries
+//! of their own (`pgbouncer_keyed_*.rs`), each with its own server, as they do
+//! directly.
+
+#[path = "lease_invariants.rs"]
+mod lease_invariants;
+
+#[path = "batch_take.rs"]
+mod batch_take;
+
+#[path = "migrations.rs"]
+mod migrations;
+
+#[path = "bad_input.rs"]
+mod bad_input;
+
+#[path = "runtime_cluster.rs"]
+mod runtime_cluster;
+
+#[path = "leases_hold_no_connection.rs"]
+mod leases_hold_no_connection;
+
+#[path = "history.rs"]
+mod history;
+
+#[path = "keyed_lock_order.rs"]
+mod keyed_lock_order;
+
+#[path = "keyed_pool_not_pinned.rs"]
+mod keyed_pool_not_pinned;
+
+#[path = "keyed_rollback.rs"]
+mod keyed_rollback;
+
+#[tokio::test]
+async fn this_binary_runs_through_pgbouncer() {
+    assert!(test_postgres::pgbouncer_mode());
+    let db = test_postgres::TestDb::new().await;
+    assert_ne!(db.url(), db.direct_url());
+    assert!(db.url().ends_with("?pgbouncer=true"), "{}", db.url());
+    let store = scheduler_postgres::PostgresStore::connect(
+        db.url(),
+        scheduler_postgres::PostgresOptions::default(),
+    )
+    .await
+    .expect("connect through PgBouncer");
+    assert!(store.transaction_pooling());
+    // PgBouncer answers `SHOW` on its admin console only; through it, the server
+    // sees PgBouncer's connection, whose client port is not ours.
+    let server_port: u16 = db
+        .direct_url()
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .expect("port");
+    let bouncer_port: u16 = db
+        .url()
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .expect("port");
+    assert_ne!(server_port, bouncer_port);
+}

@@ -1,0 +1,93 @@
+//! PgBouncer in front of a test server: it pools in transaction mode, survives a
+//! restart of the server behind it, maps back to the server with `direct_url`, and
+//! goes away with its handle.
+//!
+//! (This binary's name must not start with `pgbouncer`: that would put every server
+//! of the process behind one, see `pgbouncer_mode`.)
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DbBackend, DbErr, Statement};
+use test_postgres::{PgBouncer, TestServer, direct_url, pgbouncer_mode};
+
+/// The backend pid behind one simple-protocol statement (fine in transaction mode).
+async fn backend_pid(conn: &sea_orm::DatabaseConnection) -> Result<i32, DbErr> {
+    let txn = sea_orm::TransactionTrait::begin(conn).await?;
+    txn.execute_unprepared("DEALLOCATE ALL").await?;
+    let row = txn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT pg_backend_pid() AS pid",
+        ))
+        .await?
+        .ok_or_else(|| DbErr::Custom("no row".to_owned()))?;
+    txn.commit().await?;
+    row.try_get("", "pid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_pools_transactions_and_goes_away_with_its_handle() -> Result<(), DbErr> {
+    assert!(!pgbouncer_mode(), "this binary talks to servers directly");
+    let server = TestServer::start().map_err(|e| DbErr::Custom(e.to_string()))?;
+    let database = server.create_database().await;
+    let name = database.rsplit('/').next().unwrap_or_default().to_owned();
+    let bouncer = PgBouncer::start(server.port()).map_err(|e| DbErr::Custom(e.to_string()))?;
+    let url = bouncer.url(&name);
+    assert!(url.ends_with("?pgbouncer=true"), "{url}");
+    assert_ne!(bouncer.port(), server.port());
+    // Back to the server itself, for a test's own statements.
+    assert_eq!(direct_url(&url), server.url(&name));
+    assert_eq!(
+        direct_url(&database),
+        database,
+        "other URLs stay as they are"
+    );
+
+    // sqlx does not know `pgbouncer=true`: give it the URL without it, and no
+    // statement cache (statements are deallocated at each transaction's start).
+    let plain = url.trim_end_matches("?pgbouncer=true").to_owned();
+    let pool = || {
+        let mut options = ConnectOptions::new(plain.clone());
+        options
+            .max_connections(1)
+            .map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
+        options
+    };
+    let a = Database::connect(pool()).await?;
+    let b = Database::connect(pool()).await?;
+    // Transaction pooling: two client connections, used one after the other, share
+    // one server connection.
+    let first = backend_pid(&a).await?;
+    let second = backend_pid(&b).await?;
+    assert_eq!(
+        first, second,
+        "both clients' transactions ran on one server connection"
+    );
+
+    // The server restarts under PgBouncer, which reconnects.
+    let restart = tokio::task::spawn_blocking(move || server.restart().map(|()| server))
+        .await
+        .map_err(|e| DbErr::Custom(e.to_string()))?
+        .map_err(|e| DbErr::Custom(e.to_string()))?;
+    let mut after = Err(DbErr::Custom("not tried".to_owned()));
+    for _ in 0..50 {
+        after = backend_pid(&a).await;
+        if after.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(after?, first, "a new server connection after the restart");
+    a.close().await?;
+    b.close().await?;
+
+    let port = bouncer.port();
+    drop(bouncer);
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "PgBouncer stopped with its handle"
+    );
+    drop(restart);
+    Ok(())
+}
