@@ -446,15 +446,30 @@ async fn health_reports_the_store_and_the_loop() {
         let up = health.check(Duration::from_secs(1)).await;
         store.set_failing(true);
         let down = health.check(Duration::from_secs(1)).await;
+        // The loop's own takes fail from its next tick on, and keep failing.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let failing = health.check(Duration::from_secs(1)).await;
         store.set_failing(false);
-        (up, down)
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let recovered = health.check(Duration::from_secs(1)).await;
+        (up, down, failing, recovered)
     };
-    let (_, (up, down)) = tokio::join!(
-        scheduler.run_until(tokio::time::sleep(Duration::from_secs(4))),
+    let (_, (up, down, failing, recovered)) = tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(10))),
         probe
     );
     assert!(up.is_healthy(), "{up:?}");
+    assert_eq!(up.store_failing_for, None);
     assert!(!down.database && down.scheduler, "{down:?}");
+    let streak = failing
+        .store_failing_for
+        .expect("the loop's takes were failing");
+    assert!(
+        streak >= Duration::from_secs(1) && streak <= Duration::from_secs(3),
+        "failing for {streak:?}"
+    );
+    assert!(recovered.is_healthy(), "{recovered:?}");
+    assert_eq!(recovered.store_failing_for, None, "the streak ended");
 }
 
 #[tokio::test(start_paused = true)]

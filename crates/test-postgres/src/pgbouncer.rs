@@ -275,12 +275,12 @@ pub fn pgbouncer_mode() -> bool {
 }
 
 fn write_config(dir: &Path, port: u16, upstream: &Upstream) -> io::Result<()> {
-    let mut server = format!(
-        "host={} port={} user={}",
-        upstream.host, upstream.port, upstream.user
-    );
+    // With a password (an external server), every client logs in as that user; else
+    // (the throwaway server, trust on 127.0.0.1) as itself: `auth_user` looks up roles
+    // missing from the auth file (a test's own roles) with the default `auth_query`.
+    let mut server = format!("host={} port={}", upstream.host, upstream.port);
     if let Some(password) = &upstream.password {
-        let _ = write!(server, " password={password}");
+        let _ = write!(server, " user={} password={password}", upstream.user);
     }
     let ini = format!(
         "[databases]\n\
@@ -292,6 +292,7 @@ fn write_config(dir: &Path, port: u16, upstream: &Upstream) -> io::Result<()> {
          unix_socket_dir =\n\
          auth_type = trust\n\
          auth_file = {users}\n\
+         auth_user = {user}\n\
          pool_mode = transaction\n\
          max_client_conn = 2000\n\
          default_pool_size = 20\n\
@@ -299,6 +300,7 @@ fn write_config(dir: &Path, port: u16, upstream: &Upstream) -> io::Result<()> {
          server_login_retry = 1\n\
          ignore_startup_parameters = extra_float_digits,options\n",
         users = dir.join("userlist.txt").display(),
+        user = upstream.user,
     );
     fs::write(dir.join("pgbouncer.ini"), ini)?;
     fs::write(

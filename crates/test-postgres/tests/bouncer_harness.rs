@@ -54,16 +54,43 @@ async fn pgbouncer_pools_transactions_and_goes_away_with_its_handle() -> Result<
             .map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
         options
     };
-    let a = Database::connect(pool()).await?;
-    let b = Database::connect(pool()).await?;
-    // Transaction pooling: two client connections, used one after the other, share
-    // one server connection.
-    let first = backend_pid(&a).await?;
-    let second = backend_pid(&b).await?;
-    assert_eq!(
-        first, second,
-        "both clients' transactions ran on one server connection"
+    // Transaction pooling: five client connections, used one after the other, share
+    // the server connection(s) PgBouncer keeps idle between their transactions.
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(Database::connect(pool()).await?);
+    }
+    let mut pids = std::collections::BTreeSet::new();
+    for client in &clients {
+        pids.insert(backend_pid(client).await?);
+    }
+    assert!(
+        pids.len() < clients.len(),
+        "server connections shared: {pids:?}"
     );
+    let a = &clients[0];
+    let first = backend_pid(a).await?;
+
+    // A role of the test's own logs in through PgBouncer as itself.
+    let admin = Database::connect(server.direct_url(&name)).await?;
+    admin
+        .execute_unprepared("CREATE ROLE bouncer_guest LOGIN")
+        .await?;
+    admin.close().await?;
+    let mut guest = ConnectOptions::new(plain.replace("postgres@", "bouncer_guest@"));
+    guest.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
+    let guest = Database::connect(guest).await?;
+    let txn = sea_orm::TransactionTrait::begin(&guest).await?;
+    let who = txn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT current_user::text AS who",
+        ))
+        .await?
+        .ok_or_else(|| DbErr::Custom("no row".to_owned()))?;
+    txn.commit().await?;
+    assert_eq!(who.try_get::<String>("", "who")?, "bouncer_guest");
+    guest.close().await?;
 
     // The server restarts under PgBouncer, which reconnects.
     let restart = tokio::task::spawn_blocking(move || server.restart().map(|()| server))
@@ -72,15 +99,16 @@ async fn pgbouncer_pools_transactions_and_goes_away_with_its_handle() -> Result<
         .map_err(|e| DbErr::Custom(e.to_string()))?;
     let mut after = Err(DbErr::Custom("not tried".to_owned()));
     for _ in 0..50 {
-        after = backend_pid(&a).await;
+        after = backend_pid(a).await;
         if after.is_ok() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_ne!(after?, first, "a new server connection after the restart");
-    a.close().await?;
-    b.close().await?;
+    for client in clients {
+        client.close().await?;
+    }
 
     let port = bouncer.port();
     drop(bouncer);

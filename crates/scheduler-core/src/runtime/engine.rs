@@ -101,7 +101,13 @@ impl Engine {
         Instant::now() + ahead
     }
 
+    fn store_ok(&mut self) {
+        self.backoff.reset();
+        self.beat.store_ok();
+    }
+
     fn store_failed(&mut self, what: &str, err: &crate::Error) {
+        self.beat.store_failed();
         let delay = self.backoff.next_delay();
         warn!(error = %err, retry_in = ?delay, "{what} failed; retrying");
         self.retry_at = Some(Instant::now() + delay);
@@ -174,7 +180,7 @@ impl Engine {
         loop {
             self.beat.beat();
             if self.sync_clock().await {
-                self.backoff.reset();
+                self.store_ok();
                 self.retry_at = None;
                 break;
             }
@@ -299,7 +305,7 @@ impl Engine {
         let taken = self.s.observe.timed("take", call).await;
         match taken {
             Ok(taken) => {
-                self.backoff.reset();
+                self.store_ok();
                 self.retry_at = None;
                 let mut won: HashMap<_, _> =
                     taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
@@ -476,7 +482,7 @@ impl Engine {
             match self.s.observe.timed("release", call).await {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
-                    self.backoff.reset();
+                    self.store_ok();
                 }
                 Err(err) => {
                     self.store_failed("releasing leases", &err);
@@ -511,7 +517,7 @@ impl Engine {
                 self.s
                     .observe
                     .renewals(renewed.len(), keys.len().saturating_sub(renewed.len()));
-                self.backoff.reset();
+                self.store_ok();
                 self.retry_at = None;
                 self.next_renew = Instant::now() + self.renew_every;
                 let renewed: HashMap<_, _> = renewed

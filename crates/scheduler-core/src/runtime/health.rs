@@ -23,21 +23,43 @@ pub(crate) struct Heartbeat {
     origin: Instant,
     /// Milliseconds since `origin` of the loop's last turn, plus one; 0: never.
     last: AtomicU64,
+    /// Milliseconds since `origin` of the first failure of the loop's store operations
+    /// since the last success, plus one; 0: not failing.
+    failing_since: AtomicU64,
 }
 
 impl Heartbeat {
-    pub(crate) fn beat(&self) {
+    fn stamp(&self) -> u64 {
         let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms.saturating_add(1), Ordering::Relaxed);
+        ms.saturating_add(1)
     }
 
-    fn age(&self) -> Option<Duration> {
-        match self.last.load(Ordering::Relaxed) {
+    pub(crate) fn beat(&self) {
+        self.last.store(self.stamp(), Ordering::Relaxed);
+    }
+
+    /// A store operation of the loop failed (the first of a streak starts the clock).
+    pub(crate) fn store_failed(&self) {
+        let _ = self.failing_since.compare_exchange(
+            0,
+            self.stamp(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A store operation of the loop succeeded: the streak is over.
+    pub(crate) fn store_ok(&self) {
+        self.failing_since.store(0, Ordering::Relaxed);
+    }
+
+    fn since(&self, stamp: &AtomicU64) -> Option<Duration> {
+        match stamp.load(Ordering::Relaxed) {
             0 => None,
-            last => Some(
+            at => Some(
                 self.origin
                     .elapsed()
-                    .saturating_sub(Duration::from_millis(last - 1)),
+                    .saturating_sub(Duration::from_millis(at - 1)),
             ),
         }
     }
@@ -50,6 +72,14 @@ pub struct HealthReport {
     pub database: bool,
     /// The scheduler's loop turned recently (it has started and is not stuck).
     pub scheduler: bool,
+    /// How long the loop's own store operations (takes, renewals, releases) have been
+    /// failing, if they are; `None` while they succeed. A database that answers the
+    /// clock read while every take fails (a lease table altered or dropped by hand, a
+    /// read-only server, a missing grant) shows here, not in `database`. It is not
+    /// part of [`is_healthy`](Self::is_healthy): taking every instance out of rotation
+    /// because the scheduler cannot take leases would stop the app too; alert on it
+    /// (or on the `scheduler.store.errors` metric) instead.
+    pub store_failing_for: Option<Duration>,
 }
 
 impl HealthReport {
@@ -66,6 +96,7 @@ impl Health {
             beat: Arc::new(Heartbeat {
                 origin: Instant::now(),
                 last: AtomicU64::new(0),
+                failing_since: AtomicU64::new(0),
             }),
             period,
         }
@@ -84,11 +115,12 @@ impl Health {
         );
         let scheduler = self
             .beat
-            .age()
+            .since(&self.beat.last)
             .is_some_and(|age| age <= self.period.saturating_mul(2) + Duration::from_secs(1));
         HealthReport {
             database,
             scheduler,
+            store_failing_for: self.beat.since(&self.beat.failing_since),
         }
     }
 }
