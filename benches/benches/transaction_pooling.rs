@@ -40,7 +40,14 @@ fn pooling(c: &mut Criterion) {
     let bouncer = PgBouncer::start(server.port()).expect("pgbouncer");
     let (direct, pooled) = rt.block_on(async {
         let url = server.create_database().await;
-        let name = url.rsplit('/').next().unwrap().split('?').next().unwrap().to_owned();
+        let name = url
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
         let options = || PostgresOptions::default().max_connections(1);
         let direct = PostgresStore::connect(&server.direct_url(&name), options())
             .await
