@@ -175,8 +175,22 @@ impl MigrationTrait for CreateLeases {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
         if let Some(schema) = self.table.schema() {
-            db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-                .await?;
+            // PostgreSQL checks `CREATE SCHEMA IF NOT EXISTS` against CREATE on the
+            // database before it looks for the schema: asking only when the schema is
+            // missing lets a user with CREATE on an existing schema alone migrate.
+            let found = db
+                .query_one_raw(sea_orm::Statement::from_sql_and_values(
+                    manager.get_database_backend(),
+                    "SELECT to_regnamespace($1) IS NOT NULL AS found",
+                    [format!("\"{schema}\"").into()],
+                ))
+                .await?
+                .map(|row| row.try_get::<bool>("", "found"))
+                .transpose()?;
+            if found != Some(true) {
+                db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                    .await?;
+            }
         }
         let t = self.table.quoted();
         let constraint = format!("\"{}_token_positive\"", self.table.table());

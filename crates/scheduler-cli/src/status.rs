@@ -100,7 +100,8 @@ pub struct LastRun {
 ///
 /// # Errors
 /// [`Error::NoLeaseTable`] if the table does not exist, [`Error::Query`] if a query
-/// fails.
+/// fails, [`Error::BadRow`] if a row cannot be read: a column of an unexpected type,
+/// or a timestamp set by hand that chrono cannot hold (`'infinity'`), naming the lease.
 pub async fn status(db: &DatabaseConnection, table: &TableName) -> Result<Status> {
     const WHAT: &str = "read the lease table";
     let history = HistoryTable::for_leases(table);
@@ -153,8 +154,12 @@ pub async fn status(db: &DatabaseConnection, table: &TableName) -> Result<Status
 /// is one probe of the `(job, started DESC)` index.
 fn sql(table: &TableName, history: Option<&HistoryTable>) -> String {
     let leases = table.quoted();
+    // An infinite expiry (set by hand) cannot be subtracted from; it is refused when
+    // read back (`read_time`), not here, where the error could not name the lease.
     let base = "l.name, l.holder, l.tick, l.token, l.taken_at, l.expires_at, l.released_at, \
-                (extract(epoch FROM l.expires_at - now()) * 1000)::bigint AS expires_in_ms";
+                CASE WHEN isfinite(l.expires_at) \
+                     THEN (extract(epoch FROM l.expires_at - now()) * 1000)::bigint \
+                END AS expires_in_ms";
     let Some(history) = history else {
         return format!("SELECT {base} FROM {leases} l ORDER BY l.name");
     };
@@ -188,8 +193,12 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, what: &'static str)
 
 fn lease_from_row(row: &QueryResult, has_history: bool) -> Result<LeaseStatus> {
     const WHAT: &str = "read the lease table";
+    let lease: String = get(row, "name", WHAT)?;
+    let tick = read_time(row, "tick", &lease, "tick")?;
+    let taken_at = read_time(row, "taken_at", &lease, "taken_at")?;
+    let expires_at = read_time(row, "expires_at", &lease, "expires_at")?;
+    let released_at: Option<DateTime<Utc>> = read_time(row, "released_at", &lease, "released_at")?;
     let expires_in_ms: i64 = get(row, "expires_in_ms", WHAT)?;
-    let released_at: Option<DateTime<Utc>> = get(row, "released_at", WHAT)?;
     let state = if released_at.is_some() {
         LeaseState::Released
     } else if expires_in_ms > 0 {
@@ -199,13 +208,13 @@ fn lease_from_row(row: &QueryResult, has_history: bool) -> Result<LeaseStatus> {
     };
     let last_run = match has_history {
         false => None,
-        true => match get::<Option<DateTime<Utc>>>(row, "run_started", WHAT)? {
+        true => match read_time(row, "run_started", &lease, "the started of its last run")? {
             None => None,
             Some(started) => Some(LastRun {
                 node: get(row, "run_node", WHAT)?,
-                tick: get(row, "run_tick", WHAT)?,
+                tick: read_time(row, "run_tick", &lease, "the tick of its last run")?,
                 started,
-                finished: get(row, "run_finished", WHAT)?,
+                finished: read_time(row, "run_finished", &lease, "the finished of its last run")?,
                 outcome: get(row, "run_outcome", WHAT)?,
                 error: get(row, "run_error", WHAT)?,
                 lease_lost: get(row, "run_lease_lost", WHAT)?,
@@ -213,17 +222,64 @@ fn lease_from_row(row: &QueryResult, has_history: bool) -> Result<LeaseStatus> {
         },
     };
     Ok(LeaseStatus {
-        lease: get(row, "name", WHAT)?,
+        lease,
         holder: get(row, "holder", WHAT)?,
-        tick: get(row, "tick", WHAT)?,
+        tick,
         token: get(row, "token", WHAT)?,
-        taken_at: get(row, "taken_at", WHAT)?,
-        expires_at: get(row, "expires_at", WHAT)?,
+        taken_at,
+        expires_at,
         expires_in_ms,
         state,
         released_at,
         last_run,
     })
+}
+
+/// Reads the `timestamptz` column `col` of `lease`'s row as `T` (a `DateTime<Utc>`,
+/// or an `Option` of one); `label` names the column in the error.
+///
+/// sqlx decodes a timestamp by adding its microseconds to 2000-01-01 with chrono's
+/// panicking `+`, and PostgreSQL's range (and `'infinity'`) reaches beyond chrono's:
+/// a value set by hand would panic. So the raw value's range is checked first.
+fn read_time<T: sea_orm::TryGetable>(
+    row: &QueryResult,
+    col: &str,
+    lease: &str,
+    label: &str,
+) -> Result<T> {
+    use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
+    use sea_orm::sqlx::{Row, Type, ValueRef};
+    const WHAT: &str = "read the lease table";
+    /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
+    const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+    if let Some(raw) = row.try_as_pg_row().and_then(|r| r.try_get_raw(col).ok())
+        && !raw.is_null()
+        && raw.format() == PgValueFormat::Binary
+        && <DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
+    {
+        let micros = raw
+            .as_bytes()
+            .ok()
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+            .map(i64::from_be_bytes);
+        let in_range = micros
+            .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
+            .and_then(DateTime::from_timestamp_micros)
+            .is_some();
+        if !in_range {
+            // PostgreSQL stores the infinities as the extreme values.
+            let value = match micros {
+                Some(i64::MAX) => "infinity, outside the range of timestamps this tool can show",
+                Some(i64::MIN) => "-infinity, outside the range of timestamps this tool can show",
+                _ => "a timestamp outside the range this tool can show (years -262143 to 262142)",
+            };
+            return Err(Error::BadRow {
+                what: WHAT,
+                source: sea_orm::DbErr::Custom(format!("lease {lease:?}: {label} holds {value}")),
+            });
+        }
+    }
+    get(row, col, WHAT)
 }
 
 fn time(at: DateTime<Utc>) -> String {

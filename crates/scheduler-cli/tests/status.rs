@@ -6,6 +6,7 @@ mod support;
 
 use scheduler_cli::{Error, LeaseState, Status};
 use scheduler_postgres::TableName;
+use sea_orm::{ConnectionTrait, Database};
 use serde_json::Value;
 use support::known_leases;
 use test_postgres::TestDb;
@@ -172,4 +173,103 @@ async fn a_database_without_the_lease_table_says_so() {
         err.to_string(),
         "no lease table `app_a.leases` here: has the scheduler run against this database? (--table)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timestamps_out_of_range_set_by_hand_are_bad_rows_not_panics() {
+    let db = TestDb::new().await;
+    known_leases(db.url(), true).await;
+    let admin = Database::connect(db.direct_url()).await.expect("connect");
+    let conn = scheduler_cli::connect(db.url()).await.expect("connect");
+    // PostgreSQL's timestamps reach further than chrono's, and 'infinity' further
+    // still: decoding one unchecked overflows, a panic inside sqlx.
+    let (lease, last_run) = (
+        "scheduler_leases WHERE name = 'sweep'",
+        "scheduler_leases_runs WHERE job = 'sweep' AND node = 'node-b'",
+    );
+    let cases = [
+        (
+            lease,
+            "expires_at",
+            "infinity",
+            "expires_at holds infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            lease,
+            "expires_at",
+            "-infinity",
+            "expires_at holds -infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            lease,
+            "expires_at",
+            "294000-01-01 00:00:00+00",
+            "expires_at holds a timestamp outside the range this tool can show (years -262143 to 262142)",
+        ),
+        (
+            lease,
+            "tick",
+            "infinity",
+            "tick holds infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            lease,
+            "taken_at",
+            "-infinity",
+            "taken_at holds -infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            lease,
+            "released_at",
+            "infinity",
+            "released_at holds infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            last_run,
+            "started",
+            "infinity",
+            "the started of its last run holds infinity, outside the range of timestamps this tool can show",
+        ),
+        (
+            last_run,
+            "finished",
+            "-infinity",
+            "the finished of its last run holds -infinity, outside the range of timestamps this tool can show",
+        ),
+    ];
+    for (row, column, value, says) in cases {
+        let (table, filter) = row.split_once(" WHERE ").unwrap();
+        let set = |to: &str| format!("UPDATE {table} SET {column} = {to} WHERE {filter}");
+        admin
+            .execute_unprepared(&set(&format!("'{value}'")))
+            .await
+            .expect("set by hand");
+        let err = scheduler_cli::status(&conn, &TableName::default())
+            .await
+            .expect_err("refused");
+        let msg = err.to_string();
+        println!("{table}.{column} = {value}: {msg}");
+        assert!(matches!(err, Error::BadRow { .. }), "{err:?}");
+        assert_eq!(
+            msg,
+            format!(
+                "unexpected row while trying to read the lease table: Custom Error: lease \"sweep\": \
+                 {says}; was the table altered by hand?"
+            )
+        );
+        // Set back to a real time (or none), the lease reads again.
+        let restore = if column == "released_at" {
+            "NULL"
+        } else {
+            "now()"
+        };
+        admin
+            .execute_unprepared(&set(restore))
+            .await
+            .expect("restore");
+        let status = scheduler_cli::status(&conn, &TableName::default())
+            .await
+            .expect("status");
+        assert_eq!(status.leases.len(), 4);
+    }
 }

@@ -312,11 +312,8 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
     ))
     .await
     .map_err(fail)?;
-    if let Some(schema) = leases.schema() {
-        txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-            .await
-            .map_err(fail)?;
-    }
+    // The history lives next to the lease table, whose migrations created its schema:
+    // no `CREATE SCHEMA` (which needs CREATE on the database even when it exists).
     let t = table.quoted();
     let by_job = table.index("_job");
     let by_time = table.index("_time");

@@ -216,11 +216,13 @@ impl Server {
             );
         };
         if self.qualified {
-            // The migration runs `CREATE SCHEMA IF NOT EXISTS`, which PostgreSQL checks
-            // against the database even when the schema exists.
+            // A missing schema is created first (which needs CREATE on the database; its
+            // creator then owns it), an existing one only needs CREATE on it. Which of
+            // the two failed is not known here, so the hint names both.
             format!(
-                "; migration {migration} needs CREATE on database {database} (to create schema {schema}) and on schema {schema}: \
-                 GRANT CREATE ON DATABASE {database} TO {user}; GRANT CREATE ON SCHEMA {schema} TO {user}; {instead}"
+                "; migration {migration} needs CREATE on schema {schema} (GRANT CREATE ON SCHEMA {schema} TO {user}) \
+                 or, while schema {schema} does not exist, CREATE on database {database} to create it \
+                 (GRANT CREATE ON DATABASE {database} TO {user}); {instead}"
             )
         } else {
             format!(

@@ -4,6 +4,10 @@
 //! transactions are read-only by default); a lease table altered by hand. Each gets a
 //! clear error naming what to do, never a panic. And a scan of the store's source
 //! showing that SQL only ever has identifiers spliced in, values being bound.
+//!
+//! `pgbouncer.rs` runs these tests again through PgBouncer in transaction pooling
+//! mode: the stores under test connect to `db.url()`, while the tests' own set-up and
+//! inspection statements go to the server directly (`admin`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -45,6 +49,17 @@ async fn store(url: &str) -> PostgresStore {
 
 async fn store_with(url: &str, options: PostgresOptions) -> PostgresStore {
     connect(url, options).await.expect("connect and migrate")
+}
+
+/// A connection for the test's own set-up and inspection statements, as the server's
+/// superuser: to the server itself, never through PgBouncer (`direct_url` maps a
+/// PgBouncer URL of this process back to the server's, and leaves others alone).
+/// sea-orm prepares named statements, which transaction pooling breaks; the store's
+/// own connection would also hide what the store does from what the test does.
+async fn admin(url: &str) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(test_postgres::direct_url(url));
+    options.max_connections(2).sqlx_logging(false);
+    Database::connect(options).await.expect("admin connection")
 }
 
 /// Runs `sql` (several statements allowed) on `conn`.
@@ -316,7 +331,7 @@ async fn hostile_job_names_run_and_are_stored_byte_for_byte() {
     let mut expected: BTreeSet<String> = names.iter().cloned().collect();
     expected.insert(format!("{per_node}:{node}"));
     assert_eq!(*seen.lock().unwrap(), expected);
-    let conn = store.connection();
+    let conn = &admin(db.url()).await;
     let stored: BTreeSet<String> = strings(conn, "SELECT name FROM scheduler_leases")
         .await
         .into_iter()
@@ -354,9 +369,9 @@ async fn hostile_names_take_renew_and_release_through_the_store() {
     assert_eq!(renewed, expected);
     assert_eq!(released, expected);
     // Byte lengths as PostgreSQL counts them: nothing was escaped or normalised.
+    let admin = admin(db.url()).await;
     for n in &names {
-        let row = store
-            .connection()
+        let row = admin
             .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 "SELECT octet_length(name) AS len FROM scheduler_leases WHERE name = $1",
@@ -429,7 +444,7 @@ async fn names_over_the_limit_or_with_control_characters_are_refused_by_build() 
     );
     // Nothing reached the database.
     assert!(
-        strings(store.connection(), "SELECT name FROM scheduler_leases")
+        strings(&admin(db.url()).await, "SELECT name FROM scheduler_leases")
             .await
             .is_empty()
     );
@@ -514,12 +529,6 @@ async fn weak_role(admin: &DatabaseConnection, db: &TestDb) -> (String, String) 
     (role, url)
 }
 
-async fn admin(url: &str) -> DatabaseConnection {
-    let mut options = ConnectOptions::new(url);
-    options.max_connections(2).sqlx_logging(false);
-    Database::connect(options).await.expect("admin connection")
-}
-
 #[tokio::test]
 async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs() {
     let db = TestDb::new().await;
@@ -551,7 +560,7 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     assert!(!exists(&admin, "scheduler_leases_migrations").await);
     assert!(!exists(&admin, "scheduler_leases").await);
 
-    // A schema-qualified table whose schema does not exist: CREATE on the database too.
+    // A schema-qualified table whose schema does not exist: CREATE on the database, to create it.
     let options = PostgresOptions::default()
         .table("weak_app.leases")
         .expect("name");
@@ -567,8 +576,9 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     );
     assert!(
         msg.ends_with(&format!(
-            "; migration {CREATE_LEASES} needs CREATE on database {database} (to create schema weak_app) and on schema weak_app: \
-             GRANT CREATE ON DATABASE {database} TO {role}; GRANT CREATE ON SCHEMA weak_app TO {role}; \
+            "; migration {CREATE_LEASES} needs CREATE on schema weak_app (GRANT CREATE ON SCHEMA weak_app TO {role}) \
+             or, while schema weak_app does not exist, CREATE on database {database} to create it \
+             (GRANT CREATE ON DATABASE {database} TO {role}); \
              or run the migrations once as a user that has it and open the store with migrate(false)"
         )),
         "{msg}"
@@ -703,6 +713,79 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     let msg = err.to_string();
     assert!(msg.contains("permission denied for schema locked"), "{msg}");
     assert!(msg.ends_with("(and USAGE on its schema)"), "{msg}");
+}
+
+/// Whether `role` holds a right, as the `has_*_privilege($1, …)` call `check` says.
+async fn holds(admin: &DatabaseConnection, check: &str, role: &str) -> bool {
+    let row = admin
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            format!("SELECT {check} AS holds"),
+            [role.into()],
+        ))
+        .await
+        .expect("query")
+        .expect("row");
+    row.try_get("", "holds").expect("bool")
+}
+
+#[tokio::test]
+async fn a_user_with_create_on_an_existing_schema_needs_no_create_on_the_database() {
+    let db = TestDb::new().await;
+    let admin = admin(db.url()).await;
+    let (role, weak) = weak_role(&admin, &db).await;
+    let database = db.name();
+    exec(
+        &admin,
+        &format!("CREATE SCHEMA app_b; GRANT USAGE ON SCHEMA app_b TO {role}"),
+    )
+    .await;
+    let on_database = "has_database_privilege($1, current_database(), 'CREATE')";
+    let on_schema = "has_schema_privilege($1, 'app_b', 'CREATE')";
+    assert!(!holds(&admin, on_database, &role).await);
+    assert!(!holds(&admin, on_schema, &role).await);
+    let options = PostgresOptions::default()
+        .table("app_b.leases")
+        .expect("name");
+
+    // USAGE alone: the lease table cannot be created in the schema.
+    let err = connect(&weak, options.clone()).await.expect_err("refused");
+    let msg = err.to_string();
+    assert!(
+        matches!(&err, Error::Migrate { migration, .. } if migration == CREATE_LEASES),
+        "{msg}"
+    );
+    assert!(msg.contains("permission denied for schema app_b"), "{msg}");
+    assert!(
+        msg.ends_with(&format!(
+            "; migration {CREATE_LEASES} needs CREATE on schema app_b (GRANT CREATE ON SCHEMA app_b TO {role}) \
+             or, while schema app_b does not exist, CREATE on database {database} to create it \
+             (GRANT CREATE ON DATABASE {database} TO {role}); \
+             or run the migrations once as a user that has it and open the store with migrate(false)"
+        )),
+        "{msg}"
+    );
+    println!("no CREATE on an existing schema: {msg}");
+
+    // With CREATE on the schema, and still none on the database, it migrates: the
+    // schema exists, so nothing asks to create it.
+    exec(&admin, &format!("GRANT CREATE ON SCHEMA app_b TO {role}")).await;
+    assert!(holds(&admin, on_schema, &role).await);
+    let migrated = connect(&weak, options)
+        .await
+        .expect("migrates with CREATE on the schema alone");
+    assert!(!holds(&admin, on_database, &role).await);
+    assert!(exists(&admin, "app_b.leases").await);
+    assert!(exists(&admin, "app_b.leases_migrations").await);
+    let t = tick(&migrated, 0).await;
+    let keys = take(&migrated, &["weak job"], t).await.expect("take");
+    assert_eq!(keys.len(), 1);
+    let owner = strings(
+        &admin,
+        "SELECT tableowner::text FROM pg_tables WHERE schemaname = 'app_b' AND tablename = 'leases'",
+    )
+    .await;
+    assert_eq!(owner, [Some(role.clone())]);
 }
 
 // ---------------------------------------------------------------------------------
@@ -1002,11 +1085,15 @@ async fn a_hot_standby_is_refused_at_open_and_its_writes_name_the_primary() {
 #[tokio::test]
 async fn a_database_read_only_by_default_is_refused_at_open_and_its_writes_name_the_primary() {
     let db = TestDb::new().await;
-    let writable = store(db.url()).await;
+    // The default applies to sessions that start after the ALTER. Behind PgBouncer,
+    // the server sessions it opened for a store would stay writable: so the lease is
+    // set up on the server directly, and nothing reaches this database through
+    // `db.url()` before it is read-only by default.
+    let writable = store(db.direct_url()).await;
     let t = tick(&writable, 0).await;
     let keys = take(&writable, &["job"], t).await.expect("take");
     exec(
-        writable.connection(),
+        &admin(db.url()).await,
         &format!(
             "ALTER DATABASE {} SET default_transaction_read_only = on",
             db.name()
@@ -1049,7 +1136,7 @@ async fn altered(alter: &str) -> (TestDb, PostgresStore, Vec<LeaseKey>, Tick) {
         .release(&b, Release::Completed)
         .await
         .expect("release b");
-    exec(before.connection(), alter).await;
+    exec(&admin(db.url()).await, alter).await;
     let after = connect(db.url(), PostgresOptions::default().migrate(false))
         .await
         .expect("open");
@@ -1151,25 +1238,37 @@ async fn a_changed_column_type_is_a_clear_error() {
     );
 
     // Altered under an open store, whose renewal is a cached prepared statement: its
-    // result type changed, which PostgreSQL refuses to replan silently.
+    // result type changed, which PostgreSQL refuses to replan silently. (One
+    // connection, so the renewal after the change runs where the one before cached it.)
     let db = TestDb::new().await;
-    let open = self::store(db.url()).await;
+    let open = store_with(db.url(), PostgresOptions::default().max_connections(1)).await;
     let a = take(&open, &["a"], tick(&open, 0).await)
         .await
         .expect("take");
     open.renew(&a, ttl()).await.expect("renew before");
     exec(
-        open.connection(),
+        &admin(db.url()).await,
         "ALTER TABLE scheduler_leases ALTER expires_at TYPE text",
     )
     .await;
     let err = open.renew(&a, ttl()).await.expect_err("renew after");
-    assert_statement(
-        &err,
-        "renew leases",
-        "cached plan must not change result type",
-        SHAPE_HINT,
-    );
+    if open.transaction_pooling() {
+        // Behind PgBouncer the store's statements are unnamed: none is cached, so the
+        // renewal is planned afresh and fails where the store reads the expiry back,
+        // as it does for a store opened after the change (above).
+        assert_bad_row(
+            &err,
+            "renew leases",
+            "error occurred while decoding column \"expires_at\": mismatched types",
+        );
+    } else {
+        assert_statement(
+            &err,
+            "renew leases",
+            "cached plan must not change result type",
+            SHAPE_HINT,
+        );
+    }
 }
 
 #[tokio::test]
@@ -1193,7 +1292,8 @@ async fn a_table_dropped_under_an_open_store_is_a_clear_error() {
     let store = store(db.url()).await;
     let t = tick(&store, 0).await;
     let a = take(&store, &["a"], t).await.expect("take");
-    exec(store.connection(), "DROP TABLE scheduler_leases").await;
+    let admin = admin(db.url()).await;
+    exec(&admin, "DROP TABLE scheduler_leases").await;
     let hint = "; the table does not exist: run the migrations (open the store with migrate(true)) \
                 or check the table name and the search_path";
     let missing = "relation \"scheduler_leases\" does not exist";
@@ -1228,11 +1328,7 @@ async fn a_table_dropped_under_an_open_store_is_a_clear_error() {
     );
     println!("{err}");
     // Doing what it says repairs it.
-    exec(
-        store.connection(),
-        "DELETE FROM scheduler_leases_migrations",
-    )
-    .await;
+    exec(&admin, "DELETE FROM scheduler_leases_migrations").await;
     let repaired = connect(db.url(), PostgresOptions::default())
         .await
         .expect("migrates again");
@@ -1280,7 +1376,7 @@ async fn names_the_store_cannot_hold_are_bad_rows_not_panics() {
     // Rows are only ever read back by a requested (valid) name, so a bad name put in
     // by hand is never read: it sits there, and everything else keeps working.
     let long = "x".repeat(300);
-    let (_db, store, _, _) = altered(&format!(
+    let (db, store, _, _) = altered(&format!(
         "INSERT INTO scheduler_leases (name, holder, tick, token, expires_at)
          VALUES ('{long}', 'by hand', now(), 1, now() + interval '1 hour'),
                 (E'new\\nline', 'by hand', now(), 1, now() + interval '1 hour')"
@@ -1292,7 +1388,7 @@ async fn names_the_store_cannot_hold_are_bad_rows_not_panics() {
         .expect("take");
     assert_eq!(keys.len(), 2);
     let lens = strings(
-        store.connection(),
+        &admin(db.url()).await,
         "SELECT octet_length(name)::text FROM scheduler_leases WHERE holder = 'by hand' ORDER BY 1",
     )
     .await;
@@ -1312,11 +1408,8 @@ async fn names_the_store_cannot_hold_are_bad_rows_not_panics() {
 async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed() {
     let db = TestDb::new().await;
     let store = store(db.url()).await;
-    exec(
-        store.connection(),
-        "ALTER TABLE scheduler_leases DROP COLUMN token",
-    )
-    .await;
+    let admin = admin(db.url()).await;
+    exec(&admin, "ALTER TABLE scheduler_leases DROP COLUMN token").await;
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let scheduler = Scheduler::builder(store.clone())
         .node_id("node-a")
@@ -1358,13 +1451,14 @@ async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed()
     );
     println!("logged: {line}");
     // The loop keeps turning; the readiness probe's database check only reads the
-    // clock, which needs no table.
+    // clock, which needs no table, and it says how long the takes have been failing.
     let report = health.check(Duration::from_secs(10)).await;
     assert!(report.scheduler, "{report:?}");
     assert!(report.database, "{report:?}");
+    assert!(report.store_failing_for.is_some(), "{report:?}");
 
     exec(
-        store.connection(),
+        &admin,
         "ALTER TABLE scheduler_leases ADD COLUMN token bigint NOT NULL DEFAULT 1",
     )
     .await;
@@ -1377,6 +1471,8 @@ async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed()
         },
     )
     .await;
+    let report = health.check(Duration::from_secs(10)).await;
+    assert_eq!(report.store_failing_for, None, "recovered: {report:?}");
     stop.send(()).expect("scheduler running");
     run.await.expect("the scheduler does not panic");
 }

@@ -24,6 +24,9 @@ mod migrations;
 #[path = "bad_input.rs"]
 mod bad_input;
 
+#[path = "hostile_input.rs"]
+mod hostile_input;
+
 #[path = "runtime_cluster.rs"]
 mod runtime_cluster;
 
