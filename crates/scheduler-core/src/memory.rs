@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -27,6 +28,8 @@ pub struct MemoryStore {
     clock: LocalClock,
     failing: AtomicBool,
     calls: AtomicU64,
+    /// Milliseconds a clock read waits before reading (a pool wait, a stalled server).
+    clock_delay_ms: AtomicU64,
 }
 
 /// One lease row, as the store keeps it.
@@ -68,6 +71,19 @@ impl MemoryStore {
     /// outage would.
     pub fn set_failing(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// The store's clock, read without going through [`Store::now`].
+    pub fn clock(&self) -> LocalClock {
+        self.clock
+    }
+
+    /// Makes every clock read ([`Store::now`]) wait `delay` before it reads the clock,
+    /// as a read stuck behind a pool wait or a stalled server would: the value comes
+    /// from the end of the call.
+    pub fn set_clock_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.clock_delay_ms.store(ms, Ordering::SeqCst);
     }
 
     /// How many calls (take, renew, release, now) the store has answered or failed.
@@ -203,6 +219,10 @@ impl Store for MemoryStore {
     }
 
     async fn now(&self) -> Result<DateTime<Utc>> {
+        let delay = self.clock_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         self.call()
     }
 }

@@ -74,7 +74,9 @@ impl Idempotent for Probe {
         self.catch_up
     }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
-        let started = self.store.now().await.unwrap_or_default();
+        // The store's clock, read directly: a clock read through the store may be told
+        // to stall.
+        let started = self.store.clock().now();
         if self.panic {
             panic!("probe told to panic");
         }
@@ -470,6 +472,76 @@ async fn health_reports_the_store_and_the_loop() {
     );
     assert!(recovered.is_healthy(), "{recovered:?}");
     assert_eq!(recovered.store_failing_for, None, "the streak ended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_read_stuck_behind_a_pool_wait_does_not_move_the_schedule() {
+    // A clock read that waits 4 s (for a pooled connection, a stalled server) reads
+    // the store's clock at its end: taken at face value, the midpoint would put the
+    // store 2 s ahead and every tick would be taken 2 s early.
+    let (store, log) = (store(), Log::default());
+    let scheduler = builder(&store)
+        .job(Probe::new("on-time", &store, &log))
+        .build()
+        .expect("build");
+    let stall = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        store.set_clock_delay(Duration::from_secs(4));
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        store.set_clock_delay(Duration::ZERO);
+    };
+    tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(16))),
+        stall
+    );
+    let all = runs(&log, "on-time");
+    assert!(all.len() >= 10, "{all:?}");
+    for r in &all {
+        let late = (r.started - r.tick).num_milliseconds();
+        assert!(late >= 0, "tick {} ran {} ms early", r.tick, -late);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_call_that_never_answers_is_abandoned_and_the_loop_goes_on() {
+    // A connection cut without a close: the clock read never answers (an hour is
+    // forever here). The loop abandons it after its call limit (two renewal periods:
+    // 2 s with a 4 s ttl), counts a store failure and keeps turning.
+    let (store, log) = (store(), Log::default());
+    let scheduler = builder(&store)
+        .job(Probe::new("cut", &store, &log))
+        .build()
+        .expect("build");
+    let health = scheduler.health();
+    let cut = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        store.set_clock_delay(Duration::from_secs(3600));
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let during = health.check(Duration::from_millis(100)).await;
+        store.set_clock_delay(Duration::ZERO);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let after = health.check(Duration::from_millis(100)).await;
+        (during, after)
+    };
+    let (_, (during, after)) = tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(20))),
+        cut
+    );
+    assert!(during.scheduler, "the loop kept turning: {during:?}");
+    assert!(!during.database, "{during:?}");
+    assert!(after.is_healthy(), "{after:?}");
+    assert_eq!(after.store_failing_for, None, "{after:?}");
+    // Takes kept working while clock reads hung: ticks ran all through the cut (a
+    // few are missed while the loop waits out a hung read's limit).
+    let all = runs(&log, "cut");
+    let first = all.first().map(|r| r.tick).expect("runs");
+    let during_cut = all
+        .iter()
+        .filter(|r| {
+            r.tick >= first + TimeDelta::seconds(5) && r.tick <= first + TimeDelta::seconds(10)
+        })
+        .count();
+    assert!(during_cut >= 3, "{all:?}");
 }
 
 #[tokio::test(start_paused = true)]

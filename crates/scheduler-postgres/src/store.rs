@@ -41,6 +41,15 @@ pub struct PostgresOptions {
     /// set by `pgbouncer=true` in the URL ([`PostgresOptions::for_url`]). See
     /// [`PostgresStore`]'s "Behind PgBouncer".
     pub transaction_pooling: bool,
+    /// How long a transaction the store opens may sit idle, waiting for its client,
+    /// before the server ends the session (`SET LOCAL
+    /// idle_in_transaction_session_timeout`). Default 10 s. A client paused (a GC
+    /// pause, SIGSTOP, a cut network) inside a [`fenced`](PostgresStore::fenced)
+    /// transaction, or between a statement and its `COMMIT` behind PgBouncer, would
+    /// otherwise keep its lease row locks and hold up every other instance's takes;
+    /// the ended session rolls back, so nothing half-done commits. Keep fenced and
+    /// keyed work below it between statements.
+    pub idle_transaction_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -51,6 +60,7 @@ impl Default for PostgresOptions {
             max_connections: 4,
             connect_timeout: Duration::from_secs(5),
             transaction_pooling: false,
+            idle_transaction_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -87,6 +97,13 @@ impl PostgresOptions {
     /// `pool_mode = transaction`); see [`PostgresOptions::transaction_pooling`].
     pub fn transaction_pooling(mut self, on: bool) -> Self {
         self.transaction_pooling = on;
+        self
+    }
+
+    /// How long a store transaction may wait idle for its client (at least 1 ms);
+    /// see [`PostgresOptions::idle_transaction_timeout`].
+    pub fn idle_transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_transaction_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 
@@ -204,6 +221,9 @@ pub struct PostgresStore {
     table: TableName,
     sql: Sql,
     transaction_pooling: bool,
+    /// `SET LOCAL idle_in_transaction_session_timeout = …`, run first in every
+    /// transaction the store opens.
+    idle_guard: String,
 }
 
 /// The statements, with the table name spliced in once.
@@ -312,6 +332,11 @@ impl PostgresStore {
             table: options.table,
             db,
             transaction_pooling: options.transaction_pooling,
+            idle_guard: {
+                // `SET` takes no parameters; this is an integer, not text.
+                let idle_ms = options.idle_transaction_timeout.as_millis().max(1);
+                format!("SET LOCAL idle_in_transaction_session_timeout = {idle_ms}")
+            },
         };
         if options.migrate {
             migrate::run(&store).await?;
@@ -341,15 +366,20 @@ impl PostgresStore {
     /// drops every prepared statement on the server connection it was given, so that
     /// the statements sqlx prepares inside (under names fresh for this client: the
     /// pool's statement cache is off) cannot clash with names another client left
-    /// there. Directly on PostgreSQL it is sea-orm's `begin()`.
+    /// there. Either way the transaction may not sit idle, waiting for its client,
+    /// longer than [`PostgresOptions::idle_transaction_timeout`].
     ///
     /// # Errors
     /// The driver's error if no connection could be had or the server failed.
     pub async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
-        if self.transaction_pooling {
-            txn.execute_unprepared("DEALLOCATE ALL").await?;
-        }
+        // One simple-protocol round trip: no prepared statement involved.
+        let setup = if self.transaction_pooling {
+            format!("DEALLOCATE ALL; {}", self.idle_guard)
+        } else {
+            self.idle_guard.clone()
+        };
+        txn.execute_unprepared(&setup).await?;
         Ok(txn)
     }
 
@@ -414,7 +444,7 @@ impl PostgresStore {
         let mut txn = self
             .db
             .get_postgres_connection_pool()
-            .begin()
+            .begin_with(sqlx::AssertSqlSafe(format!("BEGIN; {}", self.idle_guard)))
             .await
             .map_err(driver)?;
         let query = sqlx::query_with(

@@ -1516,6 +1516,14 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
     ),
     ("mine", "store.rs: the shared CTE, built from `{t}` only"),
     ("STRIPE_LOCK_CLASS", "keyed.rs: an integer constant"),
+    (
+        "idle_ms",
+        "store.rs: an integer of milliseconds from PostgresOptions' Duration",
+    ),
+    (
+        "self.idle_guard",
+        "store.rs: the SET LOCAL statement built from `{idle_ms}` only",
+    ),
     ("self.table().quoted()", "fenced.rs: TableName::quoted()"),
     // Hints: text shown to a person, naming the grant to run; never executed.
     ("user", "migrate.rs hint: current_user, quoted by ident()"),

@@ -30,6 +30,9 @@ mod hostile_input;
 #[path = "runtime_cluster.rs"]
 mod runtime_cluster;
 
+#[path = "paused_holder.rs"]
+mod paused_holder;
+
 #[path = "leases_hold_no_connection.rs"]
 mod leases_hold_no_connection;
 

@@ -59,8 +59,15 @@ pub(super) struct Engine {
     by_task: HashMap<Id, usize>,
     /// Releases not yet acknowledged by the store.
     to_release: Vec<(LeaseKey, Release)>,
+    /// How long one store call may take before it is abandoned as failed: two renewal
+    /// periods (a renewal that late is as good as lost), within 1 s … 30 s.
+    call_limit: Duration,
     /// Store clock minus local clock.
     offset: TimeDelta,
+    /// The shortest round trip of a clock read so far, and how many samples in a row
+    /// were discarded for a long one.
+    clock_rtt: Option<TimeDelta>,
+    clock_discarded: u32,
     backoff: Backoff,
     /// No store call before this instant (after a failure).
     retry_at: Option<Instant>,
@@ -70,6 +77,11 @@ pub(super) struct Engine {
     lost_poll: Duration,
     beat: Arc<Heartbeat>,
 }
+
+/// Clock samples with round trips up to this long are always taken.
+const MAX_CLOCK_RTT: TimeDelta = TimeDelta::milliseconds(250);
+/// How many long-round-trip samples in a row are discarded before one is taken anyway.
+const CLOCK_DISCARDS: u32 = 5;
 
 impl Engine {
     pub(super) fn new(s: Scheduler) -> Self {
@@ -81,7 +93,12 @@ impl Engine {
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             to_release: Vec::new(),
+            call_limit: renew_every
+                .saturating_mul(2)
+                .clamp(Duration::from_secs(1), Duration::from_secs(30)),
             offset: TimeDelta::zero(),
+            clock_rtt: None,
+            clock_discarded: 0,
             backoff: Backoff::new(s.config.retry_base, s.config.retry_cap),
             retry_at: None,
             next_renew: Instant::now() + renew_every,
@@ -121,10 +138,35 @@ impl Engine {
     async fn sync_clock(&mut self) -> bool {
         let clock = self.s.config.clock;
         let before = clock.now();
-        match self.s.observe.timed("now", self.s.store.now()).await {
+        match self
+            .s
+            .observe
+            .timed("now", self.call_limit, self.s.store.now())
+            .await
+        {
             Ok(db) => {
                 let after = clock.now();
-                let mid = before + (after - before) / 2;
+                let rtt = after - before;
+                // The read happened somewhere within the round trip; the midpoint is
+                // off by up to half of it. A read stuck behind a pool wait or a stalled
+                // server would shift the schedule by seconds (and take ticks early):
+                // such a sample is discarded while a good offset is known, unless
+                // round trips stay long (the network changed).
+                if let Some(best) = self.clock_rtt
+                    && rtt > (best * 4).max(MAX_CLOCK_RTT)
+                    && self.clock_discarded < CLOCK_DISCARDS
+                {
+                    self.clock_discarded += 1;
+                    debug!(
+                        round_trip_ms = rtt.num_milliseconds(),
+                        best_ms = best.num_milliseconds(),
+                        "clock sample discarded: its round trip was too long"
+                    );
+                    return true;
+                }
+                self.clock_discarded = 0;
+                self.clock_rtt = Some(self.clock_rtt.map_or(rtt, |best| best.min(rtt)));
+                let mid = before + rtt / 2;
                 let offset = db - mid;
                 if (offset - self.offset).num_milliseconds().abs() > 1000 {
                     info!(
@@ -302,7 +344,7 @@ impl Engine {
         }
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
         let call = self.s.store.take(&requests, self.s.ttl).instrument(span);
-        let taken = self.s.observe.timed("take", call).await;
+        let taken = self.s.observe.timed("take", self.call_limit, call).await;
         match taken {
             Ok(taken) => {
                 self.store_ok();
@@ -479,7 +521,7 @@ impl Engine {
                 continue;
             }
             let call = self.s.store.release(&keys, how);
-            match self.s.observe.timed("release", call).await {
+            match self.s.observe.timed("release", self.call_limit, call).await {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
                     self.store_ok();
@@ -512,7 +554,7 @@ impl Engine {
         }
         let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
         let call = self.s.store.renew(&keys, self.s.ttl);
-        match self.s.observe.timed("renew", call).await {
+        match self.s.observe.timed("renew", self.call_limit, call).await {
             Ok(renewed) => {
                 self.s
                     .observe

@@ -269,14 +269,22 @@ impl Observer {
         }
     }
 
-    /// Runs one store call, recording its duration and result.
+    /// Runs one store call, recording its duration and result. A call that has not
+    /// answered within `limit` is abandoned and fails: a statement sent on a connection
+    /// cut without a close would otherwise wait for TCP to notice, for many minutes.
     pub(crate) async fn timed<T>(
         &self,
         operation: &'static str,
+        limit: Duration,
         call: impl std::future::Future<Output = crate::Result<T>>,
     ) -> crate::Result<T> {
         let started = tokio::time::Instant::now();
-        let result = call.await;
+        let result = match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(crate::Error::store(format!(
+                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
+            ))),
+        };
         self.store_call(operation, started.elapsed(), result.is_ok());
         result
     }
