@@ -32,8 +32,10 @@
 //!
 //! - **Checked range**: ticks `t` with `began < t ≤ stop − SLACK`, where `began` is
 //!   when every initial instance had written its first heartbeat and `stop` when the
-//!   final graceful shutdown begins. A node job's range on a node starts when the
-//!   first instance on that node was ready (nodes are never left without one).
+//!   final graceful shutdown begins. A node job's range on a node starts one period
+//!   after the first instance on that node was ready (nodes are never left without
+//!   one): that instance runs the node's latest tick as a catch-up at once, and the
+//!   next tick may find it still running (a documented overlap skip).
 //! - **Fault window**: `[fault − SLACK, recovery + ttl + period]`. `fault` is the
 //!   database time just before the driver injects the fault (signal sent, server
 //!   stopped, proxy cut); `recovery` the moment it ends (`SIGCONT`, server up again,

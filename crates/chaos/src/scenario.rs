@@ -566,10 +566,15 @@ impl Scenario {
                     from: self.began,
                     to,
                 }),
+                // A node that had no instance before runs its latest tick as a
+                // catch-up the moment its first instance starts; that late run may
+                // still be going when the next tick is due, which is then skipped as
+                // an overlap (documented). So a node's series starts one period
+                // after its first instance was ready.
                 Scope::Node => series.extend(nodes.iter().map(|(node, ready)| Series {
                     job: job.name.to_owned(),
                     node: Some(node.clone()),
-                    from: self.began.max(*ready),
+                    from: self.began.max(*ready + delta(self.config.period)),
                     to,
                 })),
             }

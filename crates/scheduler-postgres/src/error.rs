@@ -113,7 +113,10 @@ fn statement_hint(sqlstate: Option<&str>) -> &'static str {
         }
         // invalid_sql_statement_name, duplicate_prepared_statement
         Some("26000" | "42P05") => {
-            "; prepared statements are lost between transactions: behind PgBouncer in transaction pooling mode add pgbouncer=true to the URL, or build the pool with scheduler_postgres::connect_options"
+            "; prepared statements are lost between transactions: behind PgBouncer in transaction pooling mode add pgbouncer=true to the URL (for a pool of your own: scheduler_postgres::connect_options(url, &options) with PostgresOptions::for_url(url)), and run your own statements inside store.begin()"
+        }
+        Some("25P03") => {
+            "; the transaction sat idle longer than PostgresOptions::idle_transaction_timeout (a paused process, or slow work between statements inside fenced/keyed): it was rolled back"
         }
         _ => "",
     }

@@ -100,10 +100,11 @@ impl PostgresOptions {
         self
     }
 
-    /// How long a store transaction may wait idle for its client (at least 1 ms);
-    /// see [`PostgresOptions::idle_transaction_timeout`].
+    /// How long a store transaction may wait idle for its client (`Duration::ZERO`
+    /// turns the timeout off; at most about 24 days, PostgreSQL's limit); see
+    /// [`PostgresOptions::idle_transaction_timeout`].
     pub fn idle_transaction_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_transaction_timeout = timeout.max(Duration::from_millis(1));
+        self.idle_transaction_timeout = timeout;
         self
     }
 
@@ -199,9 +200,12 @@ fn pgbouncer_param(url: &str) -> (String, bool) {
 /// - migrations take a transaction-level advisory lock, which PgBouncer does not
 ///   break (a session lock would be lost between transactions).
 ///
-/// Your own statements on the same pool follow the same rule: run them in a
-/// transaction (or in [`fenced`](Self::fenced)); a statement outside one may be
-/// parsed on one server connection and executed on another. PgBouncer must accept
+/// Your own statements on the same pool follow the same rule: run them inside
+/// [`begin`](Self::begin) (or [`fenced`](Self::fenced)) — a plain `begin()` of the
+/// pool lacks the `DEALLOCATE ALL` — as a statement outside a transaction may be
+/// parsed on one server connection and executed on another. To hand
+/// [`open`](Self::open) a pool of your own, build it with [`connect_options`] and
+/// pass [`PostgresOptions::for_url`] (both read `pgbouncer=true`). PgBouncer must accept
 /// the startup parameters sqlx sends: `ignore_startup_parameters =
 /// extra_float_digits,options`.
 ///
@@ -334,7 +338,11 @@ impl PostgresStore {
             transaction_pooling: options.transaction_pooling,
             idle_guard: {
                 // `SET` takes no parameters; this is an integer, not text.
-                let idle_ms = options.idle_transaction_timeout.as_millis().max(1);
+                // 0 turns the timeout off; PostgreSQL takes at most i32::MAX ms.
+                let idle_ms = options
+                    .idle_transaction_timeout
+                    .as_millis()
+                    .min(i32::MAX.unsigned_abs().into());
                 format!("SET LOCAL idle_in_transaction_session_timeout = {idle_ms}")
             },
         };
@@ -500,6 +508,22 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, operation: &'static
 /// `+`, and PostgreSQL's range (and `'infinity'`) reaches beyond chrono's: a value set
 /// by hand would panic. The raw value's range is checked first.
 fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
+    time_or_clamp(row, col, operation, false)
+}
+
+/// [`time`], but a held row of another job's (read to tell the runtime when to ask
+/// again, never to decide ownership) set out of range by hand reads as the end (or
+/// start) of time instead of failing the whole batch it came with.
+fn held_time(row: &QueryResult, col: &str) -> Result<DateTime<Utc>> {
+    time_or_clamp(row, col, "take leases", true)
+}
+
+fn time_or_clamp(
+    row: &QueryResult,
+    col: &str,
+    operation: &'static str,
+    clamp: bool,
+) -> Result<DateTime<Utc>> {
     use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
     use sea_orm::sqlx::{Row, Type, ValueRef};
     /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
@@ -518,6 +542,14 @@ fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTim
             .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
             .and_then(DateTime::from_timestamp_micros);
         if at.is_none() {
+            if clamp {
+                let future = micros.is_none_or(|us| us > 0);
+                return Ok(if future {
+                    DateTime::<Utc>::MAX_UTC
+                } else {
+                    DateTime::<Utc>::MIN_UTC
+                });
+            }
             return Err(Error::BadRow {
                 operation,
                 source: DbErr::Custom(format!(
@@ -587,8 +619,8 @@ impl scheduler_core::Store for PostgresStore {
             } else {
                 taken.held.push(Held {
                     name: name_from_row(row, "take leases")?,
-                    tick: Tick::new(time(row, "tick", "take leases")?),
-                    expires_at: time(row, "expires_at", "take leases")?,
+                    tick: Tick::new(held_time(row, "tick")?),
+                    expires_at: held_time(row, "expires_at")?,
                     completed: get(row, "completed", "take leases")?,
                 });
             }

@@ -30,7 +30,9 @@ exec 2>>"$log"
 pid=$!
 
 shutdown() {
-    kill -INT "$pid" 2>/dev/null
+    # SIGTERM: immediate shutdown (SIGINT would wait for clients still inside a
+    # transaction, e.g. a paused test instance).
+    kill -TERM "$pid" 2>/dev/null
     wait "$pid"
     rm -rf "$dir"
     exit 0
@@ -171,6 +173,10 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
+        BOUNCERS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(port, _)| *port != self.port);
         drop(self.commands.take());
         let _ = self.child.wait();
     }
@@ -190,6 +196,7 @@ pub fn direct_url(url: &str) -> String {
     let bouncers = BOUNCERS.lock().unwrap_or_else(PoisonError::into_inner);
     let Some((_, upstream)) = bouncers
         .iter()
+        .rev()
         .find(|(port, _)| target.host == "127.0.0.1" && *port == target.port)
     else {
         return url.to_owned();

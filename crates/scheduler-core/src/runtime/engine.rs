@@ -68,6 +68,8 @@ pub(super) struct Engine {
     /// were discarded for a long one.
     clock_rtt: Option<TimeDelta>,
     clock_discarded: u32,
+    /// How many clock samples were taken.
+    clock_samples: u32,
     backoff: Backoff,
     /// No store call before this instant (after a failure).
     retry_at: Option<Instant>,
@@ -99,6 +101,7 @@ impl Engine {
             offset: TimeDelta::zero(),
             clock_rtt: None,
             clock_discarded: 0,
+            clock_samples: 0,
             backoff: Backoff::new(s.config.retry_base, s.config.retry_cap),
             retry_at: None,
             next_renew: Instant::now() + renew_every,
@@ -153,7 +156,9 @@ impl Engine {
                 // such a sample is discarded while a good offset is known, unless
                 // round trips stay long (the network changed).
                 if let Some(best) = self.clock_rtt
-                    && rtt > (best * 4).max(MAX_CLOCK_RTT)
+                    && rtt > best
+                    && (rtt > (best * 4).max(MAX_CLOCK_RTT)
+                        || (self.clock_discarded == 0 && self.clock_samples == 1))
                     && self.clock_discarded < CLOCK_DISCARDS
                 {
                     self.clock_discarded += 1;
@@ -164,8 +169,14 @@ impl Engine {
                     );
                     return true;
                 }
+                // After a run of long round trips the one taken becomes the new
+                // best: the network changed.
+                self.clock_rtt = Some(match self.clock_rtt {
+                    Some(best) if self.clock_discarded < CLOCK_DISCARDS => best.min(rtt),
+                    _ => rtt,
+                });
                 self.clock_discarded = 0;
-                self.clock_rtt = Some(self.clock_rtt.map_or(rtt, |best| best.min(rtt)));
+                self.clock_samples = self.clock_samples.saturating_add(1);
                 let mid = before + rtt / 2;
                 let offset = db - mid;
                 if (offset - self.offset).num_milliseconds().abs() > 1000 {
@@ -222,6 +233,9 @@ impl Engine {
         loop {
             self.beat.beat();
             if self.sync_clock().await {
+                // The first read also paid for the connection's set-up; a second one
+                // on the warm connection is kept if its round trip is shorter.
+                self.sync_clock().await;
                 self.store_ok();
                 self.retry_at = None;
                 break;
