@@ -452,12 +452,19 @@ async fn health_reports_the_store_and_the_loop() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let failing = health.check(Duration::from_secs(1)).await;
         store.set_failing(false);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let recovered = health.check(Duration::from_secs(1)).await;
+        // The loop retries after its backoff (full jitter, up to 10 s): wait for it.
+        let mut recovered = health.check(Duration::from_secs(1)).await;
+        for _ in 0..40 {
+            if recovered.store_failing_for.is_none() && recovered.scheduler {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            recovered = health.check(Duration::from_secs(1)).await;
+        }
         (up, down, failing, recovered)
     };
     let (_, (up, down, failing, recovered)) = tokio::join!(
-        scheduler.run_until(tokio::time::sleep(Duration::from_secs(10))),
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(40))),
         probe
     );
     assert!(up.is_healthy(), "{up:?}");

@@ -67,6 +67,7 @@ impl Heartbeat {
 
 /// The result of [`Health::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HealthReport {
     /// The store answered within the bound.
     pub database: bool,
