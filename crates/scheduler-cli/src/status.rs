@@ -238,46 +238,30 @@ fn lease_from_row(row: &QueryResult, has_history: bool) -> Result<LeaseStatus> {
 /// Reads the `timestamptz` column `col` of `lease`'s row as `T` (a `DateTime<Utc>`,
 /// or an `Option` of one); `label` names the column in the error.
 ///
-/// sqlx decodes a timestamp by adding its microseconds to 2000-01-01 with chrono's
-/// panicking `+`, and PostgreSQL's range (and `'infinity'`) reaches beyond chrono's:
-/// a value set by hand would panic. So the raw value's range is checked first.
+/// A value beyond chrono's range set by hand would panic in sqlx's decoding, so
+/// [`scheduler_postgres::timestamp_out_of_range`] is asked first.
 fn read_time<T: sea_orm::TryGetable>(
     row: &QueryResult,
     col: &str,
     lease: &str,
     label: &str,
 ) -> Result<T> {
-    use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
-    use sea_orm::sqlx::{Row, Type, ValueRef};
+    use scheduler_postgres::OutOfRange;
     const WHAT: &str = "read the lease table";
-    /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
-    const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
-    if let Some(raw) = row.try_as_pg_row().and_then(|r| r.try_get_raw(col).ok())
-        && !raw.is_null()
-        && raw.format() == PgValueFormat::Binary
-        && <DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
-    {
-        let micros = raw
-            .as_bytes()
-            .ok()
-            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-            .map(i64::from_be_bytes);
-        let in_range = micros
-            .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
-            .and_then(DateTime::from_timestamp_micros)
-            .is_some();
-        if !in_range {
-            // PostgreSQL stores the infinities as the extreme values.
-            let value = match micros {
-                Some(i64::MAX) => "infinity, outside the range of timestamps this tool can show",
-                Some(i64::MIN) => "-infinity, outside the range of timestamps this tool can show",
-                _ => "a timestamp outside the range this tool can show (years -262143 to 262142)",
-            };
-            return Err(Error::BadRow {
-                what: WHAT,
-                source: sea_orm::DbErr::Custom(format!("lease {lease:?}: {label} holds {value}")),
-            });
-        }
+    if let Some(beyond) = scheduler_postgres::timestamp_out_of_range(row, col) {
+        let value = match beyond {
+            OutOfRange::Infinity => "infinity, outside the range of timestamps this tool can show",
+            OutOfRange::MinusInfinity => {
+                "-infinity, outside the range of timestamps this tool can show"
+            }
+            OutOfRange::Future | OutOfRange::Past => {
+                "a timestamp outside the range this tool can show (years -262143 to 262142)"
+            }
+        };
+        return Err(Error::BadRow {
+            what: WHAT,
+            source: sea_orm::DbErr::Custom(format!("lease {lease:?}: {label} holds {value}")),
+        });
     }
     get(row, col, WHAT)
 }

@@ -20,4 +20,6 @@ pub use fenced::{Fence, FencedError, FencedFuture};
 pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
 pub use keyed::{Keyed, KeyedError, KeyedOptions, LockTable, Processed};
 pub use scheduler_migrations::TableName;
-pub use store::{PostgresOptions, PostgresStore, connect_options};
+pub use store::{
+    OutOfRange, PostgresOptions, PostgresStore, connect_options, timestamp_out_of_range,
+};

@@ -502,11 +502,8 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, operation: &'static
         .map_err(|source| Error::BadRow { operation, source })
 }
 
-/// Reads a `timestamptz` column.
-///
-/// sqlx decodes one by adding its microseconds to 2000-01-01 with chrono's panicking
-/// `+`, and PostgreSQL's range (and `'infinity'`) reaches beyond chrono's: a value set
-/// by hand would panic. The raw value's range is checked first.
+/// Reads a `timestamptz` column, checking its range first
+/// ([`timestamp_out_of_range`]): a value set by hand must not panic.
 fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
     time_or_clamp(row, col, operation, false)
 }
@@ -524,41 +521,69 @@ fn time_or_clamp(
     operation: &'static str,
     clamp: bool,
 ) -> Result<DateTime<Utc>> {
+    match timestamp_out_of_range(row, col) {
+        Some(beyond) if clamp => Ok(match beyond {
+            OutOfRange::Infinity | OutOfRange::Future => DateTime::<Utc>::MAX_UTC,
+            OutOfRange::MinusInfinity | OutOfRange::Past => DateTime::<Utc>::MIN_UTC,
+        }),
+        Some(_) => Err(Error::BadRow {
+            operation,
+            source: DbErr::Custom(format!(
+                "column \"{col}\" holds a timestamp out of range (infinity?)"
+            )),
+        }),
+        None => get(row, col, operation),
+    }
+}
+
+/// A `timestamptz` value beyond chrono's range (years −262143 … 262142).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutOfRange {
+    /// `'infinity'`.
+    Infinity,
+    /// `'-infinity'`.
+    MinusInfinity,
+    /// A finite time after chrono's last (or a value that does not decode).
+    Future,
+    /// A finite time before chrono's first.
+    Past,
+}
+
+/// Whether `row`'s `timestamptz` column `col` holds a value chrono cannot: sqlx
+/// decodes a timestamp by adding its microseconds to 2000-01-01 with chrono's
+/// panicking `+`, so such a value (set by hand) would panic when read. `None` for a
+/// value in range, a NULL, or a column that is not a binary `timestamptz`.
+pub fn timestamp_out_of_range(row: &QueryResult, col: &str) -> Option<OutOfRange> {
     use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
     use sea_orm::sqlx::{Row, Type, ValueRef};
     /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
     const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
-    if let Some(raw) = row.try_as_pg_row().and_then(|r| r.try_get_raw(col).ok())
-        && !raw.is_null()
-        && raw.format() == PgValueFormat::Binary
-        && <DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
+    let raw = row.try_as_pg_row()?.try_get_raw(col).ok()?;
+    if raw.is_null()
+        || raw.format() != PgValueFormat::Binary
+        || !<DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
     {
-        let micros = raw
-            .as_bytes()
-            .ok()
-            .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-            .map(i64::from_be_bytes);
-        let at = micros
-            .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
-            .and_then(DateTime::from_timestamp_micros);
-        if at.is_none() {
-            if clamp {
-                let future = micros.is_none_or(|us| us > 0);
-                return Ok(if future {
-                    DateTime::<Utc>::MAX_UTC
-                } else {
-                    DateTime::<Utc>::MIN_UTC
-                });
-            }
-            return Err(Error::BadRow {
-                operation,
-                source: DbErr::Custom(format!(
-                    "column \"{col}\" holds a timestamp out of range (infinity?)"
-                )),
-            });
-        }
+        return None;
     }
-    get(row, col, operation)
+    let micros = raw
+        .as_bytes()
+        .ok()
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map(i64::from_be_bytes);
+    let in_range = micros
+        .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
+        .and_then(DateTime::from_timestamp_micros)
+        .is_some();
+    if in_range {
+        return None;
+    }
+    // PostgreSQL stores the infinities as the extreme values.
+    Some(match micros {
+        Some(i64::MAX) => OutOfRange::Infinity,
+        Some(i64::MIN) => OutOfRange::MinusInfinity,
+        Some(us) if us < 0 => OutOfRange::Past,
+        _ => OutOfRange::Future,
+    })
 }
 
 fn lease_from_row(row: &QueryResult) -> Result<Lease> {

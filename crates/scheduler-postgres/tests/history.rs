@@ -99,13 +99,6 @@ async fn rows(db: &DatabaseConnection) -> Vec<Row> {
     .collect()
 }
 
-/// A connection of the test's own, on the server itself (never through PgBouncer).
-async fn inspect(url: &str) -> DatabaseConnection {
-    Database::connect(test_postgres::direct_url(url))
-        .await
-        .expect("connect to inspect")
-}
-
 async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
     db.query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
         .await
@@ -169,7 +162,7 @@ async fn every_run_is_one_row_written_by_one_insert() {
     let runs = ok + failed;
     // Runs are recorded off the scheduler's loop: the last ones may land just after it
     // stopped.
-    let db = inspect(db.url()).await;
+    let db = test_postgres::inspect(db.url()).await;
     wait_for(Duration::from_secs(5), "every run to be recorded", || {
         let db = db.clone();
         async move { count(&db, "SELECT count(*) FROM scheduler_leases_runs").await >= runs as i64 }
@@ -266,7 +259,7 @@ async fn the_retention_job_deletes_old_runs_in_batches_and_keeps_the_rest() {
     )
     .await
     .expect("history");
-    let db = &inspect(db.url()).await;
+    let db = &test_postgres::inspect(db.url()).await;
     insert_runs(db, "old", 25_000, "2 hours").await;
     insert_runs(db, "edge", 3, "1 hour").await; // started 1 h 1 s … 1 h 3 s ago
     insert_runs(db, "recent", 5, "10 minutes").await;
@@ -317,7 +310,7 @@ async fn a_scheduler_runs_the_retention_job_it_is_given() {
         .await
         .expect("history"),
     );
-    let conn = inspect(db.url()).await;
+    let conn = test_postgres::inspect(db.url()).await;
     insert_runs(&conn, "old", 50, "3 hours").await;
     insert_runs(&conn, "recent", 5, "1 minute").await;
     let scheduler = Scheduler::builder(store.clone())
@@ -397,7 +390,7 @@ async fn the_table_is_created_once_by_instances_starting_together_in_any_schema(
         .await
         .expect("store");
     assert!(!store.table().to_string().is_empty());
-    let conn = &inspect(db.url()).await;
+    let conn = &test_postgres::inspect(db.url()).await;
     let indexes = conn
         .query_all_raw(Statement::from_string(
             DbBackend::Postgres,

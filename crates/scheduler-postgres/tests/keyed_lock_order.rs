@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use scheduler_postgres::{KeyedOptions, PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, Database, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
 use test_postgres::TestDb;
 
 const KEYS: usize = 64;
@@ -18,9 +18,7 @@ async fn locks_are_taken_in_ascending_hash_order() {
     let store = PostgresStore::connect(db.url(), PostgresOptions::default().max_connections(4))
         .await
         .expect("connect");
-    let conn = Database::connect(test_postgres::direct_url(db.url()))
-        .await
-        .expect("connect to inspect");
+    let conn = test_postgres::inspect(db.url()).await;
 
     // The keys in a scrambled order, and their lock ids as the server computes them.
     let keys: Vec<String> = (0..KEYS)
@@ -118,9 +116,7 @@ async fn stripes_are_locked_in_ascending_order_too() {
     let store = PostgresStore::connect(db.url(), PostgresOptions::default().max_connections(4))
         .await
         .expect("connect");
-    let conn = Database::connect(test_postgres::direct_url(db.url()))
-        .await
-        .expect("connect to inspect");
+    let conn = test_postgres::inspect(db.url()).await;
     let keys: Vec<String> = (0..500).rev().map(|i| format!("stripe-{i}")).collect();
     let stripes = 16u32;
 

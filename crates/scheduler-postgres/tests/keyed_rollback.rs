@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use scheduler_postgres::{KeyedError, KeyedOptions, PostgresOptions, PostgresStore};
 use sea_orm::{
-    ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
 };
 use test_postgres::TestDb;
 use tokio::sync::mpsc;
@@ -63,13 +63,6 @@ async fn advisory_locks_of(conn: &DatabaseConnection, pid: i32) -> i64 {
     .expect("n")
 }
 
-/// A connection of the test's own, on the server itself (never through PgBouncer).
-async fn inspect(url: &str) -> DatabaseConnection {
-    Database::connect(test_postgres::direct_url(url))
-        .await
-        .expect("connect to inspect")
-}
-
 async fn events(conn: &DatabaseConnection) -> i64 {
     conn.query_one_raw(Statement::from_string(
         DbBackend::Postgres,
@@ -98,7 +91,10 @@ async fn another_worker_processes(url: &str, keys: &[String]) {
     .expect("the keys' locks were released")
     .expect("process");
     assert_eq!(done.transactions(), 1);
-    assert_eq!(events(&inspect(url).await).await, keys.len() as i64);
+    assert_eq!(
+        events(&test_postgres::inspect(url).await).await,
+        keys.len() as i64
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +122,7 @@ async fn a_failing_caller_rolls_back_and_releases_its_locks() {
         .expect("the pid");
 
     // The rollback was awaited: the locks are gone at once, and so are the rows.
-    let conn = inspect(db.url()).await;
+    let conn = test_postgres::inspect(db.url()).await;
     assert_eq!(advisory_locks_of(&conn, pid).await, 0);
     assert_eq!(events(&conn).await, 0);
     another_worker_processes(db.url(), &keys).await;
@@ -164,7 +160,7 @@ async fn a_panicking_caller_rolls_back_and_releases_its_locks() {
     // The dropped transaction's rollback is sent when its connection goes back to the
     // pool, by a task of the pool's: wait for that, bounded.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let conn = inspect(db.url()).await;
+    let conn = test_postgres::inspect(db.url()).await;
     while advisory_locks_of(&conn, pid).await > 0 {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -351,7 +351,7 @@ async fn the_runtimes_recover_from_a_database_restart() {
         .await
         .expect("join")
         .expect("restart");
-    let conn = support::inspector(&url).await;
+    let conn = test_postgres::inspect(&url).await;
     let back = db_now(&conn).await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     let end = db_now(&conn).await;

@@ -50,7 +50,7 @@
 
 mod pgbouncer;
 
-pub use pgbouncer::{PGBOUNCER_ENV, PgBouncer, direct_url, pgbouncer_mode};
+pub use pgbouncer::{PGBOUNCER_ENV, PgBouncer, direct_url, inspect, pgbouncer_mode};
 
 use std::collections::hash_map::RandomState;
 use std::env;

@@ -219,6 +219,19 @@ pub fn direct_url(url: &str) -> String {
     )
 }
 
+/// A connection of a test's own to `url`'s database on the server itself, never
+/// through PgBouncer ([`direct_url`]): for set-up and inspection statements.
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn inspect(url: &str) -> sea_orm::DatabaseConnection {
+    let direct = direct_url(url);
+    match sea_orm::Database::connect(direct.as_str()).await {
+        Ok(conn) => conn,
+        Err(error) => panic!("test-postgres: could not connect to inspect {direct}: {error}"),
+    }
+}
+
 /// The server PgBouncer forwards to.
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {

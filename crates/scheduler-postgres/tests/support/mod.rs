@@ -9,7 +9,7 @@ use scheduler_core::{
     BoxError, Duplicate, Idempotent, JobContext, LocalClock, Schedule, Scheduler, Scope, Stats,
 };
 use scheduler_postgres::{Fence, PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -217,7 +217,7 @@ impl Instance {
         Instance {
             name: name.to_owned(),
             store,
-            inspect: inspector(url).await,
+            inspect: test_postgres::inspect(url).await,
             stats,
             stop,
             task,
@@ -235,14 +235,6 @@ impl Instance {
         self.task.abort();
         let _ = self.task.await;
     }
-}
-
-/// A connection of the test's own to `url`'s database, on the server itself (never
-/// through PgBouncer), for set-up and inspection.
-pub async fn inspector(url: &str) -> DatabaseConnection {
-    Database::connect(test_postgres::direct_url(url))
-        .await
-        .expect("connect to inspect")
 }
 
 /// Waits until `probe` holds, polling, for at most `limit`.
