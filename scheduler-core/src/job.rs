@@ -112,6 +112,33 @@ pub trait Idempotent: Send + Sync + 'static {
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError>;
 }
 
+/// A shared job is a job: `builder.job(Arc::new(job))` and `builder.job(job)` both
+/// work.
+#[async_trait]
+impl<J: Idempotent + ?Sized> Idempotent for Arc<J> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn schedule(&self) -> Schedule {
+        (**self).schedule()
+    }
+    fn scope(&self) -> Scope {
+        (**self).scope()
+    }
+    fn duplicate(&self) -> Duplicate {
+        (**self).duplicate()
+    }
+    fn jitter(&self) -> Duration {
+        (**self).jitter()
+    }
+    fn catch_up(&self) -> Option<Duration> {
+        (**self).catch_up()
+    }
+    async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+        (**self).run(ctx).await
+    }
+}
+
 /// What a run is handed: the tick, the node, the lease and its fencing token, and a
 /// cancellation token.
 #[derive(Debug, Clone)]
@@ -189,6 +216,18 @@ impl JobContext {
         self.cancel.is_cancelled()
     }
 
+    /// The error to return when the run stopped before its tick's work was done and
+    /// the tick should be run again (by another instance, within the job's catch-up
+    /// window): `return Err(ctx.interrupted())` after noticing the cancellation.
+    ///
+    /// The runtime decides from the result alone: `Ok` means the tick is done, even
+    /// if the cancellation fired while it ran; [`Interrupted`] releases the lease so
+    /// the tick may be retried; any other error counts as a failed, completed tick
+    /// (unless the run was cancelled, when it is treated as interrupted).
+    pub fn interrupted(&self) -> BoxError {
+        Box::new(Interrupted)
+    }
+
     /// A context for calling a job outside the scheduler (tests, one-off runs).
     pub fn detached(
         job: &str,
@@ -222,3 +261,16 @@ pub struct Declaration {
     /// Its schedule, as text.
     pub schedule: String,
 }
+
+/// The error a run returns to say it stopped before its tick's work was done, so the
+/// tick may be retried: see [`JobContext::interrupted`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the run was interrupted before its tick's work was done")
+    }
+}
+
+impl std::error::Error for Interrupted {}

@@ -13,7 +13,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 
 use crate::error::{Error, Result};
 
-/// The name of a lease: a job's name for cluster jobs, `job:node` for node jobs.
+/// The name of a lease: a job's name for cluster jobs, `job:node` for node jobs
+/// ([`LeaseName::for_job`]).
 ///
 /// Between 1 and [`LeaseName::MAX_LEN`] bytes of UTF-8, without NUL or other control
 /// characters (PostgreSQL's `text` cannot hold NUL; control characters only make
@@ -35,6 +36,28 @@ impl LeaseName {
         let name = name.into();
         validate_name(&name)?;
         Ok(Self(name))
+    }
+
+    /// The lease of job `job` in `scope` on node `node`: the job's name for a cluster
+    /// job, `job:node` for a node job, with every `\\` and `:` inside either name
+    /// escaped by a `\\` (`a:b` becomes `a\\:b`). A cluster lease name so never holds an
+    /// unescaped `:` and a node lease name holds exactly one: a cluster job named
+    /// `report:eu` and the node job `report` on node `eu` get different leases.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] if the result breaks the rules of [`LeaseName::new`].
+    pub fn for_job(job: &str, scope: crate::job::Scope, node: &str) -> Result<Self> {
+        fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+            if s.contains(['\\', ':']) {
+                s.replace('\\', "\\\\").replace(':', "\\:").into()
+            } else {
+                s.into()
+            }
+        }
+        match scope {
+            crate::job::Scope::Cluster => Self::new(escape(job)),
+            crate::job::Scope::Node => Self::new(format!("{}:{}", escape(job), escape(node))),
+        }
     }
 
     /// The name as a string.
@@ -358,6 +381,25 @@ mod tests {
                  a name must be at most 200 bytes long"
             )
         );
+    }
+
+    #[test]
+    fn cluster_and_node_lease_names_never_collide() {
+        use crate::job::Scope::{Cluster, Node};
+        let lease = |job, scope, node| LeaseName::for_job(job, scope, node).map(|l| l.0).ok();
+        assert_eq!(lease("sweep", Cluster, "eu").as_deref(), Some("sweep"));
+        assert_eq!(lease("uptime", Node, "eu").as_deref(), Some("uptime:eu"));
+        assert_eq!(
+            lease("report:eu", Cluster, "eu").as_deref(),
+            Some("report\\:eu")
+        );
+        assert_ne!(
+            lease("report:eu", Cluster, "eu"),
+            lease("report", Node, "eu")
+        );
+        assert_ne!(lease("a:b", Node, "c"), lease("a", Node, "b:c"));
+        assert_ne!(lease("a\\", Node, "b"), lease("a", Node, "\\b"));
+        assert_eq!(lease("a\\:b", Cluster, "n").as_deref(), Some("a\\\\\\:b"));
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub mod store;
 
 pub use clock::LocalClock;
 pub use error::{BoxError, Error, Result};
-pub use job::{Declaration, Duplicate, Idempotent, JobContext, Scope};
+pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope};
 pub use lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl,

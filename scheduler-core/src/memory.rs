@@ -27,6 +27,7 @@ pub struct MemoryStore {
     rows: Mutex<BTreeMap<LeaseName, Row>>,
     clock: LocalClock,
     failing: AtomicBool,
+    failing_takes: AtomicBool,
     calls: AtomicU64,
     /// Milliseconds a clock read waits before reading (a pool wait, a stalled server).
     clock_delay_ms: AtomicU64,
@@ -71,6 +72,13 @@ impl MemoryStore {
     /// outage would.
     pub fn set_failing(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes every take fail (`true`) or succeed again (`false`) while renewals,
+    /// releases and clock reads still work: a statement that fails for one operation
+    /// only (a bad request, a lock on the table that takes wait on).
+    pub fn set_failing_takes(&self, failing: bool) {
+        self.failing_takes.store(failing, Ordering::SeqCst);
     }
 
     /// The store's clock, read without going through [`Store::now`].
@@ -146,6 +154,9 @@ impl Store for MemoryStore {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
         ensure_unique(requests.iter().map(|r| &r.name))?;
         let now = self.call()?;
+        if self.failing_takes.load(Ordering::SeqCst) {
+            return Err(Error::store("memory store told to fail takes"));
+        }
         let expires_at = now + delta(ttl);
         let mut rows = self.lock();
         let mut taken = Taken::default();
@@ -161,6 +172,16 @@ impl Store for MemoryStore {
                 None => {
                     taken.won.push(lease(&req.name, &fresh));
                     rows.insert(req.name.clone(), fresh);
+                }
+                // This holder's own acquisition of this tick (an earlier take whose
+                // answer was lost): won, as it stands.
+                Some(row)
+                    if row.holder == req.holder
+                        && row.tick == req.tick
+                        && !row.completed
+                        && row.expires_at > now =>
+                {
+                    taken.won.push(lease(&req.name, row));
                 }
                 Some(row) if row.free_for(req.tick, now) => {
                     *row = Row {

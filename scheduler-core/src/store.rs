@@ -55,3 +55,24 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`Error::Store`](crate::Error::Store) if the backend fails.
     async fn now(&self) -> Result<DateTime<Utc>>;
 }
+
+/// A shared store is a store: `Scheduler::builder(Arc::new(store))` and
+/// `Scheduler::builder(store)` both work.
+#[async_trait]
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
+        (**self).take(requests, ttl).await
+    }
+
+    async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {
+        (**self).renew(leases, ttl).await
+    }
+
+    async fn release(&self, leases: &[LeaseKey], how: Release) -> Result<Vec<LeaseName>> {
+        (**self).release(leases, how).await
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        (**self).now().await
+    }
+}

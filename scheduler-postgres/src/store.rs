@@ -50,6 +50,13 @@ pub struct PostgresOptions {
     /// the ended session rolls back, so nothing half-done commits. Keep fenced and
     /// keyed work below it between statements.
     pub idle_transaction_timeout: Duration,
+    /// The server-side bound on every lease statement (`SET LOCAL
+    /// statement_timeout`, lock waits included), at most a quarter of the lease ttl
+    /// for takes and renewals. Default 2 s. A statement held up by a lock (`LOCK
+    /// TABLE`, `VACUUM FULL`, a migration) fails after it instead of committing long
+    /// after the runtime stopped waiting, and its connection goes back to the pool.
+    /// Keep it below the runtime's store call limit (two renewal intervals, 1–30 s).
+    pub statement_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -61,6 +68,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             transaction_pooling: false,
             idle_transaction_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -105,6 +113,13 @@ impl PostgresOptions {
     /// [`PostgresOptions::idle_transaction_timeout`].
     pub fn idle_transaction_timeout(mut self, timeout: Duration) -> Self {
         self.idle_transaction_timeout = timeout;
+        self
+    }
+
+    /// The server-side bound on lease statements; see
+    /// [`PostgresOptions::statement_timeout`].
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout;
         self
     }
 
@@ -228,6 +243,8 @@ pub struct PostgresStore {
     /// `SET LOCAL idle_in_transaction_session_timeout = …`, run first in every
     /// transaction the store opens.
     idle_guard: String,
+    /// [`PostgresOptions::statement_timeout`].
+    statement_timeout: Duration,
 }
 
 /// The statements, with the table name spliced in once.
@@ -250,7 +267,9 @@ impl Sql {
             )
         };
         // The held rows are read from the statement's snapshot (before the insert):
-        // they tell the runtime when a retry could succeed, never who owns what.
+        // they tell the runtime when a retry could succeed, never who owns what —
+        // except a row this very holder took for this tick (an earlier take whose
+        // answer was lost), which is reported as won: holders are fresh per tick.
         let take = format!(
             "WITH req AS ( \
                SELECT r.name, r.tick, r.holder \
@@ -273,7 +292,8 @@ impl Sql {
              ) \
              SELECT true AS won, name, holder, tick, token, expires_at, false AS completed FROM won \
              UNION ALL \
-             SELECT false, h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL \
+             SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
+                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL \
              FROM {t} h JOIN req ON h.name = req.name \
              WHERE NOT EXISTS (SELECT 1 FROM won WHERE won.name = h.name)",
             pre = free("h", "req.tick"),
@@ -336,6 +356,7 @@ impl PostgresStore {
             table: options.table,
             db,
             transaction_pooling: options.transaction_pooling,
+            statement_timeout: options.statement_timeout,
             idle_guard: {
                 // `SET` takes no parameters; this is an integer, not text.
                 // 0 turns the timeout off; PostgreSQL takes at most i32::MAX ms.
@@ -406,7 +427,7 @@ impl PostgresStore {
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>> {
         let rows = if self.transaction_pooling {
-            self.unnamed(sql, values, Returns::Rows)
+            self.in_own_transaction(sql, values, Returns::Rows, None)
                 .await
                 .map(|(rows, _)| rows)
         } else {
@@ -426,7 +447,7 @@ impl PostgresStore {
     ) -> Result<u64> {
         if self.transaction_pooling {
             return self
-                .unnamed(sql, values, Returns::Count)
+                .in_own_transaction(sql, values, Returns::Count, None)
                 .await
                 .map(|(_, affected)| affected)
                 .map_err(|source| Error::statement(operation, source));
@@ -439,27 +460,58 @@ impl PostgresStore {
             .map_err(|source| Error::statement(operation, source))
     }
 
-    /// Runs `sql` as an unnamed statement in a transaction of its own: its rows, or
-    /// how many rows it affected.
-    async fn unnamed(
+    /// Runs one lease statement, bounded server-side: in a transaction of its own
+    /// whose `BEGIN` (one round trip with its settings) sets `statement_timeout` to
+    /// `bound` (at most [`PostgresOptions::statement_timeout`]), so a statement held
+    /// up by a lock fails there instead of committing after the caller gave up.
+    /// Prepared and cached directly; unnamed behind a transaction pooler.
+    pub(crate) async fn lease_query(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+        bound: Duration,
+    ) -> Result<Vec<QueryResult>> {
+        let bound = bound.min(self.statement_timeout);
+        self.in_own_transaction(sql, values, Returns::Rows, Some(bound))
+            .await
+            .map(|(rows, _)| rows)
+            .map_err(|source| Error::statement(operation, source))
+    }
+
+    /// Runs `sql` in a transaction of its own (unnamed behind a transaction pooler),
+    /// with `statement_timeout` set to `bound` if given: its rows, or how many rows it
+    /// affected.
+    async fn in_own_transaction(
         &self,
         sql: &str,
         values: Vec<Value>,
         returns: Returns,
+        bound: Option<Duration>,
     ) -> Result<(Vec<QueryResult>, u64), DbErr> {
         use sea_orm::sqlx;
         let driver = |e: sqlx::Error| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)));
+        // `SET` takes no parameters; these are integers, not text.
+        let begin = match bound {
+            // At least 1 ms: 0 would turn the bound off.
+            Some(bound) => format!(
+                "BEGIN; {}; SET LOCAL statement_timeout = {}",
+                self.idle_guard,
+                bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into())
+            ),
+            None => format!("BEGIN; {}", self.idle_guard),
+        };
         let mut txn = self
             .db
             .get_postgres_connection_pool()
-            .begin_with(sqlx::AssertSqlSafe(format!("BEGIN; {}", self.idle_guard)))
+            .begin_with(sqlx::AssertSqlSafe(begin))
             .await
             .map_err(driver)?;
         let query = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
         )
-        .persistent(false);
+        .persistent(!self.transaction_pooling);
         let done = match returns {
             Returns::Rows => {
                 let rows = query.fetch_all(&mut *txn).await.map_err(driver)?;
@@ -475,7 +527,7 @@ impl PostgresStore {
     }
 }
 
-/// What [`PostgresStore::unnamed`] hands back.
+/// What [`PostgresStore::in_own_transaction`] hands back.
 #[derive(Debug, Clone, Copy)]
 enum Returns {
     Rows,
@@ -636,7 +688,9 @@ impl scheduler_core::Store for PostgresStore {
             holders.into(),
             ttl.as_millis().into(),
         ];
-        let rows = self.query("take leases", &self.sql.take, values).await?;
+        let rows = self
+            .lease_query("take leases", &self.sql.take, values, ttl.get() / 4)
+            .await?;
         let mut taken = Taken::default();
         for row in &rows {
             if get::<bool>(row, "won", "take leases")? {
@@ -660,7 +714,9 @@ impl scheduler_core::Store for PostgresStore {
         }
         let (names, holders) = keys_to_values(leases);
         let values = vec![names, holders, ttl.as_millis().into()];
-        let rows = self.query("renew leases", &self.sql.renew, values).await?;
+        let rows = self
+            .lease_query("renew leases", &self.sql.renew, values, ttl.get() / 4)
+            .await?;
         let renewed = rows
             .iter()
             .map(|row| {
@@ -685,7 +741,7 @@ impl scheduler_core::Store for PostgresStore {
         let (names, holders) = keys_to_values(leases);
         let values = vec![names, holders, (how == Release::Completed).into()];
         let rows = self
-            .query("release leases", &self.sql.release, values)
+            .lease_query("release leases", &self.sql.release, values, Duration::MAX)
             .await?;
         let released = rows
             .iter()

@@ -56,6 +56,13 @@ async fn released_tick_is_done_and_crashed_tick_is_retried() {
 }
 
 #[tokio::test]
+async fn a_retried_take_of_the_same_holder_wins() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 2).await;
+    scheduler_store_tests::retried_take_of_the_same_holder_wins(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn node_clocks_do_not_matter() {
     let db = TestDb::new().await;
     let s = instances(&db, 2).await;

@@ -179,6 +179,7 @@ pub struct SqliteStore {
 #[derive(Debug, Clone)]
 struct Sql {
     take: String,
+    won: String,
     held: String,
     renew: String,
     release: String,
@@ -207,17 +208,22 @@ impl Sql {
                SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
                    taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
                    released_at = NULL \
-               WHERE {decide} \
-             RETURNING name, holder, tick, token, expires_at",
+               WHERE {decide}",
             decide = free("l", "excluded.tick"),
         );
-        // Run after the upsert, in its transaction, with the same `?1`: the rows it did
-        // not win. Holders are fresh per acquisition, so a row holds the requested
-        // holder exactly when this take won it.
+        // Run after the upsert, in its transaction, with the same `?1`: the rows it
+        // won, and the rows it did not. Holders are fresh per tick, so an unreleased row
+        // of the requested holder was won by this take, or by an earlier take of the
+        // same holder whose answer was lost (won all the same).
+        let won = format!(
+            "SELECT l.name, l.holder, l.tick, l.token, l.expires_at \
+             FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
+             WHERE l.holder IS r.value ->> 1 AND l.released_at IS NULL"
+        );
         let held = format!(
             "SELECT l.name, l.tick, l.expires_at, l.released_at IS NOT NULL AS completed \
              FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS NOT r.value ->> 1"
+             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL"
         );
         // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.
         let mine = "released_at IS NULL \
@@ -233,6 +239,7 @@ impl Sql {
         );
         Self {
             take,
+            won,
             held,
             renew,
             release,
@@ -576,11 +583,14 @@ impl scheduler_core::Store for SqliteStore {
         let stmt = |sql: &str, values: Vec<Value>| {
             Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
         };
+        txn.execute_raw(stmt(
+            &self.sql.take,
+            vec![batch.clone().into(), ttl.as_millis().into()],
+        ))
+        .await
+        .map_err(fail)?;
         let won = txn
-            .query_all_raw(stmt(
-                &self.sql.take,
-                vec![batch.clone().into(), ttl.as_millis().into()],
-            ))
+            .query_all_raw(stmt(&self.sql.won, vec![batch.clone().into()]))
             .await
             .map_err(fail)?;
         let held = txn

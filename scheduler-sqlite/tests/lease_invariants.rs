@@ -63,6 +63,13 @@ async fn released_tick_is_done_and_crashed_tick_is_retried() {
 }
 
 #[tokio::test]
+async fn a_retried_take_of_the_same_holder_wins() {
+    let dir = TempDir::new("retried");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    scheduler_store_tests::retried_take_of_the_same_holder_wins(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn node_clocks_do_not_matter() {
     let dir = TempDir::new("node-clock");
     let s = instances(&dir.join("ahead.db"), 2).await;

@@ -1,118 +1,213 @@
-//! The loop: due ticks → one batched take → a task per won tick; one batched renewal
-//! every interval; releases as runs end; graceful drain at shutdown.
+//! The loop's I/O: sleeps, store calls, spawning runs and feeding results back to
+//! each job's [`JobTicks`]. The decisions about ticks live in `ticks.rs`, the store
+//! clock in `store_clock.rs`, logging and counting in `observe.rs`.
+//!
+//! Three kinds of store call, each with its own retry: takes (due ticks, one batch
+//! per turn), renewals (driven by lease expiry: never held up by a failing take) and
+//! releases (flushed as runs end, during the shutdown drain too).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::health::Heartbeat;
-use super::{Entry, Outcome, RunOutcome, RunRecord, Scheduler};
-use crate::error::BoxError;
-use crate::job::{Duplicate, JobContext};
-use crate::lease::{Held, Lease, LeaseKey, Release, TakeRequest, Tick};
-
-/// A tick that is due and not yet run here.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    tick: Tick,
-    /// A take for it was answered (and lost) at least once.
-    attempted: bool,
-    /// When to ask again after losing (store clock); `None`: at once.
-    retry_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug)]
-struct Running {
-    task: Id,
-    started: DateTime<Utc>,
-    lease: Lease,
-    cancel: CancellationToken,
-    lost: bool,
-}
-
-#[derive(Debug, Default)]
-struct JobState {
-    /// The next tick not yet due, and the instant (store clock) it fires, jitter included.
-    next: Option<(Tick, DateTime<Utc>)>,
-    pending: Option<Pending>,
-    running: Option<Running>,
-}
+use super::store_clock::{Sample, StoreClock};
+use super::ticks::{JobTicks, Polling, Running};
+use super::{Outcome, RunOutcome, RunRecord, Scheduler};
+use crate::error::{BoxError, Error};
+use crate::job::{Duplicate, Interrupted, JobContext};
+use crate::lease::{LeaseKey, Release, TakeRequest};
 
 type RunResult = (usize, Result<(), BoxError>);
 
 /// How long cancelled runs get to return at shutdown before they are aborted.
 const CANCEL_NOTICE: Duration = Duration::from_secs(1);
 
+/// Store calls of one kind, at most one in flight: an instance never has more than
+/// one connection of the app's pool busy with lease statements (and one with a clock
+/// read), however long the store takes to answer.
+#[derive(Debug, Clone)]
+struct Gate {
+    permit: Arc<Semaphore>,
+    /// How long the loop waits for an answer before it goes on without one.
+    limit: Duration,
+}
+
+impl Gate {
+    fn new(limit: Duration) -> Self {
+        Self {
+            permit: Arc::new(Semaphore::new(1)),
+            limit,
+        }
+    }
+
+    /// Runs `call` on its own task holding the gate's permit. The loop waits up to
+    /// the limit; a call that has not answered by then goes on (so the store's
+    /// connection is returned when the server answers, not dropped mid-statement),
+    /// still holding the permit, until [`Gate::hard_limit`] when it is dropped.
+    async fn run<T, Fut>(&self, operation: &'static str, call: Fut) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let started = Instant::now();
+        let permit = tokio::time::timeout(self.limit, self.permit.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                Error::store(format!(
+                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
+                    self.limit
+                ))
+            })?;
+        self.spawn(
+            operation,
+            permit,
+            call,
+            self.limit.saturating_sub(started.elapsed()),
+        )
+        .await
+    }
+
+    /// How long an unanswered call may keep the gate: twice the limit, and at least
+    /// 10 s, longer than a store's own server-side bound on a statement (the
+    /// PostgreSQL store's default is 2 s), so a call held up by a lock ends on the
+    /// server and returns its connection before another is sent. Only a call that
+    /// gets no answer at all (a connection cut without a close) is dropped.
+    fn hard_limit(&self) -> Duration {
+        self.limit.saturating_mul(2).max(Duration::from_secs(10))
+    }
+
+    /// Runs `call` if no other call of this gate is in flight; `None` otherwise.
+    async fn try_run<T, Fut>(&self, operation: &'static str, call: Fut) -> Option<crate::Result<T>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let permit = self.permit.clone().try_acquire_owned().ok()?;
+        Some(self.spawn(operation, permit, call, self.limit).await)
+    }
+
+    async fn spawn<T, Fut>(
+        &self,
+        operation: &'static str,
+        permit: OwnedSemaphorePermit,
+        call: Fut,
+        wait: Duration,
+    ) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let (limit, hard) = (self.limit, self.hard_limit());
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            tokio::time::timeout(hard, call).await
+        });
+        let abandoned = || {
+            Error::store(format!(
+                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
+            ))
+        };
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(Ok(result))) => result,
+            Ok(Ok(Err(_))) | Err(_) => Err(abandoned()),
+            Ok(Err(join)) => Err(Error::store(format!("the store call failed: {join}"))),
+        }
+    }
+}
+
+/// A store operation's retry state.
+#[derive(Debug)]
+struct Retry {
+    backoff: Backoff,
+    /// Not before this instant (after a failure).
+    at: Option<Instant>,
+}
+
+impl Retry {
+    fn new(s: &Scheduler) -> Self {
+        Self {
+            backoff: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
+            at: None,
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.at.is_none_or(|at| Instant::now() >= at)
+    }
+
+    fn ok(&mut self) {
+        self.backoff.reset();
+        self.at = None;
+    }
+
+    /// A failure: the delay before the next try, at most `cap`.
+    fn failed(&mut self, cap: Duration) -> Duration {
+        let delay = self.backoff.next_delay().min(cap);
+        self.at = Some(Instant::now() + delay);
+        delay
+    }
+}
+
 pub(super) struct Engine {
     s: Scheduler,
-    renew_every: Duration,
-    states: Vec<JobState>,
+    jobs: Vec<JobTicks>,
     tasks: JoinSet<RunResult>,
     by_task: HashMap<Id, usize>,
     /// Releases not yet acknowledged by the store.
     to_release: Vec<(LeaseKey, Release)>,
-    /// How long one store call may take before it is abandoned as failed: two renewal
-    /// periods (a renewal that late is as good as lost), within 1 s … 30 s.
-    call_limit: Duration,
-    /// Store clock minus local clock.
-    offset: TimeDelta,
-    /// The shortest round trip of a clock read so far, and how many samples in a row
-    /// were discarded for a long one.
-    clock_rtt: Option<TimeDelta>,
-    clock_discarded: u32,
-    /// How many clock samples were taken.
-    clock_samples: u32,
-    backoff: Backoff,
-    /// No store call before this instant (after a failure).
-    retry_at: Option<Instant>,
+    leases: Gate,
+    clock_gate: Gate,
+    clock: StoreClock,
+    take: Retry,
+    release: Retry,
+    renew_fails: Backoff,
     next_renew: Instant,
-    /// How soon to ask again for a tick whose previous run still holds the lease
-    /// elsewhere.
-    lost_poll: Duration,
+    polling: Polling,
     beat: Arc<Heartbeat>,
 }
 
-/// Clock samples with round trips up to this long are always taken.
-const MAX_CLOCK_RTT: TimeDelta = TimeDelta::milliseconds(250);
-/// How many long-round-trip samples in a row are discarded before one is taken anyway.
-const CLOCK_DISCARDS: u32 = 5;
-
 impl Engine {
     pub(super) fn new(s: Scheduler) -> Self {
-        let renew_every = s.config.renew_every.unwrap_or(s.ttl.get() / 4);
-        let states = s.entries.iter().map(|_| JobState::default()).collect();
+        let renew_every = s.settings.renew_every;
+        // Two renewal periods (a renewal that late is as good as lost), within 1 … 30 s.
+        let limit = renew_every
+            .saturating_mul(2)
+            .clamp(Duration::from_secs(1), Duration::from_secs(30));
         Self {
-            renew_every,
-            states,
+            jobs: s.entries.iter().map(|_| JobTicks::default()).collect(),
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             to_release: Vec::new(),
-            call_limit: renew_every
-                .saturating_mul(2)
-                .clamp(Duration::from_secs(1), Duration::from_secs(30)),
-            offset: TimeDelta::zero(),
-            clock_rtt: None,
-            clock_discarded: 0,
-            clock_samples: 0,
-            backoff: Backoff::new(s.config.retry_base, s.config.retry_cap),
-            retry_at: None,
+            leases: Gate::new(limit),
+            clock_gate: Gate::new(limit),
+            clock: StoreClock::default(),
+            take: Retry::new(&s),
+            release: Retry::new(&s),
+            renew_fails: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
             next_renew: Instant::now() + renew_every,
-            lost_poll: renew_every.min(Duration::from_secs(1)),
+            polling: Polling {
+                overlap: renew_every.min(Duration::from_secs(1)),
+                same_tick: renew_every,
+                ttl: s.settings.ttl.get(),
+            },
             beat: s.health.heartbeat(),
             s,
         }
     }
 
     fn db_now(&self) -> DateTime<Utc> {
-        self.s.config.clock.now() + self.offset
+        self.clock.store_time(self.s.settings.clock.now())
     }
 
     /// The local instant at which the store's clock reads `at`.
@@ -121,132 +216,87 @@ impl Engine {
         Instant::now() + ahead
     }
 
-    fn store_ok(&mut self) {
-        self.backoff.reset();
+    fn store_ok(&self) {
         self.beat.store_ok();
     }
 
-    fn store_failed(&mut self, what: &str, err: &crate::Error) {
+    fn store_failed(&self, what: &str, err: &Error, retry_in: Duration) {
         self.beat.store_failed();
-        let delay = self.backoff.next_delay();
-        warn!(error = %err, retry_in = ?delay, "{what} failed; retrying");
-        self.retry_at = Some(Instant::now() + delay);
+        warn!(error = %err, retry_in = ?retry_in, "{what} failed; retrying");
     }
 
-    fn store_ready(&self) -> bool {
-        self.retry_at.is_none_or(|at| Instant::now() >= at)
-    }
-
-    /// Measures the offset of the store's clock from ours (halfway through the call).
+    /// Reads the store's clock (unless a read is still in flight) and updates the
+    /// offset. Returns whether a sample was read.
     async fn sync_clock(&mut self) -> bool {
-        let clock = self.s.config.clock;
-        let before = clock.now();
-        match self
-            .s
+        let local = self.s.settings.clock;
+        let store = self.s.store.clone();
+        let before = local.now();
+        let started = Instant::now();
+        let read = self
+            .clock_gate
+            .try_run("now", async move { store.now().await })
+            .await;
+        let Some(read) = read else {
+            return false;
+        };
+        self.s
             .observe
-            .timed("now", self.call_limit, self.s.store.now())
-            .await
-        {
+            .store_call("now", started.elapsed(), read.is_ok());
+        match read {
             Ok(db) => {
-                let after = clock.now();
-                let rtt = after - before;
-                // The read happened somewhere within the round trip; the midpoint is
-                // off by up to half of it. A read stuck behind a pool wait or a stalled
-                // server would shift the schedule by seconds (and take ticks early):
-                // such a sample is discarded while a good offset is known, unless
-                // round trips stay long (the network changed).
-                if let Some(best) = self.clock_rtt
-                    && rtt > best
-                    && (rtt > (best * 4).max(MAX_CLOCK_RTT)
-                        || (self.clock_discarded == 0 && self.clock_samples == 1))
-                    && self.clock_discarded < CLOCK_DISCARDS
-                {
-                    self.clock_discarded += 1;
-                    debug!(
+                match self.clock.sample(before, local.now(), db) {
+                    Sample::Taken { offset, moved } => {
+                        if moved {
+                            info!(
+                                offset_ms = offset.num_milliseconds(),
+                                "clock offset to the store"
+                            );
+                        }
+                        let seconds = offset.num_microseconds().unwrap_or(0) as f64 / 1e6;
+                        self.s.observe.clock_offset(seconds);
+                    }
+                    Sample::Discarded { rtt, best } => debug!(
                         round_trip_ms = rtt.num_milliseconds(),
                         best_ms = best.num_milliseconds(),
                         "clock sample discarded: its round trip was too long"
-                    );
-                    return true;
+                    ),
                 }
-                // After a run of long round trips the one taken becomes the new
-                // best: the network changed.
-                self.clock_rtt = Some(match self.clock_rtt {
-                    Some(best) if self.clock_discarded < CLOCK_DISCARDS => best.min(rtt),
-                    _ => rtt,
-                });
-                self.clock_discarded = 0;
-                self.clock_samples = self.clock_samples.saturating_add(1);
-                let mid = before + rtt / 2;
-                let offset = db - mid;
-                if (offset - self.offset).num_milliseconds().abs() > 1000 {
-                    info!(
-                        offset_ms = offset.num_milliseconds(),
-                        "clock offset to the store"
-                    );
-                }
-                self.offset = offset;
-                self.s
-                    .observe
-                    .clock_offset(offset.num_microseconds().unwrap_or(0) as f64 / 1e6);
                 true
             }
             Err(err) => {
-                self.store_failed("reading the store's clock", &err);
+                debug!(error = %err, "reading the store's clock failed");
                 false
             }
         }
     }
 
-    fn declare(&self) {
-        for d in self.s.declarations() {
-            info!(job = %d.job, lease = %d.lease, scope = %d.scope, schedule = %d.schedule,
-                "job needs fencing: it gets a fencing token and is cancelled if its lease is lost");
-        }
-    }
-
-    /// Sets each job's first due tick: the latest one within its catch-up window (the
-    /// store refuses it if it already ran), and the next one after now.
-    fn init_ticks(&mut self) {
-        let now = self.db_now();
-        for (i, e) in self.s.entries.iter().enumerate() {
-            let state = &mut self.states[i];
-            let probe = e.schedule.next_after(now - TimeDelta::days(400));
-            let window = probe.map(|t| window(e, t)).unwrap_or(TimeDelta::zero());
-            state.pending = e
-                .schedule
-                .latest_at_or_before(now, window)
-                .map(|tick| Pending {
-                    tick,
-                    attempted: false,
-                    retry_at: None,
-                });
-            state.next = e.schedule.next_after(now).map(|t| (t, fire_at(e, t)));
-        }
-    }
-
     pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
-        self.declare();
-        info!(node = %self.s.node, jobs = self.s.entries.len(), ttl = ?self.s.ttl.get(), "scheduler starting");
+        self.s.observe.declare(&self.s.declarations());
+        info!(node = %self.s.node, jobs = self.s.entries.len(), ttl = ?self.s.settings.ttl.get(), "scheduler starting");
         // Learn the store's clock before computing any tick.
+        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
         loop {
             self.beat.beat();
             if self.sync_clock().await {
                 // The first read also paid for the connection's set-up; a second one
                 // on the warm connection is kept if its round trip is shorter.
                 self.sync_clock().await;
-                self.store_ok();
-                self.retry_at = None;
                 break;
             }
-            let wait = self.retry_at.unwrap_or_else(Instant::now);
+            self.beat.store_failed();
+            let wait = startup.next_delay();
+            warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
             tokio::select! {
-                () = tokio::time::sleep_until(wait) => {}
+                () = tokio::time::sleep(wait) => {}
                 () = &mut shutdown => return,
             }
         }
-        self.init_ticks();
+        self.store_ok();
+        let now = self.db_now();
+        for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
+            job.start(&e.cadence, now);
+        }
         loop {
             self.beat.beat();
             self.turn().await;
@@ -265,163 +315,118 @@ impl Engine {
         self.drain().await;
     }
 
-    /// One turn of the loop: take due ticks, renew, release, notice lost leases.
+    /// One turn of the loop: renew (when due), release what ended, take due ticks,
+    /// notice leases that expired unrenewed.
     async fn turn(&mut self) {
-        let renew_due = Instant::now() >= self.next_renew;
-        if self.store_ready() {
-            self.take_due().await;
-        }
-        if renew_due && self.store_ready() {
+        if Instant::now() >= self.next_renew {
             self.renew().await;
         }
-        if !self.to_release.is_empty() && self.store_ready() {
+        if !self.to_release.is_empty() && self.release.ready() {
             self.flush_releases().await;
+        }
+        if self.take.ready() {
+            self.take_due().await;
         }
         self.expire_unrenewed();
     }
 
     fn next_wake(&self) -> Instant {
-        // After a failure, nothing can happen before the backoff allows a retry.
-        if let Some(at) = self.retry_at
-            && at > Instant::now()
-        {
-            return at;
-        }
         let mut wake = self.next_renew;
-        for state in &self.states {
-            let retry = state.pending.and_then(|p| p.retry_at);
-            for at in state.next.map(|(_, at)| at).into_iter().chain(retry) {
-                wake = wake.min(self.instant_of(at));
+        if !self.to_release.is_empty()
+            && let Some(at) = self.release.at
+        {
+            wake = wake.min(at);
+        }
+        let take_retry = self.take.at.filter(|at| *at > Instant::now());
+        for job in &self.jobs {
+            if let Some(at) = job.next_wake() {
+                wake = wake
+                    .min(take_retry.map_or(self.instant_of(at), |r| r.max(self.instant_of(at))));
             }
         }
         wake
     }
 
-    /// Collects due ticks (new ones, and lost ones whose retry time has come within
-    /// their catch-up window), and takes them all in one store call.
+    /// Takes every due tick in one store call.
     async fn take_due(&mut self) {
         let now = self.db_now();
         let mut requests = Vec::new();
         let mut asked = Vec::new();
-        for (i, e) in self.s.entries.iter().enumerate() {
-            let state = &mut self.states[i];
-            // (After a long pause many ticks may be due at once: each superseded one is
-            // counted, and logged once.)
-            let mut superseded = 0u64;
-            while let Some((tick, at)) = state.next {
-                if at > now {
-                    break;
-                }
-                if let Some(old) = state.pending.take()
-                    && !old.attempted
-                {
-                    self.s.observe.outcome(&e.name, Outcome::Missed);
-                    superseded += 1;
-                }
-                state.pending = Some(Pending {
+        let mut events = Vec::new();
+        for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
+            if let Some((tick, holder)) = job.due(&e.cadence, now, &mut events) {
+                requests.push(TakeRequest {
+                    name: e.lease.clone(),
                     tick,
-                    attempted: false,
-                    retry_at: None,
+                    holder,
                 });
-                state.next = e.schedule.next_after(tick.at()).map(|t| (t, fire_at(e, t)));
-            }
-            if superseded > 0 {
-                warn!(job = %e.name, missed = superseded, "ticks missed: superseded before they could be attempted");
-            }
-            let Some(pending) = state.pending else {
-                continue;
-            };
-            if let Some(running) = &state.running {
-                state.pending = None;
-                if !pending.attempted {
-                    self.s.observe.outcome(&e.name, Outcome::SkippedOverlap);
-                    info!(job = %e.name, tick = %pending.tick, running = %running.lease.tick,
-                        "tick skipped: the previous run still holds the lease");
-                }
-                continue;
-            }
-            if now - pending.tick.at() > window(e, pending.tick) {
-                state.pending = None;
-                if !pending.attempted {
-                    self.s.observe.outcome(&e.name, Outcome::Missed);
-                    warn!(job = %e.name, tick = %pending.tick, "tick missed: its catch-up window closed");
-                }
-                continue;
-            }
-            if pending.retry_at.is_none_or(|at| at <= now) {
-                requests.push(TakeRequest::new(e.lease.clone(), pending.tick));
                 asked.push(i);
+            }
+            for event in events.drain(..) {
+                self.s.observe.tick_event(&e.name, &event);
             }
         }
         if requests.is_empty() {
             return;
         }
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
-        let call = self.s.store.take(&requests, self.s.ttl).instrument(span);
-        let taken = self.s.observe.timed("take", self.call_limit, call).await;
-        match taken {
-            Ok(taken) => {
-                self.store_ok();
-                self.retry_at = None;
-                let mut won: HashMap<_, _> =
-                    taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
-                let held: HashMap<_, _> = taken
-                    .held
-                    .into_iter()
-                    .map(|h| (h.name.clone(), h))
-                    .collect();
-                for i in asked {
-                    let lease = self.s.entries[i].lease.clone();
-                    match won.remove(&lease) {
-                        Some(lease) => {
-                            if self.states[i].pending.is_some_and(|p| p.attempted) {
-                                info!(job = %self.s.entries[i].name, tick = %lease.tick, token = %lease.token,
-                                    "took over a tick another holder had not completed");
-                            }
-                            self.states[i].pending = None;
-                            self.start(i, lease);
-                        }
-                        None => self.lost_take(i, held.get(&lease), now),
+        let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
+        let started = Instant::now();
+        let call = async move { store.take(&requests, ttl).await }.instrument(span);
+        let taken = self.leases.run("take", call).await;
+        self.s
+            .observe
+            .store_call("take", started.elapsed(), taken.is_ok());
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(err) => {
+                let delay = self.take.failed(self.s.settings.retry_cap);
+                self.store_failed("taking due leases", &err, delay);
+                return;
+            }
+        };
+        self.take.ok();
+        self.store_ok();
+        // Decided on the store's clock when the answer came.
+        let answered = self.db_now();
+        let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
+        let held: HashMap<_, _> = taken
+            .held
+            .into_iter()
+            .map(|h| (h.name.clone(), h))
+            .collect();
+        for i in asked {
+            let e = &self.s.entries[i];
+            match won.remove(&e.lease) {
+                Some(lease) => self.start(i, lease, answered),
+                None => {
+                    self.jobs[i].on_refused(
+                        &e.cadence,
+                        held.get(&e.lease),
+                        answered,
+                        self.polling,
+                        &mut events,
+                    );
+                    for event in events.drain(..) {
+                        self.s.observe.tick_event(&e.name, &event);
                     }
                 }
             }
-            Err(err) => self.store_failed("taking due leases", &err),
         }
     }
 
-    /// A take of job `i`'s pending tick lost: decide when asking again could win.
-    fn lost_take(&mut self, i: usize, held: Option<&Held>, now: DateTime<Utc>) {
+    fn start(&mut self, i: usize, lease: crate::lease::Lease, now: DateTime<Utc>) {
         let e = &self.s.entries[i];
-        let Some(p) = &mut self.states[i].pending else {
+        if self.jobs[i].on_won(lease, now) {
+            if let Some(r) = self.jobs[i].running() {
+                info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
+                    "took over a tick another holder had not completed");
+            }
+        }
+        let Some(running) = self.jobs[i].running() else {
             return;
         };
-        if !p.attempted {
-            p.attempted = true;
-            self.s.observe.outcome(&e.name, Outcome::HeldElsewhere);
-            debug!(job = %e.name, tick = %p.tick, "tick held elsewhere");
-        }
-        let window = window(e, p.tick);
-        let poll = now
-            + (TimeDelta::from_std(self.lost_poll).unwrap_or(TimeDelta::seconds(1)))
-                .min(window / 4);
-        let retry_at = match held {
-            // Done elsewhere, or a later tick already taken: nothing left to do.
-            Some(h) if h.tick > p.tick || (h.tick == p.tick && h.completed) => None,
-            // Running elsewhere (this tick, or still the previous one): it frees up when
-            // it expires, or sooner if released (a graceful shutdown interrupts it, or
-            // the previous run ends). Ask again by then, at least every `lost_poll`.
-            Some(h) => Some(h.expires_at.min(poll)),
-            None => Some(poll),
-        };
-        match retry_at {
-            Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
-            _ => self.states[i].pending = None,
-        }
-    }
-
-    fn start(&mut self, i: usize, lease: Lease) {
-        let e = &self.s.entries[i];
-        let cancel = CancellationToken::new();
+        let lease = &running.lease;
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -429,98 +434,87 @@ impl Engine {
             lease: lease.name.clone(),
             holder: lease.holder.clone(),
             token: lease.token,
-            cancel: cancel.clone(),
+            cancel: running.cancel.clone(),
             state: self.s.state.clone(),
         };
-        let started = self.db_now();
-        let lateness = (started - lease.tick.at()).num_milliseconds();
-        self.s.observe.started(
-            &e.name,
-            (started - lease.tick.at()).to_std().unwrap_or_default(),
-        );
+        let lateness = (now - lease.tick.at()).to_std().unwrap_or_default();
+        self.s.observe.started(&e.name, lateness);
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
             node = %self.s.node, holder = %lease.holder, token = %lease.token);
-        span.in_scope(|| debug!(lateness_ms = lateness, "run starting"));
+        span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
         let job = e.job.clone();
         let task = self
             .tasks
             .spawn(async move { (i, job.run(ctx).await) }.instrument(span));
         self.by_task.insert(task.id(), i);
-        self.states[i].running = Some(Running {
-            task: task.id(),
-            started,
-            lease,
-            cancel,
-            lost: false,
-        });
     }
 
     fn finished(&mut self, done: Result<(Id, RunResult), tokio::task::JoinError>) {
         let (id, result) = match done {
             Ok((id, (_, result))) => (id, result),
             Err(err) => {
-                let why: BoxError = if err.is_panic() {
-                    "the job panicked".into()
-                } else {
-                    "the job was cancelled".into()
+                let id = err.id();
+                let why: BoxError = match err.try_into_panic() {
+                    Ok(payload) => {
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| payload.downcast_ref::<String>().cloned());
+                        match message {
+                            Some(m) => format!("the job panicked: {m}").into(),
+                            None => "the job panicked".into(),
+                        }
+                    }
+                    Err(_) => "the job was aborted".into(),
                 };
-                (err.id(), Err(why))
+                (id, Err(why))
             }
         };
         let Some(i) = self.by_task.remove(&id) else {
             return;
         };
-        let e = &self.s.entries[i];
-        let Some(running) = self.states[i].running.take() else {
-            return;
+        if let Some(running) = self.jobs[i].on_finished() {
+            self.ended(i, &running, result);
+        }
+    }
+
+    /// A run ended with `result`: report it and queue its release. `Ok` completes the
+    /// tick whatever happened meanwhile; [`Interrupted`] (or an error after the run
+    /// was cancelled) hands the tick back for a retry.
+    fn ended(&mut self, i: usize, running: &Running, result: Result<(), BoxError>) {
+        let interrupted = match &result {
+            Ok(()) => false,
+            Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
         };
-        if running.task != id {
-            return;
-        }
-        match &result {
-            Ok(()) if !running.lost => {
-                self.s.observe.outcome(&e.name, Outcome::Ran);
-                debug!(job = %e.name, tick = %running.lease.tick, "run finished");
-            }
-            Ok(()) => {
-                self.s.observe.outcome(&e.name, Outcome::Ran);
-                warn!(job = %e.name, tick = %running.lease.tick, "run finished after its lease was lost; the tick may have run twice");
-            }
-            Err(err) => {
-                self.s.observe.outcome(&e.name, Outcome::Failed);
-                error!(job = %e.name, tick = %running.lease.tick, error = %err, "run failed");
-            }
-        }
-        self.record_end(i, &running, result.as_ref().err().map(|e| e.to_string()));
+        let outcome = match &result {
+            Ok(()) => RunOutcome::Succeeded,
+            Err(_) if interrupted => RunOutcome::Cancelled,
+            Err(_) => RunOutcome::Failed,
+        };
+        let e = &self.s.entries[i];
+        self.s.observe.run_ended(
+            &e.name,
+            RunRecord {
+                job: e.name.to_string(),
+                tick: running.lease.tick,
+                node: self.s.node.to_string(),
+                holder: running.lease.holder.clone(),
+                token: running.lease.token,
+                started: running.started,
+                finished: self.db_now(),
+                outcome,
+                error: result.as_ref().err().map(|e| crate::error::chain(&**e)),
+                lease_lost: running.lost,
+            },
+        );
         if !running.lost {
-            // A run stopped by its token did not complete its tick: let it be retried.
-            let how = if running.cancel.is_cancelled() {
+            let how = if interrupted {
                 Release::Interrupted
             } else {
                 Release::Completed
             };
             self.to_release.push((running.lease.key(), how));
         }
-    }
-
-    fn record_end(&self, i: usize, running: &Running, error: Option<String>) {
-        let outcome = match &error {
-            None => RunOutcome::Succeeded,
-            Some(_) if running.cancel.is_cancelled() => RunOutcome::Cancelled,
-            Some(_) => RunOutcome::Failed,
-        };
-        self.s.observe.ended(RunRecord {
-            job: self.s.entries[i].name.to_string(),
-            tick: running.lease.tick,
-            node: self.s.node.to_string(),
-            holder: running.lease.holder.clone(),
-            token: running.lease.token,
-            started: running.started,
-            finished: self.db_now(),
-            outcome,
-            error,
-            lease_lost: running.lost,
-        });
     }
 
     async fn flush_releases(&mut self) {
@@ -534,64 +528,78 @@ impl Engine {
             if keys.is_empty() {
                 continue;
             }
-            let call = self.s.store.release(&keys, how);
-            match self.s.observe.timed("release", self.call_limit, call).await {
+            let store = self.s.store.clone();
+            let started = Instant::now();
+            let call = async move { store.release(&keys, how).await };
+            let result = self.leases.run("release", call).await;
+            self.s
+                .observe
+                .store_call("release", started.elapsed(), result.is_ok());
+            match result {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
+                    self.release.ok();
                     self.store_ok();
                 }
                 Err(err) => {
-                    self.store_failed("releasing leases", &err);
+                    let delay = self.release.failed(self.s.settings.retry_cap);
+                    self.store_failed("releasing leases", &err, delay);
                     return;
                 }
             }
         }
     }
 
-    /// Renews every held lease in one call; a lease not renewed is lost.
+    /// Renews every held lease in one call; a lease not renewed is lost. Runs on its
+    /// own clock (every renewal interval, sooner after a failure), whatever the takes
+    /// are doing.
     async fn renew(&mut self) {
+        let renew_every = self.s.settings.renew_every;
         self.sync_clock().await;
         let held: Vec<(usize, LeaseKey)> = self
-            .states
+            .jobs
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| {
-                s.running
-                    .as_ref()
-                    .filter(|r| !r.lost)
-                    .map(|r| (i, r.lease.key()))
-            })
+            .filter_map(|(i, j)| j.running().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
             .collect();
         if held.is_empty() {
-            self.next_renew = Instant::now() + self.renew_every;
+            self.next_renew = Instant::now() + renew_every;
             return;
         }
         let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
-        let call = self.s.store.renew(&keys, self.s.ttl);
-        match self.s.observe.timed("renew", self.call_limit, call).await {
+        let asked = keys.len();
+        let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
+        let started = Instant::now();
+        let call = async move { store.renew(&keys, ttl).await };
+        let result = self.leases.run("renew", call).await;
+        self.s
+            .observe
+            .store_call("renew", started.elapsed(), result.is_ok());
+        match result {
             Ok(renewed) => {
                 self.s
                     .observe
-                    .renewals(renewed.len(), keys.len().saturating_sub(renewed.len()));
+                    .renewals(renewed.len(), asked.saturating_sub(renewed.len()));
+                self.renew_fails.reset();
                 self.store_ok();
-                self.retry_at = None;
-                self.next_renew = Instant::now() + self.renew_every;
+                self.next_renew = Instant::now() + renew_every;
                 let renewed: HashMap<_, _> = renewed
                     .into_iter()
                     .map(|r| (r.name, r.expires_at))
                     .collect();
                 for (i, key) in held {
                     match renewed.get(&key.name) {
-                        Some(expires_at) => {
-                            if let Some(r) = &mut self.states[i].running {
-                                r.lease.expires_at = *expires_at;
-                            }
-                        }
+                        Some(expires_at) => self.jobs[i].on_renewed(*expires_at),
                         None => self.lost(i, "the renewal found the lease taken over or gone"),
                     }
                 }
             }
-            Err(err) => self.store_failed("renewing leases", &err),
+            Err(err) => {
+                // Retried well before the leases expire: within half an interval.
+                let delay = self.renew_fails.next_delay().min(renew_every / 2);
+                self.next_renew = Instant::now() + delay;
+                self.store_failed("renewing leases", &err, delay);
+            }
         }
     }
 
@@ -599,28 +607,18 @@ impl Engine {
     /// another instance may take it now.
     fn expire_unrenewed(&mut self) {
         let now = self.db_now();
-        let expired: Vec<usize> = self
-            .states
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.running
-                    .as_ref()
-                    .is_some_and(|r| !r.lost && r.lease.expires_at <= now)
-            })
-            .map(|(i, _)| i)
-            .collect();
-        for i in expired {
-            self.lost(i, "the lease expired before it could be renewed");
+        for i in 0..self.jobs.len() {
+            if self.jobs[i].expired_unrenewed(now) {
+                self.lost(i, "the lease expired before it could be renewed");
+            }
         }
     }
 
     fn lost(&mut self, i: usize, why: &str) {
         let e = &self.s.entries[i];
-        let Some(running) = &mut self.states[i].running else {
+        let Some(running) = self.jobs[i].on_lost() else {
             return;
         };
-        running.lost = true;
         self.s.observe.outcome(&e.name, Outcome::LeaseLost);
         match e.duplicate {
             Duplicate::NeedsFencing => {
@@ -636,19 +634,28 @@ impl Engine {
     }
 
     /// Graceful shutdown: no new ticks; running jobs get the grace period (their
-    /// leases still renewed); the rest are cancelled; every lease is released at once.
+    /// leases still renewed, and the leases of runs that end released at once); the
+    /// rest are cancelled; every lease is released.
     async fn drain(&mut self) {
-        let deadline = Instant::now() + self.s.config.grace;
-        info!(running = self.tasks.len(), grace = ?self.s.config.grace, "scheduler shutting down");
+        let deadline = Instant::now() + self.s.settings.grace;
+        info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
         while !self.tasks.is_empty() {
-            let wake = self.next_renew.min(deadline);
+            if !self.to_release.is_empty() && self.release.ready() {
+                self.flush_releases().await;
+            }
+            let mut wake = self.next_renew.min(deadline);
+            if !self.to_release.is_empty()
+                && let Some(at) = self.release.at
+            {
+                wake = wake.min(at);
+            }
             tokio::select! {
                 Some(done) = self.tasks.join_next_with_id() => self.finished(done),
                 () = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= deadline {
                         break;
                     }
-                    if self.store_ready() {
+                    if Instant::now() >= self.next_renew {
                         self.renew().await;
                     }
                     self.expire_unrenewed();
@@ -656,10 +663,9 @@ impl Engine {
             }
         }
         // Past the grace period: cancel, give the runs a moment to notice, then abort.
-        for state in &self.states {
-            if let Some(running) = &state.running {
-                warn!(job = %self.s.entries[self.by_task.get(&running.task).copied().unwrap_or(0)].name,
-                    tick = %running.lease.tick, "cancelling the run at shutdown");
+        for (job, e) in self.jobs.iter().zip(&self.s.entries) {
+            if let Some(running) = job.running() {
+                warn!(job = %e.name, tick = %running.lease.tick, "cancelling the run at shutdown");
                 running.cancel.cancel();
             }
         }
@@ -672,29 +678,13 @@ impl Engine {
             }
         }
         self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
-        let aborted: Vec<(usize, Running)> = self
-            .states
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, state)| state.running.take().map(|r| (i, r)))
-            .collect();
-        for (i, running) in aborted {
-            self.s
-                .observe
-                .outcome(&self.s.entries[i].name, Outcome::Failed);
-            // Its token was cancelled above: recorded as cancelled.
-            self.record_end(i, &running, Some("aborted at shutdown".to_owned()));
-            warn!(job = %self.s.entries[i].name, tick = %running.lease.tick, "run aborted at shutdown");
-            if !running.lost {
-                self.to_release
-                    .push((running.lease.key(), Release::Interrupted));
-            }
+        while let Some(done) = self.tasks.join_next_with_id().await {
+            self.finished(done);
         }
         // Release everything in (at most) one call per kind; a few quick retries, then
         // leave the rest to expire.
         for _ in 0..3 {
-            self.retry_at = None;
+            self.release.at = None;
             self.flush_releases().await;
             if self.to_release.is_empty() {
                 break;
@@ -705,21 +695,11 @@ impl Engine {
     }
 }
 
-/// How long after its instant `tick` may still start.
-fn window(e: &Entry, tick: Tick) -> TimeDelta {
-    let jitter = TimeDelta::from_std(e.jitter).unwrap_or(TimeDelta::MAX);
-    match e.catch_up {
-        Some(d) => TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX),
-        None => e.schedule.period_after(tick),
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("jobs", &self.jobs.len())
+            .field("running", &self.tasks.len())
+            .finish_non_exhaustive()
     }
-    .max(jitter)
-}
-
-/// When `tick` fires: its instant plus a random jitter within the job's bound.
-fn fire_at(e: &Entry, tick: Tick) -> DateTime<Utc> {
-    let bound = u64::try_from(e.jitter.as_millis()).unwrap_or(u64::MAX);
-    if bound == 0 {
-        return tick.at();
-    }
-    tick.at() + TimeDelta::milliseconds(i64::try_from(rand::random_range(0..=bound)).unwrap_or(0))
 }

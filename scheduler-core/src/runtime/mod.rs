@@ -5,6 +5,8 @@ mod engine;
 mod health;
 mod observe;
 mod stats;
+mod store_clock;
+mod ticks;
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
@@ -21,8 +23,8 @@ use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Idempotent, Scope, State};
 use crate::lease::{LeaseName, Ttl, validate_name};
-use crate::schedule::Compiled;
 use crate::store::Store;
+use ticks::Cadence;
 
 /// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
 #[derive(Debug)]
@@ -49,6 +51,17 @@ pub(crate) struct Config {
     pub(crate) node: Option<String>,
     pub(crate) ttl: Duration,
     pub(crate) renew_every: Option<Duration>,
+    pub(crate) grace: Duration,
+    pub(crate) clock: LocalClock,
+    pub(crate) retry_base: Duration,
+    pub(crate) retry_cap: Duration,
+}
+
+/// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Ttl,
+    pub(crate) renew_every: Duration,
     pub(crate) grace: Duration,
     pub(crate) clock: LocalClock,
     pub(crate) retry_base: Duration,
@@ -163,7 +176,14 @@ impl SchedulerBuilder {
                 renew_every,
             });
         }
-        config.renew_every = Some(renew_every);
+        let settings = Settings {
+            ttl,
+            renew_every,
+            grace: config.grace,
+            clock: config.clock,
+            retry_base: config.retry_base,
+            retry_cap: config.retry_cap,
+        };
         let node = match config.node.take() {
             Some(node) => node,
             None => gethostname::gethostname().to_string_lossy().into_owned(),
@@ -185,19 +205,17 @@ impl SchedulerBuilder {
                     source,
                 })?;
             let scope = job.scope();
-            let lease = match scope {
-                Scope::Cluster => LeaseName::new(name.clone())?,
-                Scope::Node => LeaseName::new(format!("{name}:{node}"))?,
-            };
             entries.push(Entry {
+                lease: LeaseName::for_job(&name, scope, &node)?,
                 name: name.into(),
-                lease,
-                schedule,
+                cadence: Cadence {
+                    schedule,
+                    catch_up: job.catch_up(),
+                    jitter: job.jitter(),
+                },
                 schedule_text: schedule_spec.to_string(),
                 scope,
                 duplicate: job.duplicate(),
-                jitter: job.jitter(),
-                catch_up: job.catch_up(),
                 job,
             });
         }
@@ -206,8 +224,7 @@ impl SchedulerBuilder {
         Ok(Scheduler {
             store: self.store,
             node: node.into(),
-            ttl,
-            config,
+            settings,
             entries,
             observe: Observer::new(stats.clone(), self.meter.as_ref(), self.recorder),
             stats,
@@ -222,12 +239,10 @@ pub(crate) struct Entry {
     pub(crate) job: Arc<dyn Idempotent>,
     pub(crate) name: Arc<str>,
     pub(crate) lease: LeaseName,
-    pub(crate) schedule: Compiled,
+    pub(crate) cadence: Cadence,
     pub(crate) schedule_text: String,
     pub(crate) scope: Scope,
     pub(crate) duplicate: Duplicate,
-    pub(crate) jitter: Duration,
-    pub(crate) catch_up: Option<Duration>,
 }
 
 impl std::fmt::Debug for Entry {
@@ -271,8 +286,7 @@ impl std::fmt::Debug for Entry {
 pub struct Scheduler {
     store: Arc<dyn Store>,
     node: Arc<str>,
-    ttl: Ttl,
-    config: Config,
+    settings: Settings,
     entries: Vec<Entry>,
     stats: Stats,
     observe: Observer,

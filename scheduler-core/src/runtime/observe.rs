@@ -18,6 +18,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
 use super::stats::{Outcome, Stats};
+use super::ticks::TickEvent;
 use crate::error::BoxError;
 use crate::lease::{FencingToken, Holder, Tick};
 
@@ -226,6 +227,69 @@ impl Observer {
         }
     }
 
+    /// The jobs that need fencing, declared at start-up.
+    pub(crate) fn declare(&self, declarations: &[crate::job::Declaration]) {
+        for d in declarations {
+            tracing::info!(job = %d.job, lease = %d.lease, scope = %d.scope, schedule = %d.schedule,
+                "job needs fencing: it gets a fencing token and is cancelled if its lease is lost");
+        }
+    }
+
+    /// Something happened to a tick of `job` before any run: logged and counted.
+    pub(crate) fn tick_event(&self, job: &str, event: &TickEvent) {
+        match event {
+            TickEvent::Missed {
+                tick,
+                count,
+                superseded: true,
+            } => {
+                for _ in 0..*count {
+                    self.outcome(job, Outcome::Missed);
+                }
+                tracing::warn!(job, missed = count, last = %tick,
+                    "ticks missed: superseded before they could be attempted");
+            }
+            TickEvent::Missed { tick, .. } => {
+                self.outcome(job, Outcome::Missed);
+                tracing::warn!(job, tick = %tick, "tick missed: its catch-up window closed");
+            }
+            TickEvent::SkippedOverlap { tick, running } => {
+                self.outcome(job, Outcome::SkippedOverlap);
+                tracing::info!(job, tick = %tick, running = %running,
+                    "tick skipped: the previous run still holds the lease");
+            }
+            TickEvent::HeldElsewhere { tick } => {
+                self.outcome(job, Outcome::HeldElsewhere);
+                tracing::debug!(job, tick = %tick, "tick held elsewhere");
+            }
+        }
+    }
+
+    /// A run of `job` ended as `run` says: logged, counted, measured and recorded.
+    pub(crate) fn run_ended(&self, job: &str, run: RunRecord) {
+        match (&run.error, run.lease_lost) {
+            (None, false) => {
+                self.outcome(job, Outcome::Ran);
+                tracing::debug!(job, tick = %run.tick, "run finished");
+            }
+            (None, true) => {
+                self.outcome(job, Outcome::Ran);
+                tracing::warn!(job, tick = %run.tick,
+                    "run finished after its lease was lost; the tick may have run twice");
+            }
+            (Some(error), _) if run.outcome == RunOutcome::Cancelled => {
+                self.outcome(job, Outcome::Failed);
+                tracing::warn!(job, tick = %run.tick, error = %error,
+                    "run interrupted; the tick may be retried");
+            }
+            (Some(error), _) => {
+                self.outcome(job, Outcome::Failed);
+                tracing::error!(job, tick = %run.tick, error = %error, "run failed");
+            }
+        }
+        self.ended(run);
+    }
+
     pub(crate) fn started(&self, job: &str, lateness: Duration) {
         if let Some(m) = &self.metrics {
             m.lateness.record(lateness.as_secs_f64(), &[job_attr(job)]);
@@ -234,7 +298,7 @@ impl Observer {
     }
 
     /// A run ended: metrics now, the record off the loop.
-    pub(crate) fn ended(&self, run: RunRecord) {
+    fn ended(&self, run: RunRecord) {
         if let Some(m) = &self.metrics {
             let took = (run.finished - run.started).to_std().unwrap_or_default();
             let attrs = [
@@ -269,27 +333,8 @@ impl Observer {
         }
     }
 
-    /// Runs one store call, recording its duration and result. A call that has not
-    /// answered within `limit` is abandoned and fails: a statement sent on a connection
-    /// cut without a close would otherwise wait for TCP to notice, for many minutes.
-    pub(crate) async fn timed<T>(
-        &self,
-        operation: &'static str,
-        limit: Duration,
-        call: impl std::future::Future<Output = crate::Result<T>>,
-    ) -> crate::Result<T> {
-        let started = tokio::time::Instant::now();
-        let result = match tokio::time::timeout(limit, call).await {
-            Ok(result) => result,
-            Err(_) => Err(crate::Error::store(format!(
-                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
-            ))),
-        };
-        self.store_call(operation, started.elapsed(), result.is_ok());
-        result
-    }
-
-    fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
+    /// One store call took `took` and succeeded (`ok`) or failed.
+    pub(crate) fn store_call(&self, operation: &'static str, took: Duration, ok: bool) {
         if let Some(m) = &self.metrics {
             let result = if ok { "ok" } else { "error" };
             m.store_duration.record(

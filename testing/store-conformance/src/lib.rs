@@ -455,6 +455,52 @@ pub async fn awkward_names_round_trip(a: &SharedStore) {
     assert_eq!(won, expected);
 }
 
+/// A take retried as the same holder for the same tick (its first answer never
+/// arrived, though the store applied it) is reported as won, with the same lease;
+/// another holder still loses, and once released the holder wins nothing more.
+pub async fn retried_take_of_the_same_holder_wins(a: &SharedStore, b: &SharedStore) {
+    let lease = name("retried");
+    let t = tick(a, 0).await;
+    let request = TakeRequest::new(lease.clone(), t);
+    let first = a
+        .take(std::slice::from_ref(&request), ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
+    let again = a
+        .take(std::slice::from_ref(&request), ttl(60_000))
+        .await
+        .expect("take");
+    assert_eq!(
+        again.won.len(),
+        1,
+        "the retry of the same holder lost: {again:?}"
+    );
+    assert_eq!(
+        (&again.won[0].holder, again.won[0].tick, again.won[0].token),
+        (&first.holder, first.tick, first.token),
+        "the retry is the same acquisition"
+    );
+    let other = b
+        .take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000))
+        .await
+        .expect("take");
+    assert!(other.won.is_empty(), "another holder took a held lease");
+    a.release(&[first.key()], Release::Completed)
+        .await
+        .expect("release");
+    assert!(
+        a.take(std::slice::from_ref(&request), ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .is_empty(),
+        "a completed tick was handed out again to its holder"
+    );
+}
+
 /// Every invariant above, in turn, on fresh names each time.
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[1 % stores.len()]);
@@ -463,6 +509,7 @@ pub async fn all(stores: &[SharedStore]) {
     former_holder_cannot_touch_new_lease(a, b).await;
     fencing_tokens_increase(a, b).await;
     released_tick_is_done(a, b).await;
+    retried_take_of_the_same_holder_wins(a, b).await;
     batch_returns_exactly_the_free(a, b, 100).await;
     awkward_names_round_trip(a).await;
 }

@@ -1,0 +1,558 @@
+//! One job's ticks as a state machine: its schedule cursor, the tick it is trying to
+//! take, the run it holds, and every decision about them. No I/O and no clock of its
+//! own: the engine hands it the store's time and the store's answers.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::{Held, Holder, Lease, Tick};
+use crate::schedule::Compiled;
+
+/// When a job's ticks fall and how late they may start: what the state machine needs
+/// of a job.
+#[derive(Debug, Clone)]
+pub(crate) struct Cadence {
+    pub(crate) schedule: Compiled,
+    /// How long after its instant a tick may still start; `None`: one period.
+    pub(crate) catch_up: Option<Duration>,
+    /// The bound of the random delay added to each tick's start.
+    pub(crate) jitter: Duration,
+}
+
+impl Cadence {
+    /// How long after its instant `tick` may still start.
+    pub(crate) fn window(&self, tick: Tick) -> TimeDelta {
+        let jitter = TimeDelta::from_std(self.jitter).unwrap_or(TimeDelta::MAX);
+        match self.catch_up {
+            Some(d) => TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX),
+            None => self.schedule.period_after(tick),
+        }
+        .max(jitter)
+    }
+
+    /// When `tick` fires: its instant plus a random jitter within the bound.
+    fn fire_at(&self, tick: Tick) -> DateTime<Utc> {
+        let bound = u64::try_from(self.jitter.as_millis()).unwrap_or(u64::MAX);
+        if bound == 0 {
+            return tick.at();
+        }
+        let ms = i64::try_from(rand::random_range(0..=bound)).unwrap_or(0);
+        tick.at() + TimeDelta::milliseconds(ms)
+    }
+}
+
+/// How soon to ask again for a tick whose take was refused.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Polling {
+    /// While the previous tick's run still holds the lease elsewhere: at least this
+    /// often (and four times per window), so this tick starts soon after it ends.
+    pub(crate) overlap: Duration,
+    /// While this very tick runs elsewhere: this often, only when the window leaves
+    /// room for two such polls (a graceful shutdown elsewhere may hand the tick back
+    /// interrupted); otherwise once, when its lease would expire.
+    pub(crate) same_tick: Duration,
+    /// The lease ttl: a race just lost leaves the winner's lease for about this long.
+    pub(crate) ttl: Duration,
+}
+
+/// Something about a tick that the observer logs and counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TickEvent {
+    /// Ticks that were never attempted: superseded by a later one (`superseded`), or
+    /// their catch-up window closed.
+    Missed {
+        tick: Tick,
+        count: u64,
+        superseded: bool,
+    },
+    /// The tick came due while this instance's previous run still held the lease.
+    SkippedOverlap { tick: Tick, running: Tick },
+    /// The first refused take of a tick: another holder has it, or it already ran.
+    HeldElsewhere { tick: Tick },
+}
+
+/// The tick a job is trying to take.
+#[derive(Debug, Clone)]
+struct Pending {
+    tick: Tick,
+    /// The holder every take of this tick asks as: a take whose answer was lost is
+    /// recognised as won when it is retried.
+    holder: Holder,
+    /// A take for it was answered (refused) at least once.
+    refused: bool,
+    /// When to ask again after a refusal (store clock); `None`: at once.
+    retry_at: Option<DateTime<Utc>>,
+}
+
+/// A run this instance holds the lease for.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) lease: Lease,
+    pub(crate) started: DateTime<Utc>,
+    pub(crate) cancel: CancellationToken,
+    /// The lease was lost while it ran: it is neither renewed nor released.
+    pub(crate) lost: bool,
+}
+
+/// One job's ticks.
+#[derive(Debug, Default)]
+pub(crate) struct JobTicks {
+    /// The next tick not yet due, and the instant (store clock) it fires.
+    next: Option<(Tick, DateTime<Utc>)>,
+    pending: Option<Pending>,
+    running: Option<Running>,
+}
+
+impl JobTicks {
+    /// Starts the schedule at `now`: the latest tick within its catch-up window is
+    /// due at once (the store refuses it if it already ran), then the ticks after now.
+    pub(crate) fn start(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
+        let window = cadence
+            .schedule
+            .next_after(now)
+            .map(|t| cadence.window(t))
+            .unwrap_or(TimeDelta::zero());
+        self.pending = cadence
+            .schedule
+            .latest_at_or_before(now, window)
+            .map(Self::fresh);
+        self.advance_from(cadence, now);
+    }
+
+    fn fresh(tick: Tick) -> Pending {
+        Pending {
+            tick,
+            holder: Holder::generate(),
+            refused: false,
+            retry_at: None,
+        }
+    }
+
+    fn advance_from(&mut self, cadence: &Cadence, after: DateTime<Utc>) {
+        self.next = cadence
+            .schedule
+            .next_after(after)
+            .map(|t| (t, cadence.fire_at(t)));
+    }
+
+    /// The tick to take now, with the holder to ask as, if any. Moves due ticks into
+    /// place and drops those that can no longer run, reporting each in `events`.
+    pub(crate) fn due(
+        &mut self,
+        cadence: &Cadence,
+        now: DateTime<Utc>,
+        events: &mut Vec<TickEvent>,
+    ) -> Option<(Tick, Holder)> {
+        let mut superseded: Option<(Tick, u64)> = None;
+        while let Some((tick, at)) = self.next {
+            if at > now {
+                break;
+            }
+            if let Some(old) = self.pending.take()
+                && !old.refused
+            {
+                let count = superseded.map_or(0, |(_, n)| n) + 1;
+                superseded = Some((old.tick, count));
+            }
+            self.pending = Some(Self::fresh(tick));
+            self.advance_from(cadence, tick.at());
+        }
+        if let Some((tick, count)) = superseded {
+            events.push(TickEvent::Missed {
+                tick,
+                count,
+                superseded: true,
+            });
+        }
+        let pending = self.pending.as_ref()?;
+        if let Some(running) = &self.running {
+            if !pending.refused {
+                events.push(TickEvent::SkippedOverlap {
+                    tick: pending.tick,
+                    running: running.lease.tick,
+                });
+            }
+            self.pending = None;
+            return None;
+        }
+        if now - pending.tick.at() > cadence.window(pending.tick) {
+            if !pending.refused {
+                events.push(TickEvent::Missed {
+                    tick: pending.tick,
+                    count: 1,
+                    superseded: false,
+                });
+            }
+            self.pending = None;
+            return None;
+        }
+        if pending.retry_at.is_some_and(|at| at > now) {
+            return None;
+        }
+        Some((pending.tick, pending.holder.clone()))
+    }
+
+    /// The store granted `lease` for the pending tick. Returns whether an earlier take
+    /// of that tick had been refused (the tick is taken over from another holder).
+    pub(crate) fn on_won(&mut self, lease: Lease, started: DateTime<Utc>) -> bool {
+        let took_over = self.pending.take().is_some_and(|p| p.refused);
+        self.running = Some(Running {
+            lease,
+            started,
+            cancel: CancellationToken::new(),
+            lost: false,
+        });
+        took_over
+    }
+
+    /// The store refused the pending tick; `held` is the lease's row as the take saw
+    /// it, `now` when the answer came (store clock). Decides when asking again could
+    /// win, or drops the tick.
+    pub(crate) fn on_refused(
+        &mut self,
+        cadence: &Cadence,
+        held: Option<&Held>,
+        now: DateTime<Utc>,
+        polling: Polling,
+        events: &mut Vec<TickEvent>,
+    ) {
+        let Some(p) = &mut self.pending else {
+            return;
+        };
+        if !p.refused {
+            p.refused = true;
+            events.push(TickEvent::HeldElsewhere { tick: p.tick });
+        }
+        let window = cadence.window(p.tick);
+        let delta = |d: Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+        let overlap_poll = now + delta(polling.overlap).min(window / 4);
+        let same_tick_poll =
+            (delta(polling.same_tick) * 2 < window).then(|| now + delta(polling.same_tick));
+        let retry_at = match held {
+            // Done elsewhere, or a later tick already taken: nothing left to do.
+            Some(h) if h.tick > p.tick || (h.tick == p.tick && h.completed) => None,
+            // This tick runs elsewhere: it frees up when that lease expires (its holder
+            // crashed) or is handed back interrupted.
+            Some(h) if h.tick == p.tick => {
+                Some(same_tick_poll.map_or(h.expires_at, |at| at.min(h.expires_at)))
+            }
+            // The row the statement read was already free for this tick, yet the take
+            // lost: another instance won this tick in the same instant. Its lease lasts
+            // about a ttl.
+            Some(h) if h.expires_at <= now => {
+                let expires = now + delta(polling.ttl);
+                Some(same_tick_poll.map_or(expires, |at| at.min(expires)))
+            }
+            // The previous tick still runs elsewhere: this one may start when it ends.
+            Some(h) => Some(h.expires_at.min(overlap_poll)),
+            None => Some(overlap_poll),
+        };
+        match retry_at {
+            Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
+            _ => self.pending = None,
+        }
+    }
+
+    /// The run this job holds, if any.
+    pub(crate) fn running(&self) -> Option<&Running> {
+        self.running.as_ref()
+    }
+
+    /// The run's lease, renewed until `expires_at`.
+    pub(crate) fn on_renewed(&mut self, expires_at: DateTime<Utc>) {
+        if let Some(r) = &mut self.running {
+            r.lease.expires_at = expires_at;
+        }
+    }
+
+    /// The run's lease is lost. Returns the run if it was not already marked lost.
+    pub(crate) fn on_lost(&mut self) -> Option<&Running> {
+        let running = self.running.as_mut().filter(|r| !r.lost)?;
+        running.lost = true;
+        Some(running)
+    }
+
+    /// Whether the run's lease has expired by `now` without a renewal.
+    pub(crate) fn expired_unrenewed(&self, now: DateTime<Utc>) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|r| !r.lost && r.lease.expires_at <= now)
+    }
+
+    /// The run ended: it no longer holds the job.
+    pub(crate) fn on_finished(&mut self) -> Option<Running> {
+        self.running.take()
+    }
+
+    /// When this job next needs the loop (store clock): its next tick, or a retry; a
+    /// pending tick with no retry time is due at once (`tick`'s instant).
+    pub(crate) fn next_wake(&self) -> Option<DateTime<Utc>> {
+        let retry = self
+            .pending
+            .as_ref()
+            .map(|p| p.retry_at.unwrap_or(p.tick.at()));
+        match (self.next.map(|(_, at)| at), retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::lease::{FencingToken, LeaseName};
+    use crate::schedule::Schedule;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(s * 1000).unwrap()
+    }
+
+    fn ms(v: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(v).unwrap()
+    }
+
+    fn every(secs: u64, catch_up: Option<u64>) -> Cadence {
+        Cadence {
+            schedule: Schedule::every(Duration::from_secs(secs))
+                .compile()
+                .unwrap(),
+            catch_up: catch_up.map(Duration::from_secs),
+            jitter: Duration::ZERO,
+        }
+    }
+
+    const POLL: Polling = Polling {
+        overlap: Duration::from_millis(500),
+        same_tick: Duration::from_secs(1),
+        ttl: Duration::from_secs(20),
+    };
+
+    fn lease(tick: Tick, holder: Holder) -> Lease {
+        Lease {
+            name: LeaseName::new("job").unwrap(),
+            holder,
+            tick,
+            token: FencingToken::new(1),
+            expires_at: at(10_000),
+        }
+    }
+
+    fn held(tick: i64, expires_ms: i64, completed: bool) -> Held {
+        Held {
+            name: LeaseName::new("job").unwrap(),
+            tick: Tick::new(at(tick)),
+            expires_at: ms(expires_ms),
+            completed,
+        }
+    }
+
+    /// A job every 10 s started at 1000.5 s: the tick at 1000 s is due at once.
+    fn started() -> (JobTicks, Cadence, Vec<TickEvent>) {
+        let c = every(10, None);
+        let mut j = JobTicks::default();
+        j.start(&c, ms(1_000_500));
+        (j, c, Vec::new())
+    }
+
+    #[test]
+    fn ran_the_latest_tick_at_start_then_each_tick_once() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1000)));
+        assert!(!j.on_won(lease(tick, holder), ms(1_000_510)));
+        assert!(j.due(&c, ms(1_005_000), &mut ev).is_none(), "nothing due");
+        assert!(j.on_finished().is_some());
+        assert_eq!(j.next_wake(), Some(at(1010)));
+        let (tick, _) = j.due(&c, at(1010), &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1010)));
+        assert!(ev.is_empty(), "{ev:?}");
+    }
+
+    #[test]
+    fn a_retried_take_asks_as_the_same_holder() {
+        let (mut j, c, mut ev) = started();
+        let (_, first) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        // The take failed (no answer): the tick is still pending, same holder.
+        let (_, again) = j.due(&c, ms(1_000_700), &mut ev).unwrap();
+        assert_eq!(first, again);
+        // The next tick gets a holder of its own.
+        j.pending = None;
+        let (_, next) = j.due(&c, at(1010), &mut ev).unwrap();
+        assert_ne!(first, next);
+    }
+
+    #[test]
+    fn held_elsewhere_completed_is_dropped_and_counted_once() {
+        let (mut j, c, mut ev) = started();
+        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(1000, 1_000_300, true)),
+            ms(1_000_510),
+            POLL,
+            &mut ev,
+        );
+        assert_eq!(
+            ev,
+            [TickEvent::HeldElsewhere {
+                tick: Tick::new(at(1000))
+            }]
+        );
+        assert!(j.due(&c, ms(1_000_600), &mut ev).is_none());
+        assert_eq!(j.next_wake(), Some(at(1010)));
+    }
+
+    #[test]
+    fn a_lost_race_does_not_ask_again_at_once() {
+        // The row the take read was the previous tick's, released and expired: free
+        // for this tick, yet refused — another instance won it in the same instant.
+        let (mut j, c, mut ev) = started();
+        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(990, 991_000, true)),
+            ms(1_000_505),
+            POLL,
+            &mut ev,
+        );
+        // Window 10 s, same-tick poll 1 s: asks again in a second, not at once.
+        assert!(j.due(&c, ms(1_000_600), &mut ev).is_none());
+        assert_eq!(j.next_wake(), Some(ms(1_001_505)));
+        // With a window too short for two polls it waits for the winner's lease
+        // (a ttl), which is past the window: the tick is left to the winner.
+        let c = every(1, None);
+        let mut j = JobTicks::default();
+        j.start(&c, ms(1_000_500));
+        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(999, 999_100, true)),
+            ms(1_000_505),
+            POLL,
+            &mut ev,
+        );
+        assert!(j.pending.is_none());
+    }
+
+    #[test]
+    fn this_tick_running_elsewhere_is_retried_at_its_expiry_or_poll() {
+        let (mut j, c, mut ev) = started();
+        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(1000, 1_000_800, false)),
+            ms(1_000_510),
+            POLL,
+            &mut ev,
+        );
+        assert_eq!(j.next_wake(), Some(ms(1_000_800)), "its expiry comes first");
+        // Expired unreleased (its holder crashed): the retry may win.
+        assert!(j.due(&c, ms(1_000_800), &mut ev).is_some());
+        j.on_refused(
+            &c,
+            Some(&held(1000, 1_008_000, false)),
+            ms(1_000_810),
+            POLL,
+            &mut ev,
+        );
+        assert_eq!(j.next_wake(), Some(ms(1_001_810)), "then the poll");
+        // A retry past the window drops the tick.
+        j.on_refused(
+            &c,
+            Some(&held(1000, 1_020_000, false)),
+            ms(1_009_500),
+            POLL,
+            &mut ev,
+        );
+        assert!(j.pending.is_none());
+        assert_eq!(ev.len(), 1, "held elsewhere is counted once: {ev:?}");
+    }
+
+    #[test]
+    fn the_previous_tick_running_elsewhere_is_polled() {
+        let (mut j, c, mut ev) = started();
+        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(990, 1_030_000, false)),
+            ms(1_000_510),
+            POLL,
+            &mut ev,
+        );
+        assert_eq!(j.next_wake(), Some(ms(1_001_010)));
+    }
+
+    #[test]
+    fn a_tick_due_while_the_previous_run_holds_the_lease_is_skipped() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510));
+        assert!(j.due(&c, at(1010), &mut ev).is_none());
+        assert_eq!(
+            ev,
+            [TickEvent::SkippedOverlap {
+                tick: Tick::new(at(1010)),
+                running: Tick::new(at(1000))
+            }]
+        );
+    }
+
+    #[test]
+    fn ticks_never_attempted_are_missed_when_superseded_or_late() {
+        let (mut j, c, mut ev) = started();
+        // An outage: nothing was asked for 35 s.
+        let (tick, _) = j.due(&c, ms(1_035_000), &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1030)));
+        assert_eq!(
+            ev,
+            [TickEvent::Missed {
+                tick: Tick::new(at(1020)),
+                count: 3,
+                superseded: true
+            }]
+        );
+        ev.clear();
+        // Its window (one period) closes before it could be asked again.
+        j.next = None;
+        assert!(j.due(&c, ms(1_040_001), &mut ev).is_none());
+        assert_eq!(
+            ev,
+            [TickEvent::Missed {
+                tick: Tick::new(at(1030)),
+                count: 1,
+                superseded: false
+            }]
+        );
+    }
+
+    #[test]
+    fn a_lost_lease_is_reported_once_and_never_renewed() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510));
+        assert!(j.expired_unrenewed(at(10_000)));
+        assert!(j.on_lost().is_some());
+        assert!(j.on_lost().is_none(), "reported once");
+        assert!(!j.expired_unrenewed(at(10_000)));
+        assert!(j.on_finished().is_some_and(|r| r.lost));
+    }
+
+    #[test]
+    fn a_takeover_is_recognised() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_refused(
+            &c,
+            Some(&held(1000, 1_000_600, false)),
+            ms(1_000_510),
+            POLL,
+            &mut ev,
+        );
+        assert!(j.due(&c, ms(1_000_600), &mut ev).is_some());
+        assert!(j.on_won(lease(tick, holder), ms(1_000_610)), "took over");
+    }
+}
