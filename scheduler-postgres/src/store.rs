@@ -494,11 +494,13 @@ impl PostgresStore {
         // `SET` takes no parameters; these are integers, not text.
         let begin = match bound {
             // At least 1 ms: 0 would turn the bound off.
-            Some(bound) => format!(
-                "BEGIN; {}; SET LOCAL statement_timeout = {}",
-                self.idle_guard,
-                bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into())
-            ),
+            Some(bound) => {
+                let bound_ms = bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into());
+                format!(
+                    "BEGIN; {}; SET LOCAL statement_timeout = {bound_ms}",
+                    self.idle_guard
+                )
+            }
             None => format!("BEGIN; {}", self.idle_guard),
         };
         let mut txn = self
