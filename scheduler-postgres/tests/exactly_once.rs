@@ -1,6 +1,8 @@
 //! Exactly once per tick in a healthy cluster: the ways a tick used to run twice, or
 //! stop running, with no pause or partition anywhere. Each test failed before its fix.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::Arc;

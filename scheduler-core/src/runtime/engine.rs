@@ -417,11 +417,11 @@ impl Engine {
 
     fn start(&mut self, i: usize, lease: crate::lease::Lease, now: DateTime<Utc>) {
         let e = &self.s.entries[i];
-        if self.jobs[i].on_won(lease, now) {
-            if let Some(r) = self.jobs[i].running() {
-                info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
-                    "took over a tick another holder had not completed");
-            }
+        if self.jobs[i].on_won(lease, now)
+            && let Some(r) = self.jobs[i].running()
+        {
+            info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
+                "took over a tick another holder had not completed");
         }
         let Some(running) = self.jobs[i].running() else {
             return;
