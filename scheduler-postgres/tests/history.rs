@@ -108,6 +108,9 @@ async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
         .expect("n")
 }
 
+/// How long a test waits for something that takes a second or two on an idle machine.
+const LIMIT: Duration = Duration::from_secs(60);
+
 /// Waits until `probe` holds, polling, for at most `limit`.
 async fn wait_for<F, Fut>(limit: Duration, what: &str, mut probe: F)
 where
@@ -151,8 +154,14 @@ async fn every_run_is_one_row_written_by_one_insert() {
         .build()
         .expect("build");
     let stats = scheduler.stats();
+    // Until each job has run twice, however long that takes the machine.
+    let counts = stats.clone();
     scheduler
-        .run_until(tokio::time::sleep(Duration::from_millis(3500)))
+        .run_until(wait_for(LIMIT, "each job to run twice", move || {
+            let twice = counts.count("works", Outcome::Ran) >= 2
+                && counts.count("breaks", Outcome::Failed) >= 2;
+            async move { twice }
+        }))
         .await;
     let (ok, failed) = (
         stats.count("works", Outcome::Ran),
@@ -163,7 +172,7 @@ async fn every_run_is_one_row_written_by_one_insert() {
     // Runs are recorded off the scheduler's loop: the last ones may land just after it
     // stopped.
     let db = test_postgres::inspect(db.url()).await;
-    wait_for(Duration::from_secs(5), "every run to be recorded", || {
+    wait_for(LIMIT, "every run to be recorded", || {
         let db = db.clone();
         async move { count(&db, "SELECT count(*) FROM scheduler_leases_runs").await >= runs as i64 }
     })
@@ -324,22 +333,18 @@ async fn a_scheduler_runs_the_retention_job_it_is_given() {
     }));
     // The hourly tick now due is within its catch-up window: it runs at start, and its
     // own run is recorded like any other.
-    wait_for(
-        Duration::from_secs(10),
-        "the sweep to run and be recorded",
-        || {
-            let conn = conn.clone();
-            async move {
-                count(
-                    &conn,
-                    "SELECT count(*) FROM scheduler_leases_runs \
+    wait_for(LIMIT, "the sweep to run and be recorded", || {
+        let conn = conn.clone();
+        async move {
+            count(
+                &conn,
+                "SELECT count(*) FROM scheduler_leases_runs \
                  WHERE job = 'scheduler-history-retention' AND outcome = 'succeeded'",
-                )
-                .await
-                    >= 1
-            }
-        },
-    )
+            )
+            .await
+                >= 1
+        }
+    })
     .await;
     let _ = stop.send(());
     task.await.expect("scheduler");

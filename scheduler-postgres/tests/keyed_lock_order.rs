@@ -12,6 +12,9 @@ use test_postgres::TestDb;
 
 const KEYS: usize = 64;
 
+/// How long a test waits for something that takes moments on an idle machine.
+const LIMIT: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_are_taken_in_ascending_hash_order() {
     let db = TestDb::new().await;
@@ -61,7 +64,7 @@ async fn locks_are_taken_in_ascending_hash_order() {
     });
 
     // Wait until the worker is blocked on a lock, then read what it holds.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + LIMIT;
     let waiter: i32 = loop {
         let row = conn
             .query_one_raw(Statement::from_string(
@@ -101,7 +104,7 @@ async fn locks_are_taken_in_ascending_hash_order() {
     );
 
     blocker.commit().await.expect("release the middle key");
-    let done = tokio::time::timeout(Duration::from_secs(10), worker)
+    let done = tokio::time::timeout(LIMIT, worker)
         .await
         .expect("the worker finishes once the key is free")
         .expect("join")
@@ -139,7 +142,7 @@ async fn stripes_are_locked_in_ascending_order_too() {
             })
             .await
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + LIMIT;
     let waiter: i32 = loop {
         let row = conn
             .query_one_raw(Statement::from_string(
@@ -172,7 +175,7 @@ async fn stripes_are_locked_in_ascending_order_too() {
     assert_eq!(held, (0..7).collect::<BTreeSet<i64>>());
 
     blocker.commit().await.expect("release stripe 7");
-    let done = tokio::time::timeout(Duration::from_secs(10), worker)
+    let done = tokio::time::timeout(LIMIT, worker)
         .await
         .expect("finishes")
         .expect("join")

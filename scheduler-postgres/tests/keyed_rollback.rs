@@ -12,6 +12,9 @@ use sea_orm::{
 use test_postgres::TestDb;
 use tokio::sync::mpsc;
 
+/// How long a test waits for something that takes moments on an idle machine.
+const LIMIT: Duration = Duration::from_secs(60);
+
 async fn instance(url: &str) -> PostgresStore {
     PostgresStore::connect(url, PostgresOptions::default().max_connections(2))
         .await
@@ -79,7 +82,7 @@ async fn events(conn: &DatabaseConnection) -> i64 {
 async fn another_worker_processes(url: &str, keys: &[String]) {
     let other = instance(url).await;
     let done = tokio::time::timeout(
-        Duration::from_secs(10),
+        LIMIT,
         other
             .keyed(KeyedOptions::default())
             .process(keys, |txn, chunk| {
@@ -159,12 +162,12 @@ async fn a_panicking_caller_rolls_back_and_releases_its_locks() {
 
     // The dropped transaction's rollback is sent when its connection goes back to the
     // pool, by a task of the pool's: wait for that, bounded.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + LIMIT;
     let conn = test_postgres::inspect(db.url()).await;
     while advisory_locks_of(&conn, pid).await > 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "backend {pid} still holds advisory locks 10 s after the panic"
+            "backend {pid} still holds advisory locks {LIMIT:?} after the panic"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -12,10 +12,18 @@ use test_postgres::TestDb;
 
 const JOBS: [&str; 4] = ["sweep", "alerts", "mail-checks", "uptime:node-a"];
 
+/// How long a test waits for something that takes moments on an idle machine.
+const LIMIT: Duration = Duration::from_secs(60);
+
 #[tokio::test]
 async fn leases_hold_no_connection() {
     let db = TestDb::new().await;
-    let store = PostgresStore::connect(db.url(), PostgresOptions::default().max_connections(1))
+    // The connect timeout is also the pool's acquire timeout: generous, as only a
+    // pinned pool should make the app's write wait for good.
+    let options = PostgresOptions::default()
+        .max_connections(1)
+        .connect_timeout(LIMIT);
+    let store = PostgresStore::connect(db.url(), options)
         .await
         .expect("connect");
     let conn = store.connection().clone();
@@ -34,16 +42,17 @@ async fn leases_hold_no_connection() {
     let held = store.take(&requests, ttl).await.expect("take").won;
     assert_eq!(held.len(), 4, "all four leases are taken and stay held");
 
-    // The app's readiness write commits at once on the same one-connection pool.
+    // The app's readiness write commits on the same one-connection pool. The leases
+    // are never released here: had they pinned the connection, it would never commit.
     let store = Arc::new(store);
     let write = tokio::time::timeout(
-        Duration::from_secs(3),
+        LIMIT,
         conn.execute_unprepared("INSERT INTO readiness DEFAULT VALUES"),
     )
     .await;
     assert!(
         matches!(write, Ok(Ok(_))),
-        "readiness write did not commit within 3 s: {write:?}"
+        "readiness write did not commit while four leases were held: {write:?}"
     );
     // And renewals of all four still go through while the app uses the pool.
     let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
@@ -79,8 +88,10 @@ async fn advisory_locks_pin_the_pool_and_starve_the_app() {
         assert!(locked);
         pinned.push(c); // held for the duration of the "run"
     }
+    // The pool gives up after its 3 s acquire timeout; the outer bound only keeps a
+    // pool that never gives up from hanging the test.
     let write = tokio::time::timeout(
-        Duration::from_secs(5),
+        LIMIT,
         conn.execute_unprepared("INSERT INTO readiness DEFAULT VALUES"),
     )
     .await;

@@ -79,7 +79,8 @@ const LOG_TAIL_LINES: usize = 40;
 /// owns DIR. It runs `initdb`, then answers one line per command read from stdin:
 ///
 /// - `start PORT` → `started`, `exited` (the server stopped during start-up, e.g. the
-///   port was taken) or `timeout` (not ready after 30 s);
+///   port was taken) or `timeout` (not ready after 60 s of polling: generous, as a
+///   loaded machine may take several seconds to start a server);
 /// - `stop` → `stopped`, once the server has exited after a fast shutdown.
 ///
 /// On end of input (the test process closed the pipe or exited) or a termination
@@ -116,7 +117,7 @@ start() {
     (postgres -D "$data" -p "$1" </dev/null >>"$log" 2>&1; echo "$?" >"$dir/exited") &
     runner=$!
     i=0
-    while [ "$i" -lt 1500 ]; do
+    while [ "$i" -lt 3000 ]; do
         if [ -e "$dir/exited" ]; then
             wait "$runner"
             runner=

@@ -16,7 +16,8 @@ pub const PGBOUNCER_ENV: &str = "TEST_POSTGRES_PGBOUNCER";
 
 /// The watchdog of one PgBouncer: `sh -c BOUNCER test-postgres-pgbouncer DIR BIN`, run as
 /// the user that owns DIR (PgBouncer refuses to run as root). It starts PgBouncer on
-/// `DIR/pgbouncer.ini` and replies `started` once it listens, or `exited`; then it
+/// `DIR/pgbouncer.ini` and replies `started` once it listens, `exited`, or `timeout`
+/// (not listening after 60 s of polling, generous for a loaded machine); then it
 /// waits for the end of its input (the test process closed the pipe or exited) or a
 /// termination signal, stops PgBouncer and removes DIR.
 const BOUNCER: &str = r#"
@@ -44,7 +45,7 @@ while :; do
     if ! kill -0 "$pid" 2>/dev/null; then echo exited; break; fi
     if grep -q "listening on 127.0.0.1" "$log"; then echo started; break; fi
     i=$((i + 1))
-    if [ "$i" -gt 1500 ]; then echo timeout; break; fi
+    if [ "$i" -gt 3000 ]; then echo timeout; break; fi
     sleep 0.02
 done
 while read -r _; do :; done
