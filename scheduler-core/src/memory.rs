@@ -18,9 +18,10 @@ use crate::store::Store;
 
 /// A [`Store`] kept in memory, with the same lease rules as the SQL stores.
 ///
-/// Its clock is a [`LocalClock`], so it follows tokio's paused time in tests. It can
-/// be told to fail (to play a database outage) and to hand a lease to somebody else
-/// (to play a takeover), and it counts its calls. Only one process sees it: it is for
+/// Its clock is a [`LocalClock`], so it follows tokio's paused time in tests. With the
+/// `test-util` feature it can be told to fail (to play a database outage), to stall
+/// its clock reads, and to hand a lease to somebody else (to play a takeover); it
+/// counts its calls. Only one process sees it: it is for
 /// tests, not for production.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -68,12 +69,14 @@ impl MemoryStore {
         }
     }
 
+    #[cfg(feature = "test-util")]
     /// Makes every call fail (`true`) or succeed again (`false`), as a database
     /// outage would.
     pub fn set_failing(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
     }
 
+    #[cfg(feature = "test-util")]
     /// Makes every take fail (`true`) or succeed again (`false`) while renewals,
     /// releases and clock reads still work: a statement that fails for one operation
     /// only (a bad request, a lock on the table that takes wait on).
@@ -86,6 +89,7 @@ impl MemoryStore {
         self.clock
     }
 
+    #[cfg(feature = "test-util")]
     /// Makes every clock read ([`Store::now`]) wait `delay` before it reads the clock,
     /// as a read stuck behind a pool wait or a stalled server would: the value comes
     /// from the end of the call.
@@ -104,6 +108,7 @@ impl MemoryStore {
         self.lock().get(name).cloned()
     }
 
+    #[cfg(feature = "test-util")]
     /// Hands `name` to a new holder, as another instance taking it over would: new
     /// holder, next token, `ttl` from now. Returns the new lease, or `None` if the
     /// name has no row.

@@ -1,6 +1,7 @@
 //! The runtime embedded in the app: [`Scheduler`] and its builder.
 
 mod backoff;
+mod calls;
 mod engine;
 mod health;
 mod observe;

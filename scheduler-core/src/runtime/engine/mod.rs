@@ -12,152 +12,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, warn};
+
+mod runs;
+mod shutdown;
 
 use super::backoff::Backoff;
+use super::calls::{Gate, Retry};
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
-use super::ticks::{JobTicks, Polling, Running};
-use super::{Outcome, RunOutcome, RunRecord, Scheduler};
+use super::ticks::{JobTicks, Polling};
+use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error};
-use crate::job::{Duplicate, Interrupted, JobContext};
+use crate::job::Duplicate;
 use crate::lease::{LeaseKey, Release, TakeRequest};
 
 type RunResult = (usize, Result<(), BoxError>);
 
 /// How long cancelled runs get to return at shutdown before they are aborted.
 const CANCEL_NOTICE: Duration = Duration::from_secs(1);
-
-/// Store calls of one kind, at most one in flight: an instance never has more than
-/// one connection of the app's pool busy with lease statements (and one with a clock
-/// read), however long the store takes to answer.
-#[derive(Debug, Clone)]
-struct Gate {
-    permit: Arc<Semaphore>,
-    /// How long the loop waits for an answer before it goes on without one.
-    limit: Duration,
-}
-
-impl Gate {
-    fn new(limit: Duration) -> Self {
-        Self {
-            permit: Arc::new(Semaphore::new(1)),
-            limit,
-        }
-    }
-
-    /// Runs `call` on its own task holding the gate's permit. The loop waits up to
-    /// the limit; a call that has not answered by then goes on (so the store's
-    /// connection is returned when the server answers, not dropped mid-statement),
-    /// still holding the permit, until [`Gate::hard_limit`] when it is dropped.
-    async fn run<T, Fut>(&self, operation: &'static str, call: Fut) -> crate::Result<T>
-    where
-        T: Send + 'static,
-        Fut: Future<Output = crate::Result<T>> + Send + 'static,
-    {
-        let started = Instant::now();
-        let permit = tokio::time::timeout(self.limit, self.permit.clone().acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
-                Error::store(format!(
-                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
-                    self.limit
-                ))
-            })?;
-        self.spawn(
-            operation,
-            permit,
-            call,
-            self.limit.saturating_sub(started.elapsed()),
-        )
-        .await
-    }
-
-    /// How long an unanswered call may keep the gate: twice the limit, and at least
-    /// 10 s, longer than a store's own server-side bound on a statement (the
-    /// PostgreSQL store's default is 2 s), so a call held up by a lock ends on the
-    /// server and returns its connection before another is sent. Only a call that
-    /// gets no answer at all (a connection cut without a close) is dropped.
-    fn hard_limit(&self) -> Duration {
-        self.limit.saturating_mul(2).max(Duration::from_secs(10))
-    }
-
-    /// Runs `call` if no other call of this gate is in flight; `None` otherwise.
-    async fn try_run<T, Fut>(&self, operation: &'static str, call: Fut) -> Option<crate::Result<T>>
-    where
-        T: Send + 'static,
-        Fut: Future<Output = crate::Result<T>> + Send + 'static,
-    {
-        let permit = self.permit.clone().try_acquire_owned().ok()?;
-        Some(self.spawn(operation, permit, call, self.limit).await)
-    }
-
-    async fn spawn<T, Fut>(
-        &self,
-        operation: &'static str,
-        permit: OwnedSemaphorePermit,
-        call: Fut,
-        wait: Duration,
-    ) -> crate::Result<T>
-    where
-        T: Send + 'static,
-        Fut: Future<Output = crate::Result<T>> + Send + 'static,
-    {
-        let (limit, hard) = (self.limit, self.hard_limit());
-        let task = tokio::spawn(async move {
-            let _permit = permit;
-            tokio::time::timeout(hard, call).await
-        });
-        let abandoned = || {
-            Error::store(format!(
-                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
-            ))
-        };
-        match tokio::time::timeout(wait, task).await {
-            Ok(Ok(Ok(result))) => result,
-            Ok(Ok(Err(_))) | Err(_) => Err(abandoned()),
-            Ok(Err(join)) => Err(Error::store(format!("the store call failed: {join}"))),
-        }
-    }
-}
-
-/// A store operation's retry state.
-#[derive(Debug)]
-struct Retry {
-    backoff: Backoff,
-    /// Not before this instant (after a failure).
-    at: Option<Instant>,
-}
-
-impl Retry {
-    fn new(s: &Scheduler) -> Self {
-        Self {
-            backoff: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
-            at: None,
-        }
-    }
-
-    fn ready(&self) -> bool {
-        self.at.is_none_or(|at| Instant::now() >= at)
-    }
-
-    fn ok(&mut self) {
-        self.backoff.reset();
-        self.at = None;
-    }
-
-    /// A failure: the delay before the next try, at most `cap`.
-    fn failed(&mut self, cap: Duration) -> Duration {
-        let delay = self.backoff.next_delay().min(cap);
-        self.at = Some(Instant::now() + delay);
-        delay
-    }
-}
 
 pub(super) struct Engine {
     s: Scheduler,
@@ -192,8 +67,8 @@ impl Engine {
             leases: Gate::new(limit),
             clock_gate: Gate::new(limit),
             clock: StoreClock::default(),
-            take: Retry::new(&s),
-            release: Retry::new(&s),
+            take: Retry::new(s.settings.retry_base, s.settings.retry_cap),
+            release: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             renew_fails: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
             next_renew: Instant::now() + renew_every,
             polling: Polling {
@@ -414,109 +289,6 @@ impl Engine {
             }
         }
     }
-
-    fn start(&mut self, i: usize, lease: crate::lease::Lease, now: DateTime<Utc>) {
-        let e = &self.s.entries[i];
-        if self.jobs[i].on_won(lease, now)
-            && let Some(r) = self.jobs[i].running()
-        {
-            info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
-                "took over a tick another holder had not completed");
-        }
-        let Some(running) = self.jobs[i].running() else {
-            return;
-        };
-        let lease = &running.lease;
-        let ctx = JobContext {
-            job: e.name.clone(),
-            tick: lease.tick,
-            node: self.s.node.clone(),
-            lease: lease.name.clone(),
-            holder: lease.holder.clone(),
-            token: lease.token,
-            cancel: running.cancel.clone(),
-            state: self.s.state.clone(),
-        };
-        let lateness = (now - lease.tick.at()).to_std().unwrap_or_default();
-        self.s.observe.started(&e.name, lateness);
-        let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
-            node = %self.s.node, holder = %lease.holder, token = %lease.token);
-        span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
-        let job = e.job.clone();
-        let task = self
-            .tasks
-            .spawn(async move { (i, job.run(ctx).await) }.instrument(span));
-        self.by_task.insert(task.id(), i);
-    }
-
-    fn finished(&mut self, done: Result<(Id, RunResult), tokio::task::JoinError>) {
-        let (id, result) = match done {
-            Ok((id, (_, result))) => (id, result),
-            Err(err) => {
-                let id = err.id();
-                let why: BoxError = match err.try_into_panic() {
-                    Ok(payload) => {
-                        let message = payload
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| payload.downcast_ref::<String>().cloned());
-                        match message {
-                            Some(m) => format!("the job panicked: {m}").into(),
-                            None => "the job panicked".into(),
-                        }
-                    }
-                    Err(_) => "the job was aborted".into(),
-                };
-                (id, Err(why))
-            }
-        };
-        let Some(i) = self.by_task.remove(&id) else {
-            return;
-        };
-        if let Some(running) = self.jobs[i].on_finished() {
-            self.ended(i, &running, result);
-        }
-    }
-
-    /// A run ended with `result`: report it and queue its release. `Ok` completes the
-    /// tick whatever happened meanwhile; [`Interrupted`] (or an error after the run
-    /// was cancelled) hands the tick back for a retry.
-    fn ended(&mut self, i: usize, running: &Running, result: Result<(), BoxError>) {
-        let interrupted = match &result {
-            Ok(()) => false,
-            Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
-        };
-        let outcome = match &result {
-            Ok(()) => RunOutcome::Succeeded,
-            Err(_) if interrupted => RunOutcome::Cancelled,
-            Err(_) => RunOutcome::Failed,
-        };
-        let e = &self.s.entries[i];
-        self.s.observe.run_ended(
-            &e.name,
-            RunRecord {
-                job: e.name.to_string(),
-                tick: running.lease.tick,
-                node: self.s.node.to_string(),
-                holder: running.lease.holder.clone(),
-                token: running.lease.token,
-                started: running.started,
-                finished: self.db_now(),
-                outcome,
-                error: result.as_ref().err().map(|e| crate::error::chain(&**e)),
-                lease_lost: running.lost,
-            },
-        );
-        if !running.lost {
-            let how = if interrupted {
-                Release::Interrupted
-            } else {
-                Release::Completed
-            };
-            self.to_release.push((running.lease.key(), how));
-        }
-    }
-
     async fn flush_releases(&mut self) {
         for how in [Release::Completed, Release::Interrupted] {
             let keys: Vec<LeaseKey> = self
@@ -631,67 +403,6 @@ impl Engine {
                     "lease lost: the run goes on (a duplicate is harmless for this job)");
             }
         }
-    }
-
-    /// Graceful shutdown: no new ticks; running jobs get the grace period (their
-    /// leases still renewed, and the leases of runs that end released at once); the
-    /// rest are cancelled; every lease is released.
-    async fn drain(&mut self) {
-        let deadline = Instant::now() + self.s.settings.grace;
-        info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
-        while !self.tasks.is_empty() {
-            if !self.to_release.is_empty() && self.release.ready() {
-                self.flush_releases().await;
-            }
-            let mut wake = self.next_renew.min(deadline);
-            if !self.to_release.is_empty()
-                && let Some(at) = self.release.at
-            {
-                wake = wake.min(at);
-            }
-            tokio::select! {
-                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
-                () = tokio::time::sleep_until(wake) => {
-                    if Instant::now() >= deadline {
-                        break;
-                    }
-                    if Instant::now() >= self.next_renew {
-                        self.renew().await;
-                    }
-                    self.expire_unrenewed();
-                }
-            }
-        }
-        // Past the grace period: cancel, give the runs a moment to notice, then abort.
-        for (job, e) in self.jobs.iter().zip(&self.s.entries) {
-            if let Some(running) = job.running() {
-                warn!(job = %e.name, tick = %running.lease.tick, "cancelling the run at shutdown");
-                running.cancel.cancel();
-            }
-        }
-        let notice = tokio::time::sleep(CANCEL_NOTICE);
-        tokio::pin!(notice);
-        while !self.tasks.is_empty() {
-            tokio::select! {
-                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
-                () = &mut notice => break,
-            }
-        }
-        self.tasks.abort_all();
-        while let Some(done) = self.tasks.join_next_with_id().await {
-            self.finished(done);
-        }
-        // Release everything in (at most) one call per kind; a few quick retries, then
-        // leave the rest to expire.
-        for _ in 0..3 {
-            self.release.at = None;
-            self.flush_releases().await;
-            if self.to_release.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        info!(unreleased = self.to_release.len(), "scheduler stopped");
     }
 }
 

@@ -1,0 +1,145 @@
+//! How the loop calls the store: through a [`Gate`] that keeps at most one call of a
+//! kind in flight and never drops a statement mid-way, and with a [`Retry`] per
+//! operation.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::backoff::Backoff;
+use crate::error::Error;
+
+/// Store calls of one kind, at most one in flight: an instance never has more than
+/// one connection of the app's pool busy with lease statements (and one with a clock
+/// read), however long the store takes to answer.
+#[derive(Debug, Clone)]
+pub(super) struct Gate {
+    permit: Arc<Semaphore>,
+    /// How long the loop waits for an answer before it goes on without one.
+    limit: Duration,
+}
+
+impl Gate {
+    pub(super) fn new(limit: Duration) -> Self {
+        Self {
+            permit: Arc::new(Semaphore::new(1)),
+            limit,
+        }
+    }
+
+    /// Runs `call` on its own task holding the gate's permit. The loop waits up to
+    /// the limit; a call that has not answered by then goes on (so the store's
+    /// connection is returned when the server answers, not dropped mid-statement),
+    /// still holding the permit, until [`Gate::hard_limit`] when it is dropped.
+    pub(super) async fn run<T, Fut>(&self, operation: &'static str, call: Fut) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let started = Instant::now();
+        let permit = tokio::time::timeout(self.limit, self.permit.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                Error::store(format!(
+                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
+                    self.limit
+                ))
+            })?;
+        self.spawn(
+            operation,
+            permit,
+            call,
+            self.limit.saturating_sub(started.elapsed()),
+        )
+        .await
+    }
+
+    /// How long an unanswered call may keep the gate: twice the limit, and at least
+    /// 10 s, longer than a store's own server-side bound on a statement (the
+    /// PostgreSQL store's default is 2 s), so a call held up by a lock ends on the
+    /// server and returns its connection before another is sent. Only a call that
+    /// gets no answer at all (a connection cut without a close) is dropped.
+    fn hard_limit(&self) -> Duration {
+        self.limit.saturating_mul(2).max(Duration::from_secs(10))
+    }
+
+    /// Runs `call` if no other call of this gate is in flight; `None` otherwise.
+    pub(super) async fn try_run<T, Fut>(
+        &self,
+        operation: &'static str,
+        call: Fut,
+    ) -> Option<crate::Result<T>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let permit = self.permit.clone().try_acquire_owned().ok()?;
+        Some(self.spawn(operation, permit, call, self.limit).await)
+    }
+
+    async fn spawn<T, Fut>(
+        &self,
+        operation: &'static str,
+        permit: OwnedSemaphorePermit,
+        call: Fut,
+        wait: Duration,
+    ) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let (limit, hard) = (self.limit, self.hard_limit());
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            tokio::time::timeout(hard, call).await
+        });
+        let abandoned = || {
+            Error::store(format!(
+                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
+            ))
+        };
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(Ok(result))) => result,
+            Ok(Ok(Err(_))) | Err(_) => Err(abandoned()),
+            Ok(Err(join)) => Err(Error::store(format!("the store call failed: {join}"))),
+        }
+    }
+}
+
+/// A store operation's retry state.
+#[derive(Debug)]
+pub(super) struct Retry {
+    backoff: Backoff,
+    /// Not before this instant (after a failure).
+    pub(super) at: Option<Instant>,
+}
+
+impl Retry {
+    pub(super) fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            backoff: Backoff::new(base, cap),
+            at: None,
+        }
+    }
+
+    pub(super) fn ready(&self) -> bool {
+        self.at.is_none_or(|at| Instant::now() >= at)
+    }
+
+    pub(super) fn ok(&mut self) {
+        self.backoff.reset();
+        self.at = None;
+    }
+
+    /// A failure: the delay before the next try, at most `cap`.
+    pub(super) fn failed(&mut self, cap: Duration) -> Duration {
+        let delay = self.backoff.next_delay().min(cap);
+        self.at = Some(Instant::now() + delay);
+        delay
+    }
+}

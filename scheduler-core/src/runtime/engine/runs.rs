@@ -1,0 +1,116 @@
+//! Runs: starting a won tick's task, and what its end means for the tick.
+
+use chrono::{DateTime, Utc};
+use tokio::task::Id;
+use tracing::{Instrument, debug, info, info_span};
+
+use super::{Engine, RunResult};
+use crate::error::BoxError;
+use crate::job::{Interrupted, JobContext};
+use crate::lease::{Lease, Release};
+use crate::runtime::ticks::Running;
+use crate::runtime::{RunOutcome, RunRecord};
+
+impl Engine {
+    pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
+        let e = &self.s.entries[i];
+        if self.jobs[i].on_won(lease, now)
+            && let Some(r) = self.jobs[i].running()
+        {
+            info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
+                "took over a tick another holder had not completed");
+        }
+        let Some(running) = self.jobs[i].running() else {
+            return;
+        };
+        let lease = &running.lease;
+        let ctx = JobContext {
+            job: e.name.clone(),
+            tick: lease.tick,
+            node: self.s.node.clone(),
+            lease: lease.name.clone(),
+            holder: lease.holder.clone(),
+            token: lease.token,
+            cancel: running.cancel.clone(),
+            state: self.s.state.clone(),
+        };
+        let lateness = (now - lease.tick.at()).to_std().unwrap_or_default();
+        self.s.observe.started(&e.name, lateness);
+        let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
+            node = %self.s.node, holder = %lease.holder, token = %lease.token);
+        span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
+        let job = e.job.clone();
+        let task = self
+            .tasks
+            .spawn(async move { (i, job.run(ctx).await) }.instrument(span));
+        self.by_task.insert(task.id(), i);
+    }
+
+    pub(super) fn finished(&mut self, done: Result<(Id, RunResult), tokio::task::JoinError>) {
+        let (id, result) = match done {
+            Ok((id, (_, result))) => (id, result),
+            Err(err) => {
+                let id = err.id();
+                let why: BoxError = match err.try_into_panic() {
+                    Ok(payload) => {
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| payload.downcast_ref::<String>().cloned());
+                        match message {
+                            Some(m) => format!("the job panicked: {m}").into(),
+                            None => "the job panicked".into(),
+                        }
+                    }
+                    Err(_) => "the job was aborted".into(),
+                };
+                (id, Err(why))
+            }
+        };
+        let Some(i) = self.by_task.remove(&id) else {
+            return;
+        };
+        if let Some(running) = self.jobs[i].on_finished() {
+            self.ended(i, &running, result);
+        }
+    }
+
+    /// A run ended with `result`: report it and queue its release. `Ok` completes the
+    /// tick whatever happened meanwhile; [`Interrupted`] (or an error after the run
+    /// was cancelled) hands the tick back for a retry.
+    fn ended(&mut self, i: usize, running: &Running, result: Result<(), BoxError>) {
+        let interrupted = match &result {
+            Ok(()) => false,
+            Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
+        };
+        let outcome = match &result {
+            Ok(()) => RunOutcome::Succeeded,
+            Err(_) if interrupted => RunOutcome::Cancelled,
+            Err(_) => RunOutcome::Failed,
+        };
+        let e = &self.s.entries[i];
+        self.s.observe.run_ended(
+            &e.name,
+            RunRecord {
+                job: e.name.to_string(),
+                tick: running.lease.tick,
+                node: self.s.node.to_string(),
+                holder: running.lease.holder.clone(),
+                token: running.lease.token,
+                started: running.started,
+                finished: self.db_now(),
+                outcome,
+                error: result.as_ref().err().map(|e| crate::error::chain(&**e)),
+                lease_lost: running.lost,
+            },
+        );
+        if !running.lost {
+            let how = if interrupted {
+                Release::Interrupted
+            } else {
+                Release::Completed
+            };
+            self.to_release.push((running.lease.key(), how));
+        }
+    }
+}

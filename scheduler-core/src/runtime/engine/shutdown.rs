@@ -1,0 +1,71 @@
+//! Graceful shutdown: the drain.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::{CANCEL_NOTICE, Engine};
+
+impl Engine {
+    /// Graceful shutdown: no new ticks; running jobs get the grace period (their
+    /// leases still renewed, and the leases of runs that end released at once); the
+    /// rest are cancelled; every lease is released.
+    pub(super) async fn drain(&mut self) {
+        let deadline = Instant::now() + self.s.settings.grace;
+        info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
+        while !self.tasks.is_empty() {
+            if !self.to_release.is_empty() && self.release.ready() {
+                self.flush_releases().await;
+            }
+            let mut wake = self.next_renew.min(deadline);
+            if !self.to_release.is_empty()
+                && let Some(at) = self.release.at
+            {
+                wake = wake.min(at);
+            }
+            tokio::select! {
+                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
+                () = tokio::time::sleep_until(wake) => {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    if Instant::now() >= self.next_renew {
+                        self.renew().await;
+                    }
+                    self.expire_unrenewed();
+                }
+            }
+        }
+        // Past the grace period: cancel, give the runs a moment to notice, then abort.
+        for (job, e) in self.jobs.iter().zip(&self.s.entries) {
+            if let Some(running) = job.running() {
+                warn!(job = %e.name, tick = %running.lease.tick, "cancelling the run at shutdown");
+                running.cancel.cancel();
+            }
+        }
+        let notice = tokio::time::sleep(CANCEL_NOTICE);
+        tokio::pin!(notice);
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
+                () = &mut notice => break,
+            }
+        }
+        self.tasks.abort_all();
+        while let Some(done) = self.tasks.join_next_with_id().await {
+            self.finished(done);
+        }
+        // Release everything in (at most) one call per kind; a few quick retries, then
+        // leave the rest to expire.
+        for _ in 0..3 {
+            self.release.at = None;
+            self.flush_releases().await;
+            if self.to_release.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        info!(unreleased = self.to_release.len(), "scheduler stopped");
+    }
+}
