@@ -10,6 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::backoff::Backoff;
+use super::observe::Observer;
 use crate::error::Error;
 
 /// Store calls of one kind, at most one in flight: an instance never has more than
@@ -20,13 +21,16 @@ pub(super) struct Gate {
     permit: Arc<Semaphore>,
     /// How long the loop waits for an answer before it goes on without one.
     limit: Duration,
+    /// Where each call's duration and result are reported.
+    observe: Observer,
 }
 
 impl Gate {
-    pub(super) fn new(limit: Duration) -> Self {
+    pub(super) fn new(limit: Duration, observe: Observer) -> Self {
         Self {
             permit: Arc::new(Semaphore::new(1)),
             limit,
+            observe,
         }
     }
 
@@ -43,20 +47,20 @@ impl Gate {
         let permit = tokio::time::timeout(self.limit, self.permit.clone().acquire_owned())
             .await
             .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
-                Error::store(format!(
-                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
-                    self.limit
-                ))
-            })?;
-        self.spawn(
-            operation,
-            permit,
-            call,
-            self.limit.saturating_sub(started.elapsed()),
-        )
-        .await
+            .and_then(Result::ok);
+        let result = match permit {
+            Some(permit) => {
+                let wait = self.limit.saturating_sub(started.elapsed());
+                self.spawn(operation, permit, call, wait).await
+            }
+            None => Err(Error::store(format!(
+                "an earlier store call has not answered yet; {operation} waited {:?} for it",
+                self.limit
+            ))),
+        };
+        self.observe
+            .store_call(operation, started.elapsed(), result.is_ok());
+        result
     }
 
     /// How long an unanswered call may keep the gate: twice the limit, and at least
@@ -79,7 +83,11 @@ impl Gate {
         Fut: Future<Output = crate::Result<T>> + Send + 'static,
     {
         let permit = self.permit.clone().try_acquire_owned().ok()?;
-        Some(self.spawn(operation, permit, call, self.limit).await)
+        let started = Instant::now();
+        let result = self.spawn(operation, permit, call, self.limit).await;
+        self.observe
+            .store_call(operation, started.elapsed(), result.is_ok());
+        Some(result)
     }
 
     async fn spawn<T, Fut>(

@@ -64,8 +64,8 @@ impl Engine {
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             to_release: Vec::new(),
-            leases: Gate::new(limit),
-            clock_gate: Gate::new(limit),
+            leases: Gate::new(limit, s.observe.clone()),
+            clock_gate: Gate::new(limit, s.observe.clone()),
             clock: StoreClock::default(),
             take: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             release: Retry::new(s.settings.retry_base, s.settings.retry_cap),
@@ -85,12 +85,6 @@ impl Engine {
         self.clock.store_time(self.s.settings.clock.now())
     }
 
-    /// The local instant at which the store's clock reads `at`.
-    fn instant_of(&self, at: DateTime<Utc>) -> Instant {
-        let ahead = (at - self.db_now()).to_std().unwrap_or(Duration::ZERO);
-        Instant::now() + ahead
-    }
-
     fn store_ok(&self) {
         self.beat.store_ok();
     }
@@ -106,7 +100,6 @@ impl Engine {
         let local = self.s.settings.clock;
         let store = self.s.store.clone();
         let before = local.now();
-        let started = Instant::now();
         let read = self
             .clock_gate
             .try_run("now", async move { store.now().await })
@@ -114,9 +107,6 @@ impl Engine {
         let Some(read) = read else {
             return false;
         };
-        self.s
-            .observe
-            .store_call("now", started.elapsed(), read.is_ok());
         match read {
             Ok(db) => {
                 match self.clock.sample(before, local.now(), db) {
@@ -206,18 +196,19 @@ impl Engine {
     }
 
     fn next_wake(&self) -> Instant {
+        let (now, db_now) = (Instant::now(), self.db_now());
         let mut wake = self.next_renew;
         if !self.to_release.is_empty()
             && let Some(at) = self.release.at
         {
             wake = wake.min(at);
         }
-        let take_retry = self.take.at.filter(|at| *at > Instant::now());
-        for job in &self.jobs {
-            if let Some(at) = job.next_wake() {
-                wake = wake
-                    .min(take_retry.map_or(self.instant_of(at), |r| r.max(self.instant_of(at))));
-            }
+        // A job's wake-up on the store clock, as a local instant; not before the take's
+        // backoff allows.
+        let not_before = self.take.at.unwrap_or(now);
+        for at in self.jobs.iter().filter_map(JobTicks::next_wake) {
+            let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
+            wake = wake.min(at.max(not_before));
         }
         wake
     }
@@ -246,12 +237,8 @@ impl Engine {
         }
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
         let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
-        let started = Instant::now();
         let call = async move { store.take(&requests, ttl).await }.instrument(span);
         let taken = self.leases.run("take", call).await;
-        self.s
-            .observe
-            .store_call("take", started.elapsed(), taken.is_ok());
         let taken = match taken {
             Ok(taken) => taken,
             Err(err) => {
@@ -301,12 +288,8 @@ impl Engine {
                 continue;
             }
             let store = self.s.store.clone();
-            let started = Instant::now();
             let call = async move { store.release(&keys, how).await };
             let result = self.leases.run("release", call).await;
-            self.s
-                .observe
-                .store_call("release", started.elapsed(), result.is_ok());
             match result {
                 Ok(_) => {
                     self.to_release.retain(|(_, h)| *h != how);
@@ -341,12 +324,8 @@ impl Engine {
         let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
         let asked = keys.len();
         let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
-        let started = Instant::now();
         let call = async move { store.renew(&keys, ttl).await };
         let result = self.leases.run("renew", call).await;
-        self.s
-            .observe
-            .store_call("renew", started.elapsed(), result.is_ok());
         match result {
             Ok(renewed) => {
                 self.s
