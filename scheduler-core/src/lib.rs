@@ -30,6 +30,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod clock;
+#[cfg(feature = "test-util")]
+pub mod counted;
 pub mod error;
 pub mod job;
 pub mod lease;

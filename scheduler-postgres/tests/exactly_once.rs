@@ -6,13 +6,11 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use scheduler_core::counted::Counted;
 use scheduler_core::{
-    BoxError, Idempotent, JobContext, LeaseKey, LeaseName, Outcome, Release, Renewed, Schedule,
-    Scheduler, SchedulerBuilder, Scope, Store, TakeRequest, Taken, Ttl,
+    BoxError, Idempotent, JobContext, Outcome, Schedule, Scheduler, SchedulerBuilder, Scope,
 };
 use scheduler_postgres::PostgresStore;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -371,45 +369,14 @@ async fn a_locked_lease_table_never_pins_the_apps_pool() {
     );
 }
 
-/// A store that counts the takes sent through it.
-#[derive(Debug)]
-struct CountingStore {
-    inner: PostgresStore,
-    takes: Arc<AtomicU64>,
-}
-
-#[scheduler_core::async_trait]
-impl Store for CountingStore {
-    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
-        self.takes.fetch_add(1, Ordering::SeqCst);
-        self.inner.take(requests, ttl).await
-    }
-    async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> scheduler_core::Result<Vec<Renewed>> {
-        self.inner.renew(leases, ttl).await
-    }
-    async fn release(
-        &self,
-        leases: &[LeaseKey],
-        how: Release,
-    ) -> scheduler_core::Result<Vec<LeaseName>> {
-        self.inner.release(leases, how).await
-    }
-    async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {
-        self.inner.now().await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_race_costs_one_take_per_tick() {
     let db = TestDb::new().await;
     let mut instances = Vec::new();
     for name in ["a", "b", "c"] {
         let store = store(db.url(), 2).await;
-        let takes = Arc::new(AtomicU64::new(0));
-        let counting = CountingStore {
-            inner: store.clone(),
-            takes: takes.clone(),
-        };
+        let counting = Counted::new(store.clone());
+        let calls = counting.calls();
         let mut job = Recorder::new("race", &store, name);
         job.work = Duration::from_millis(200);
         let scheduler = Scheduler::builder(counting)
@@ -423,15 +390,15 @@ async fn a_lost_race_costs_one_take_per_tick() {
         let task = tokio::spawn(scheduler.run_until(async move {
             let _ = stopped.wait_for(|s| *s).await;
         }));
-        instances.push((stop, task, takes, stats));
+        instances.push((stop, task, calls, stats));
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut takes = 0;
     let mut ticks = 0;
-    for (stop, task, count, stats) in instances {
+    for (stop, task, calls, stats) in instances {
         let _ = stop.send(true);
         let _ = task.await;
-        takes += count.load(Ordering::SeqCst);
+        takes += calls.takes();
         ticks += stats.count("race", Outcome::Ran) + stats.count("race", Outcome::HeldElsewhere);
     }
     // Every instance asks once per tick; a loser does not ask again at once because
