@@ -262,6 +262,10 @@ impl Observer {
                 self.outcome(job, Outcome::HeldElsewhere);
                 tracing::debug!(job, tick = %tick, "tick held elsewhere");
             }
+            TickEvent::Abandoned { tick, holder } => {
+                tracing::info!(job, tick = %tick, holder = %holder,
+                    "tick dropped after an unanswered take: releasing its holder in case the take was applied");
+            }
         }
     }
 

@@ -71,6 +71,9 @@ pub(crate) enum TickEvent {
     SkippedOverlap { tick: Tick, running: Tick },
     /// The first refused take of a tick: another holder has it, or it already ran.
     HeldElsewhere { tick: Tick },
+    /// A tick dropped while a take of it had gone unanswered: the store may have
+    /// granted it to `holder` all the same, so that holder is to be released.
+    Abandoned { tick: Tick, holder: Holder },
 }
 
 /// The tick a job is trying to take.
@@ -82,6 +85,8 @@ struct Pending {
     holder: Holder,
     /// A take for it was answered (refused) at least once.
     refused: bool,
+    /// The last take for it got no answer: the store may hold it for `holder`.
+    unanswered: bool,
     /// When to ask again after a refusal (store clock); `None`: at once.
     retry_at: Option<DateTime<Utc>>,
 }
@@ -126,8 +131,21 @@ impl JobTicks {
             tick,
             holder: Holder::generate(),
             refused: false,
+            unanswered: false,
             retry_at: None,
         }
+    }
+
+    /// Drops the pending tick, reporting its holder if a take of it went unanswered.
+    fn drop_pending(&mut self, events: &mut Vec<TickEvent>) -> Option<Pending> {
+        let old = self.pending.take()?;
+        if old.unanswered {
+            events.push(TickEvent::Abandoned {
+                tick: old.tick,
+                holder: old.holder.clone(),
+            });
+        }
+        Some(old)
     }
 
     fn advance_from(&mut self, cadence: &Cadence, after: DateTime<Utc>) {
@@ -150,7 +168,7 @@ impl JobTicks {
             if at > now {
                 break;
             }
-            if let Some(old) = self.pending.take()
+            if let Some(old) = self.drop_pending(events)
                 && !old.refused
             {
                 let count = superseded.map_or(0, |(_, n)| n) + 1;
@@ -174,7 +192,7 @@ impl JobTicks {
                     running: running.lease.tick,
                 });
             }
-            self.pending = None;
+            self.drop_pending(events);
             return None;
         }
         if now - pending.tick.at() > cadence.window(pending.tick) {
@@ -185,13 +203,21 @@ impl JobTicks {
                     superseded: false,
                 });
             }
-            self.pending = None;
+            self.drop_pending(events);
             return None;
         }
         if pending.retry_at.is_some_and(|at| at > now) {
             return None;
         }
         Some((pending.tick, pending.holder.clone()))
+    }
+
+    /// A take of the pending tick got no answer (it failed, or the loop stopped
+    /// waiting): it is asked again as the same holder, and released if dropped.
+    pub(crate) fn on_unanswered(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.unanswered = true;
+        }
     }
 
     /// The store granted `lease` for the pending tick. Returns whether an earlier take
@@ -221,6 +247,8 @@ impl JobTicks {
         let Some(p) = &mut self.pending else {
             return;
         };
+        // An answer: had an earlier take been applied, this one would have won.
+        p.unanswered = false;
         if !p.refused {
             p.refused = true;
             events.push(TickEvent::HeldElsewhere { tick: p.tick });
@@ -251,7 +279,9 @@ impl JobTicks {
         };
         match retry_at {
             Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
-            _ => self.pending = None,
+            _ => {
+                self.drop_pending(events);
+            }
         }
     }
 
@@ -383,6 +413,42 @@ mod tests {
         j.pending = None;
         let (_, next) = j.due(&c, at(1010), &mut ev).unwrap();
         assert_ne!(first, next);
+    }
+
+    #[test]
+    fn a_dropped_tick_whose_take_went_unanswered_hands_back_its_holder() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.on_unanswered();
+        // The store stays unreachable until the next tick supersedes this one.
+        assert!(j.due(&c, at(1010), &mut ev).is_some());
+        assert_eq!(
+            ev,
+            [
+                TickEvent::Abandoned { tick, holder },
+                TickEvent::Missed {
+                    tick,
+                    count: 1,
+                    superseded: true
+                }
+            ]
+        );
+        // An answered (refused) take clears it: nothing to hand back.
+        ev.clear();
+        j.on_unanswered();
+        j.on_refused(
+            &c,
+            Some(&held(1010, 1_010_300, true)),
+            ms(1_010_010),
+            POLL,
+            &mut ev,
+        );
+        assert_eq!(
+            ev,
+            [TickEvent::HeldElsewhere {
+                tick: Tick::new(at(1010))
+            }]
+        );
     }
 
     #[test]

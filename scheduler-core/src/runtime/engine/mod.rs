@@ -23,7 +23,7 @@ use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
-use super::ticks::{JobTicks, Polling};
+use super::ticks::{JobTicks, Polling, TickEvent};
 use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error};
 use crate::job::Duplicate;
@@ -228,9 +228,7 @@ impl Engine {
                 });
                 asked.push(i);
             }
-            for event in events.drain(..) {
-                self.s.observe.tick_event(&e.name, &event);
-            }
+            report(&self.s, &mut self.to_release, i, &mut events);
         }
         if requests.is_empty() {
             return;
@@ -242,6 +240,9 @@ impl Engine {
         let taken = match taken {
             Ok(taken) => taken,
             Err(err) => {
+                for i in asked {
+                    self.jobs[i].on_unanswered();
+                }
                 let delay = self.take.failed(self.s.settings.retry_cap);
                 self.store_failed("taking due leases", &err, delay);
                 return;
@@ -269,13 +270,12 @@ impl Engine {
                         self.polling,
                         &mut events,
                     );
-                    for event in events.drain(..) {
-                        self.s.observe.tick_event(&e.name, &event);
-                    }
+                    report(&self.s, &mut self.to_release, i, &mut events);
                 }
             }
         }
     }
+
     async fn flush_releases(&mut self) {
         for how in [Release::Completed, Release::Interrupted] {
             let keys: Vec<LeaseKey> = self
@@ -391,5 +391,27 @@ impl std::fmt::Debug for Engine {
             .field("jobs", &self.jobs.len())
             .field("running", &self.tasks.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// Hands job `i`'s tick events to the observer; the holder of an abandoned tick is
+/// queued for release (harmless if the store never granted it: releases are
+/// conditional on the holder).
+fn report(
+    s: &Scheduler,
+    to_release: &mut Vec<(LeaseKey, Release)>,
+    i: usize,
+    events: &mut Vec<TickEvent>,
+) {
+    let e = &s.entries[i];
+    for event in events.drain(..) {
+        if let TickEvent::Abandoned { holder, .. } = &event {
+            let key = LeaseKey {
+                name: e.lease.clone(),
+                holder: holder.clone(),
+            };
+            to_release.push((key, Release::Interrupted));
+        }
+        s.observe.tick_event(&e.name, &event);
     }
 }
