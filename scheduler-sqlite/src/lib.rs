@@ -46,8 +46,13 @@
 mod batch;
 pub mod error;
 mod migrate;
-pub mod store;
+mod open;
+mod options;
+mod row;
+mod sql;
+mod store;
 
 pub use error::{Error, Result};
+pub use options::SqliteOptions;
 pub use scheduler_migrations::TableName;
-pub use store::{SqliteOptions, SqliteStore};
+pub use store::SqliteStore;

@@ -1,17 +1,14 @@
 //! [`SqliteStore`]: the embedded lease store for one machine.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use scheduler_core::lease::ensure_unique;
-use scheduler_core::{
-    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
-    Tick, Ttl,
-};
-use scheduler_migrations::{InvalidTableName, TableName};
+use scheduler_core::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Ttl};
+use scheduler_migrations::TableName;
 use sea_orm::sqlx::ConnectOptions as _;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
 use sea_orm::{
@@ -21,105 +18,14 @@ use sea_orm::{
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::batch;
-use crate::error::{Error, Origin, Result, connect_error, is_busy};
+use crate::error::{Error, Origin, Result, connect_error};
 use crate::migrate;
-
-/// The current time on SQLite's clock, as integer microseconds since the Unix epoch:
-/// the unit of every time column of the lease table.
-///
-/// SQLite's clock has millisecond resolution, so the value is a whole number of
-/// milliseconds (the floating-point steps are exact to well under one). `'now'` is
-/// the same for every use within one statement, so a statement sees one instant.
-pub(crate) const NOW: &str =
-    "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
-
-/// How a [`SqliteStore`] opens its database file and where it keeps its leases.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SqliteOptions {
-    /// The lease table. Default `scheduler_leases`. SQLite has no schemas, so the name
-    /// must not be qualified.
-    pub table: TableName,
-    /// Create or upgrade the schema when the store opens. Default `true`.
-    pub migrate: bool,
-    /// Pool size. Default 4. Lease operations borrow a connection for one statement,
-    /// so a pool of one suffices for the store; SQLite admits one writer at a time
-    /// anyway, and the other connections let reads (the clock, the app's own queries)
-    /// run beside a write.
-    pub max_connections: u32,
-    /// How long a write waits for its turn among this store's writes, and then for the
-    /// file's write lock held by another connection or process, before it fails with
-    /// [`Error::Busy`]. Default 5 s, at most [`Self::MAX_BUSY_TIMEOUT`].
-    pub busy_timeout: Duration,
-    /// Open the file read-only: for inspecting a store. Default `false`. The file must
-    /// exist; the schema is neither created nor upgraded, and every take, renewal and
-    /// release fails with [`Error::ReadOnly`].
-    pub read_only: bool,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        Self {
-            table: TableName::default(),
-            migrate: true,
-            max_connections: 4,
-            busy_timeout: Duration::from_secs(5),
-            read_only: false,
-        }
-    }
-}
-
-impl SqliteOptions {
-    /// The longest accepted busy timeout; longer ones are cut to it.
-    pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-
-    /// Keeps leases in `table`, a plain identifier (no schema: SQLite has none).
-    ///
-    /// # Errors
-    /// [`Error::InvalidTableName`] if it is not a plain, unqualified identifier.
-    pub fn table(mut self, table: &str) -> Result<Self> {
-        let table = TableName::new(table)?;
-        check_unqualified(&table)?;
-        self.table = table;
-        Ok(self)
-    }
-
-    /// Whether to create or upgrade the schema when the store opens.
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
-
-    /// The pool size (at least 1).
-    pub fn max_connections(mut self, max_connections: u32) -> Self {
-        self.max_connections = max_connections.max(1);
-        self
-    }
-
-    /// How long a write waits for its turn and for the file's write lock (see
-    /// [`Self::busy_timeout`](field@Self::busy_timeout)).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout.min(Self::MAX_BUSY_TIMEOUT);
-        self
-    }
-
-    /// Whether to open the file read-only.
-    pub fn read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
-        self
-    }
-}
-
-/// Rejects `schema.table`: in SQLite a schema is an attached database.
-fn check_unqualified(table: &TableName) -> Result<()> {
-    match table.schema() {
-        None => Ok(()),
-        Some(_) => Err(Error::InvalidTableName(InvalidTableName {
-            name: table.to_string(),
-            reason: "SQLite has no schemas: use a plain table name such as `app_a_leases`",
-        })),
-    }
-}
+use crate::open::{check_path, check_version, check_writable, literal_path, use_wal};
+use crate::options::{SqliteOptions, check_unqualified};
+use crate::row::{held_from_row, lease_from_row, name_from_row, time};
+use crate::sql::Sql;
+/// SQLite's clock in the lease table's unit; see [`crate::sql::NOW`].
+pub(crate) use crate::sql::NOW;
 
 /// The embedded lease store: leases in a table of one SQLite file, shared by every
 /// process of one machine that opens it.
@@ -174,83 +80,6 @@ pub struct SqliteStore {
     origin: Origin,
     sql: Sql,
 }
-
-/// The statements, with the table name spliced in once.
-#[derive(Debug, Clone)]
-struct Sql {
-    take: String,
-    won: String,
-    held: String,
-    renew: String,
-    release: String,
-    now: String,
-}
-
-impl Sql {
-    fn new(table: &TableName) -> Self {
-        let t = table.quoted();
-        // A lease is free for a tick when it has expired and was taken for an earlier
-        // tick, or for this tick but never released as completed.
-        let free = |l: &str, tick: &str| {
-            format!(
-                "{l}.expires_at <= {NOW} AND ({l}.tick < {tick} \
-                 OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
-            )
-        };
-        // `?1` is the batch as JSON: `[["name","holder",tick_micros],…]`. `WHERE true`
-        // tells SQLite's parser that `ON CONFLICT` belongs to the upsert, not to a join.
-        let take = format!(
-            "INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
-             SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 1, {NOW}, {NOW} + ?2 * 1000, NULL \
-             FROM json_each(?1) AS r \
-             WHERE true \
-             ON CONFLICT (name) DO UPDATE \
-               SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
-                   taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
-                   released_at = NULL \
-               WHERE {decide}",
-            decide = free("l", "excluded.tick"),
-        );
-        // Run after the upsert, in its transaction, with the same `?1`: the rows it
-        // won, and the rows it did not. Holders are fresh per tick, so an unreleased row
-        // of the requested holder was won by this take, or by an earlier take of the
-        // same holder whose answer was lost (won all the same).
-        let won = format!(
-            "SELECT l.name, l.holder, l.tick, l.token, l.expires_at \
-             FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS r.value ->> 1 AND l.released_at IS NULL"
-        );
-        let held = format!(
-            "SELECT l.name, l.tick, l.expires_at, l.released_at IS NOT NULL AS completed \
-             FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL"
-        );
-        // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.
-        let mine = "released_at IS NULL \
-             AND (name, holder) IN (SELECT r.value ->> 0, r.value ->> 1 FROM json_each(?1) AS r)";
-        let renew = format!(
-            "UPDATE {t} SET expires_at = {NOW} + ?2 * 1000 \
-             WHERE {mine} RETURNING name, expires_at"
-        );
-        let release = format!(
-            "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \
-               released_at = CASE WHEN ?2 THEN {NOW} END \
-             WHERE {mine} RETURNING name"
-        );
-        Self {
-            take,
-            won,
-            held,
-            renew,
-            release,
-            now: format!("SELECT {NOW} AS now"),
-        }
-    }
-}
-
-/// The oldest SQLite whose SQL the store uses: `RETURNING` (3.35), `STRICT` tables
-/// (3.37), the `->>` operator (3.38).
-const MIN_SQLITE: (u32, u32) = (3, 38);
 
 impl SqliteStore {
     /// Opens the database file at `path` (a file path, never a URI), creating it if
@@ -375,188 +204,6 @@ impl SqliteStore {
             .await
             .map_err(|source| self.origin.statement_error(operation, source))
     }
-}
-
-/// Refuses paths SQLite would not treat as a file, and reports a missing directory
-/// before SQLite reports "unable to open database file".
-fn check_path(path: &Path) -> Result<()> {
-    let refuse = |reason| {
-        Err(Error::InvalidPath {
-            path: path.to_owned(),
-            reason,
-        })
-    };
-    if path.as_os_str().is_empty() {
-        return refuse("the path is empty; name a database file, such as scheduler.db");
-    }
-    if path.as_os_str() == ":memory:" {
-        return refuse(
-            "an in-memory database is private to one connection, so a pool cannot share its leases; \
-             name a database file, or use scheduler_core::MemoryStore in tests",
-        );
-    }
-    let directory = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    match std::fs::metadata(directory) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::MissingDirectory {
-            path: path.to_owned(),
-            directory: directory.to_owned(),
-        }),
-        // Anything else (not a directory, no permission) SQLite reports, and
-        // `Origin::error` explains.
-        _ => Ok(()),
-    }
-}
-
-/// `path` as SQLite must see it to read it as a file name: SQLite is opened with URI
-/// file names enabled, so a relative `file:…` gets a `./` in front.
-fn literal_path(path: &Path) -> PathBuf {
-    if path.is_relative() && path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
-        Path::new(".").join(path)
-    } else {
-        path.to_owned()
-    }
-}
-
-/// Refuses a SQLite too old for the store's statements.
-async fn check_version(db: &DatabaseConnection, origin: &Origin) -> Result<()> {
-    const OP: &str = "read the SQLite version";
-    let row = db
-        .query_one_raw(Statement::from_string(
-            DbBackend::Sqlite,
-            "SELECT sqlite_version() AS version",
-        ))
-        .await
-        .map_err(|source| origin.statement_error(OP, source))?;
-    let version: String = match row {
-        Some(row) => get(&row, "version", OP)?,
-        None => String::new(),
-    };
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    if found < MIN_SQLITE {
-        return Err(Error::UnsupportedSqlite {
-            version,
-            required: "3.38",
-        });
-    }
-    Ok(())
-}
-
-/// Puts the file in WAL journal mode (a lasting property of the file), so readers
-/// never wait for the writer.
-///
-/// Switching needs an exclusive lock that SQLite's busy handler does not wait for, so
-/// when processes open a new file at once, the losers retry here until the busy
-/// timeout. Once the file is in WAL mode, this costs no lock at all.
-async fn use_wal(db: &DatabaseConnection, origin: &Origin) -> Result<()> {
-    const OP: &str = "switch the database to WAL journal mode";
-    let deadline = tokio::time::Instant::now() + origin.busy_timeout;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        let stmt = Statement::from_string(DbBackend::Sqlite, "PRAGMA journal_mode = WAL");
-        match db.query_one_raw(stmt).await {
-            Ok(row) => {
-                let mode: String = match row {
-                    Some(row) => row.try_get_by_index(0).map_err(|source| Error::BadRow {
-                        operation: OP,
-                        source,
-                    })?,
-                    None => String::new(),
-                };
-                if mode.eq_ignore_ascii_case("wal") {
-                    return Ok(());
-                }
-                return Err(Error::NoWal {
-                    path: origin.path.clone(),
-                    mode,
-                });
-            }
-            Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err(source) => return Err(origin.statement_error(OP, source)),
-        }
-    }
-}
-
-/// Makes sure SQLite can write the file.
-///
-/// SQLite opens a file this process may not write read-only, without a word, and in
-/// WAL mode even `BEGIN IMMEDIATE` succeeds on it: only the first real write would
-/// fail, and the runtime would retry that store failure forever. So one DDL statement
-/// finds out at open, in a transaction that is rolled back: nothing is written.
-/// (Checking from Rust by opening the file would be worse than useless: closing any
-/// descriptor of the file drops every POSIX lock this process's connections hold on
-/// it.)
-async fn check_writable(db: &DatabaseConnection, table: &TableName, origin: &Origin) -> Result<()> {
-    const OP: &str = "open the database for writing";
-    let txn = db
-        .begin_with_options(TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        })
-        .await
-        .map_err(|source| origin.statement_error(OP, source))?;
-    let probe = format!("CREATE TABLE \"{}_write_probe\" (x INTEGER)", table.table());
-    let probed = txn.execute_unprepared(&probe).await;
-    txn.rollback()
-        .await
-        .map_err(|source| origin.statement_error(OP, source))?;
-    match probed.map_err(|source| origin.statement_error(OP, source)) {
-        Err(err @ (Error::ReadOnly { .. } | Error::Busy { .. })) => Err(err),
-        // Any other failure (a table of that name exists, say) proves nothing either
-        // way; the lease statements will report whatever is really wrong.
-        Ok(_) | Err(_) => Ok(()),
-    }
-}
-
-fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str, operation: &'static str) -> Result<T> {
-    row.try_get::<T>("", col)
-        .map_err(|source| Error::BadRow { operation, source })
-}
-
-/// A stored time (microseconds since the epoch) as a `DateTime`.
-fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
-    let micros: i64 = get(row, col, operation)?;
-    DateTime::from_timestamp_micros(micros).ok_or_else(|| Error::BadRow {
-        operation,
-        source: DbErr::Custom(format!(
-            "{col} = {micros} is out of range as microseconds since the epoch"
-        )),
-    })
-}
-
-fn lease_from_row(row: &QueryResult) -> Result<Lease> {
-    const OP: &str = "take leases";
-    Ok(Lease {
-        name: name_from_row(row, OP)?,
-        holder: Holder::from_stored(get(row, "holder", OP)?),
-        tick: Tick::new(time(row, "tick", OP)?),
-        token: FencingToken::new(get(row, "token", OP)?),
-        expires_at: time(row, "expires_at", OP)?,
-    })
-}
-
-fn held_from_row(row: &QueryResult) -> Result<Held> {
-    const OP: &str = "take leases";
-    Ok(Held {
-        name: name_from_row(row, OP)?,
-        tick: Tick::new(time(row, "tick", OP)?),
-        expires_at: time(row, "expires_at", OP)?,
-        completed: get::<i64>(row, "completed", OP)? != 0,
-    })
-}
-
-fn name_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseName> {
-    let name: String = get(row, "name", operation)?;
-    LeaseName::new(name).map_err(|e| Error::BadRow {
-        operation,
-        source: DbErr::Custom(e.to_string()),
-    })
 }
 
 #[async_trait]

@@ -1,0 +1,85 @@
+//! The lease statements, with the table name spliced in once.
+
+use scheduler_migrations::TableName;
+
+/// The current time on SQLite's clock, as integer microseconds since the Unix epoch:
+/// the unit of every time column of the lease table.
+///
+/// SQLite's clock has millisecond resolution, so the value is a whole number of
+/// milliseconds (the floating-point steps are exact to well under one). `'now'` is
+/// the same for every use within one statement, so a statement sees one instant.
+pub(crate) const NOW: &str =
+    "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
+
+/// The statements, with the table name spliced in once.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub(crate) take: String,
+    pub(crate) won: String,
+    pub(crate) held: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) now: String,
+}
+
+impl Sql {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        // A lease is free for a tick when it has expired and was taken for an earlier
+        // tick, or for this tick but never released as completed.
+        let free = |l: &str, tick: &str| {
+            format!(
+                "{l}.expires_at <= {NOW} AND ({l}.tick < {tick} \
+                 OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
+            )
+        };
+        // `?1` is the batch as JSON: `[["name","holder",tick_micros],…]`. `WHERE true`
+        // tells SQLite's parser that `ON CONFLICT` belongs to the upsert, not to a join.
+        let take = format!(
+            "INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
+             SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 1, {NOW}, {NOW} + ?2 * 1000, NULL \
+             FROM json_each(?1) AS r \
+             WHERE true \
+             ON CONFLICT (name) DO UPDATE \
+               SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
+                   taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
+                   released_at = NULL \
+               WHERE {decide}",
+            decide = free("l", "excluded.tick"),
+        );
+        // Run after the upsert, in its transaction, with the same `?1`: the rows it
+        // won, and the rows it did not. Holders are fresh per tick, so an unreleased row
+        // of the requested holder was won by this take, or by an earlier take of the
+        // same holder whose answer was lost (won all the same).
+        let won = format!(
+            "SELECT l.name, l.holder, l.tick, l.token, l.expires_at \
+             FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
+             WHERE l.holder IS r.value ->> 1 AND l.released_at IS NULL"
+        );
+        let held = format!(
+            "SELECT l.name, l.tick, l.expires_at, l.released_at IS NOT NULL AS completed \
+             FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
+             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL"
+        );
+        // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.
+        let mine = "released_at IS NULL \
+             AND (name, holder) IN (SELECT r.value ->> 0, r.value ->> 1 FROM json_each(?1) AS r)";
+        let renew = format!(
+            "UPDATE {t} SET expires_at = {NOW} + ?2 * 1000 \
+             WHERE {mine} RETURNING name, expires_at"
+        );
+        let release = format!(
+            "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \
+               released_at = CASE WHEN ?2 THEN {NOW} END \
+             WHERE {mine} RETURNING name"
+        );
+        Self {
+            take,
+            won,
+            held,
+            renew,
+            release,
+            now: format!("SELECT {NOW} AS now"),
+        }
+    }
+}
