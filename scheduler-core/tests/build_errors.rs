@@ -1,0 +1,70 @@
+//! `build()` rejects bad configuration with typed errors: a duplicate job, a ttl
+//! too short for its renewal, a bad cron expression, an empty name.
+//!
+//! On the in-memory store, on paused tokio time.
+
+mod support;
+
+use std::time::Duration;
+
+use scheduler_core::{BoxError, Error, Idempotent, JobContext, Schedule};
+use support::{Log, Probe, builder, store};
+
+#[test]
+fn build_rejects_bad_configuration_with_typed_errors() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("rt");
+    let _guard = rt.enter();
+    let (store, log) = (store(), Log::default());
+    let err = builder(&store)
+        .job(Probe::new("a", &store, &log))
+        .job(Probe::new("a", &store, &log))
+        .build()
+        .err();
+    assert!(
+        matches!(err, Some(Error::DuplicateJob { ref name }) if name == "a"),
+        "{err:?}"
+    );
+
+    let err = builder(&store)
+        .lease_ttl(Duration::from_secs(10))
+        .renew_every(Duration::from_secs(6))
+        .build()
+        .err();
+    assert!(matches!(err, Some(Error::TtlTooShort { .. })), "{err:?}");
+    let err = builder(&store).lease_ttl(Duration::ZERO).build().err();
+    assert!(matches!(err, Some(Error::InvalidTtl { .. })), "{err:?}");
+
+    struct BadCron;
+    #[scheduler_core::async_trait]
+    impl Idempotent for BadCron {
+        fn name(&self) -> &str {
+            "bad-cron"
+        }
+        fn schedule(&self) -> Schedule {
+            Schedule::cron("61 * * * * *")
+        }
+        async fn run(&self, _: JobContext) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+    let err = builder(&store).job(BadCron).build().err();
+    assert!(
+        matches!(err, Some(Error::InvalidSchedule { ref job, .. }) if job == "bad-cron"),
+        "{err:?}"
+    );
+    let msg = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        msg.starts_with("job \"bad-cron\" has an invalid schedule: invalid cron expression"),
+        "{msg}"
+    );
+
+    let mut empty = Probe::new("", &store, &log);
+    empty.name = "";
+    assert!(matches!(
+        builder(&store).job(empty).build().err(),
+        Some(Error::InvalidName { .. })
+    ));
+}

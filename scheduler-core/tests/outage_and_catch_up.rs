@@ -1,0 +1,65 @@
+//! A store outage is retried, and each job's catch-up window decides whether the
+//! tick that fell in it still runs.
+//!
+//! On the in-memory store, on paused tokio time.
+
+mod support;
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta};
+use scheduler_core::{Outcome, Store};
+use support::{Log, Probe, builder, runs, store};
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_is_retried_and_the_catch_up_window_decides_what_runs() {
+    let (store, log) = (store(), Log::default());
+    let mut wide = Probe::new("wide", &store, &log);
+    wide.every = Duration::from_secs(10);
+    wide.catch_up = Some(Duration::from_secs(10));
+    let mut narrow = Probe::new("narrow", &store, &log);
+    narrow.every = Duration::from_secs(10);
+    narrow.catch_up = Some(Duration::from_secs(1));
+    let scheduler = builder(&store)
+        .job(wide)
+        .job(narrow)
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let outage = {
+        let store = store.clone();
+        async move {
+            // Let the first ticks pass, then fail for 3 s around the next one.
+            let now = store.now().await.unwrap_or_default();
+            let next = (now.timestamp() / 10 + 2) * 10;
+            let until_next = (DateTime::from_timestamp(next, 0).unwrap_or_default() - now)
+                .to_std()
+                .unwrap_or_default();
+            tokio::time::sleep(until_next - Duration::from_millis(500)).await;
+            store.set_failing(true);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            store.set_failing(false);
+            tokio::time::sleep(Duration::from_secs(15)).await;
+        }
+    };
+    scheduler.run_until(outage).await;
+    // The wide window caught up with the tick that fell in the outage, late but once.
+    let wide = runs(&log, "wide");
+    let late: Vec<_> = wide
+        .iter()
+        .skip(1)
+        .filter(|r| r.started - r.tick > TimeDelta::seconds(2))
+        .collect();
+    assert_eq!(late.len(), 1, "{wide:?}");
+    // The narrow window let it go: counted missed, and the next tick ran on time.
+    assert_eq!(stats.count("narrow", Outcome::Missed), 1);
+    let narrow = runs(&log, "narrow");
+    assert!(
+        narrow
+            .iter()
+            .skip(1)
+            .all(|r| r.started - r.tick < TimeDelta::seconds(1)),
+        "{narrow:?}"
+    );
+    assert!(narrow.len() >= 2);
+}
