@@ -8,6 +8,10 @@
 //!   (`sec min hour day-of-month month day-of-week [year]`, as the `cron` crate reads
 //!   it) in a time zone: UTC unless [`Schedule::in_time_zone`] names an IANA zone.
 //!
+//! Parsing, the checks and the tick arithmetic are `scheduler_spec`'s, the crate
+//! `#[job]` checks its arguments with at compile time: a schedule the macro accepts
+//! is one [`Schedule::validate`] accepts, refused with the same message if not.
+//!
 //! # Daylight saving time
 //!
 //! Cron expressions are read on the zone's wall clock. Where the wall clock jumps,
@@ -26,8 +30,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
-use chrono_tz::Tz;
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_spec::{CronSchedule, Every};
 
 use crate::lease::Tick;
 
@@ -48,6 +52,9 @@ enum Kind {
 }
 
 /// Why a schedule was refused.
+///
+/// The messages are those `#[job]` reports at compile time: both apply the rules of
+/// `scheduler_spec`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScheduleError {
@@ -55,34 +62,50 @@ pub enum ScheduleError {
     #[error("the period of `every` must be at least 1ms, not {0:?}")]
     PeriodTooShort(Duration),
     /// A duration string that does not parse.
-    #[error(
-        "invalid duration {input:?}: {reason}; write it like \"30s\", \"15m\", \"1h30m\" or \"500ms\""
-    )]
+    #[error("invalid duration {input:?}: {reason}")]
     InvalidDuration {
         /// The rejected text.
         input: String,
-        /// What is wrong with it.
+        /// What is wrong with it, and how to write it instead.
         reason: &'static str,
     },
     /// A cron expression that does not parse.
-    #[error(
-        "invalid cron expression {expr:?}: {reason}; it needs a seconds field: \"sec min hour day month weekday\", e.g. \"0 */15 * * * *\""
-    )]
+    #[error("invalid cron expression {expr:?}: {reason}")]
     InvalidCron {
         /// The rejected expression.
         expr: String,
-        /// What the parser said.
+        /// What is wrong with it, and how to write it instead.
         reason: String,
     },
-    /// A cron expression that never fires.
-    #[error("cron expression {expr:?} never fires")]
+    /// A cron expression with no fire time left: its fields never meet, or its years
+    /// are all past.
+    #[error(
+        "cron expression {expr:?} never fires; check that its day, month and weekday fields can meet and that its years are not all past"
+    )]
     NeverFires {
         /// The expression.
         expr: String,
     },
     /// An unknown time zone.
-    #[error("unknown time zone {0:?}; use an IANA name such as \"Europe/Berlin\" or \"UTC\"")]
+    #[error("unknown time zone {0:?}; {hint}", hint = scheduler_spec::time_zone_hint(.0))]
     UnknownTimeZone(String),
+    /// Any other refusal by the schedule rules.
+    #[error(transparent)]
+    Other(scheduler_spec::Error),
+}
+
+impl From<scheduler_spec::Error> for ScheduleError {
+    fn from(err: scheduler_spec::Error) -> Self {
+        use scheduler_spec::Error as Spec;
+        match err {
+            Spec::InvalidDuration { input, reason } => Self::InvalidDuration { input, reason },
+            Spec::PeriodTooShort { period } => Self::PeriodTooShort(period),
+            Spec::InvalidCron { expr, reason } => Self::InvalidCron { expr, reason },
+            Spec::NeverFires { expr } => Self::NeverFires { expr },
+            Spec::UnknownTimeZone { name } => Self::UnknownTimeZone(name),
+            other => Self::Other(other),
+        }
+    }
 }
 
 impl Schedule {
@@ -112,7 +135,8 @@ impl Schedule {
         self
     }
 
-    /// Checks the schedule.
+    /// Checks the schedule: a period of at least 1 ms, or a known time zone and a
+    /// cron expression that parses and fires at least once after now.
     ///
     /// # Errors
     /// [`ScheduleError`] saying what is wrong.
@@ -122,36 +146,11 @@ impl Schedule {
 
     pub(crate) fn compile(&self) -> Result<Compiled, ScheduleError> {
         match &self.kind {
-            Kind::Every(period) => {
-                let ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX);
-                if ms < 1 {
-                    return Err(ScheduleError::PeriodTooShort(*period));
-                }
-                Ok(Compiled::Every { ms })
-            }
+            Kind::Every(period) => Ok(Compiled::Every(Every::new(*period)?)),
             Kind::Cron { expr, tz } => {
-                let tz: Tz = tz
-                    .parse()
-                    .map_err(|_| ScheduleError::UnknownTimeZone(tz.clone()))?;
-                let cron =
-                    cron::Schedule::from_str(expr).map_err(|e| ScheduleError::InvalidCron {
-                        expr: expr.clone(),
-                        reason: e.to_string(),
-                    })?;
-                let fixed_hours = cron::TimeUnitSpec::count(cron.hours()) < 24;
-                let compiled = Compiled::Cron {
-                    cron: Box::new(cron),
-                    tz,
-                    fixed_hours,
-                };
-                let epoch = DateTime::from_timestamp(0, 0).unwrap_or_default();
-                if compiled
-                    .next_after(epoch.max(Utc::now() - TimeDelta::days(1)))
-                    .is_none()
-                {
-                    return Err(ScheduleError::NeverFires { expr: expr.clone() });
-                }
-                Ok(compiled)
+                let cron = CronSchedule::parse(expr, tz)?;
+                cron.check_fires_after(Utc::now())?;
+                Ok(Compiled::Cron(Box::new(cron)))
             }
         }
     }
@@ -166,60 +165,14 @@ impl fmt::Display for Schedule {
     }
 }
 
-/// Parses `"30s"`, `"15m"`, `"1h30m"`, `"500ms"`, `"2d"` into a duration.
+/// Parses `"30s"`, `"15m"`, `"1h30m"`, `"500ms"`, `"2d"` into a duration, as
+/// `#[job]` does ([`scheduler_spec::parse_duration`]).
 ///
 /// # Errors
 /// [`ScheduleError::InvalidDuration`] if the text is empty, has a number without a
-/// unit, an unknown unit, or overflows.
+/// unit, an unknown unit, a fraction, a space inside, or overflows.
 pub fn parse_duration(input: &str) -> Result<Duration, ScheduleError> {
-    let fail = |reason| ScheduleError::InvalidDuration {
-        input: input.to_owned(),
-        reason,
-    };
-    let s = input.trim();
-    if s.is_empty() {
-        return Err(fail("it is empty"));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(fail("expected a number"));
-        }
-        let value: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| fail("the number is too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.len()
-            - rest
-                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-                .len();
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => value
-                .checked_mul(60)
-                .map(Duration::from_secs)
-                .ok_or_else(|| fail("it overflows"))?,
-            "h" => value
-                .checked_mul(3600)
-                .map(Duration::from_secs)
-                .ok_or_else(|| fail("it overflows"))?,
-            "d" => value
-                .checked_mul(86_400)
-                .map(Duration::from_secs)
-                .ok_or_else(|| fail("it overflows"))?,
-            "" => return Err(fail("a number needs a unit (ms, s, m, h, d)")),
-            _ => return Err(fail("unknown unit; use ms, s, m, h or d")),
-        };
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| fail("it overflows"))?;
-    }
-    Ok(total)
+    Ok(scheduler_spec::parse_duration(input)?)
 }
 
 impl FromStr for Schedule {
@@ -242,31 +195,18 @@ impl FromStr for Schedule {
 /// A checked schedule, ready to compute ticks.
 #[derive(Debug, Clone)]
 pub(crate) enum Compiled {
-    Every {
-        ms: i64,
-    },
-    Cron {
-        cron: Box<cron::Schedule>,
-        tz: Tz,
-        fixed_hours: bool,
-    },
+    Every(Every),
+    Cron(Box<CronSchedule>),
 }
 
 impl Compiled {
     /// The first tick strictly after `after`.
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<Tick> {
         match self {
-            Compiled::Every { ms } => {
-                let t = after.timestamp_millis();
-                let next = t.div_euclid(*ms).checked_add(1)?.checked_mul(*ms)?;
-                DateTime::from_timestamp_millis(next).map(Tick::new)
-            }
-            Compiled::Cron {
-                cron,
-                tz,
-                fixed_hours,
-            } => cron_next_after(cron, *tz, *fixed_hours, after).map(Tick::new),
+            Compiled::Every(every) => every.next_after(after),
+            Compiled::Cron(cron) => cron.next_after(after),
         }
+        .map(Tick::new)
     }
 
     /// The latest tick at or before `at`, looking back no further than `window`.
@@ -286,80 +226,12 @@ impl Compiled {
     /// The time between the tick `tick` and the one after (the catch-up default).
     pub(crate) fn period_after(&self, tick: Tick) -> TimeDelta {
         match self {
-            Compiled::Every { ms } => TimeDelta::milliseconds(*ms),
-            Compiled::Cron { .. } => self
+            Compiled::Every(every) => TimeDelta::milliseconds(every.period_ms()),
+            Compiled::Cron(_) => self
                 .next_after(tick.at())
                 .map(|next| next.at() - tick.at())
                 .unwrap_or(TimeDelta::days(1)),
         }
-    }
-}
-
-/// How far local wall-clock time may sit from UTC around a transition, and then some:
-/// used to bound the search below.
-const SLACK: TimeDelta = TimeDelta::hours(3);
-
-fn cron_next_after(
-    cron: &cron::Schedule,
-    tz: Tz,
-    fixed_hours: bool,
-    after: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    // Walk the expression on the naive wall clock (as if the zone had no DST), map
-    // each wall time to instants by the DST rule, and keep the earliest instant after
-    // `after`. Wall order and instant order differ only around a transition, so the
-    // walk may stop once a wall time lies well past the best instant found.
-    let wall_after = after.with_timezone(&tz).naive_local();
-    let start = Utc.from_utc_datetime(&(wall_after - SLACK));
-    let mut best: Option<DateTime<Utc>> = None;
-    for wall in cron.after(&start).take(10_000) {
-        let wall = wall.naive_utc();
-        if let Some(b) = best
-            && wall - SLACK > b.with_timezone(&tz).naive_local()
-        {
-            break;
-        }
-        for instant in wall_to_instants(tz, fixed_hours, wall) {
-            if instant > after && best.is_none_or(|b| instant < b) {
-                best = Some(instant);
-            }
-        }
-    }
-    best
-}
-
-/// The instants a wall-clock time stands for, under the DST rule of the module docs.
-fn wall_to_instants(tz: Tz, fixed_hours: bool, wall: NaiveDateTime) -> Vec<DateTime<Utc>> {
-    match tz.from_local_datetime(&wall) {
-        LocalResult::Single(t) => vec![t.with_timezone(&Utc)],
-        LocalResult::Ambiguous(first, second) => {
-            if fixed_hours {
-                vec![first.with_timezone(&Utc)]
-            } else {
-                vec![first.with_timezone(&Utc), second.with_timezone(&Utc)]
-            }
-        }
-        LocalResult::None if fixed_hours => {
-            // The first wall-clock minute that exists after the gap is its end.
-            let mut probe = wall;
-            for _ in 0..(24 * 60) {
-                probe = probe
-                    .checked_add_signed(TimeDelta::minutes(1))
-                    .unwrap_or(probe);
-                let minute = probe.date().and_hms_opt(
-                    chrono::Timelike::hour(&probe),
-                    chrono::Timelike::minute(&probe),
-                    0,
-                );
-                if let Some(minute) = minute
-                    && let Some(t) = tz.from_local_datetime(&minute).earliest()
-                {
-                    return vec![t.with_timezone(&Utc)];
-                }
-            }
-            Vec::new()
-        }
-        LocalResult::None => Vec::new(),
     }
 }
 
@@ -498,5 +370,102 @@ mod tests {
                 "10-25 03:00 CET"
             ]
         );
+    }
+
+    fn next_ticks(schedule: &Schedule, from: &str, n: usize) -> Vec<DateTime<Utc>> {
+        let compiled = schedule.compile().unwrap_or_else(|e| panic!("{e}"));
+        let mut at = utc(from);
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let Some(t) = compiled.next_after(at) else {
+                break;
+            };
+            out.push(t.at());
+            at = t.at();
+        }
+        out
+    }
+
+    #[test]
+    fn every_second_cron_is_accepted_and_fires_every_second() {
+        for expr in ["* * * * * *", "0-58 * * * * *"] {
+            assert_eq!(Schedule::cron(expr).validate(), Ok(()), "{expr}");
+        }
+        let every = Schedule::cron("* * * * * *");
+        let want: Vec<_> = (1..=5)
+            .map(|s| utc("2026-06-01T10:00:00Z") + TimeDelta::seconds(s))
+            .collect();
+        assert_eq!(next_ticks(&every, "2026-06-01T10:00:00.250Z", 5), want);
+        let almost = Schedule::cron("0-58 * * * * *");
+        assert_eq!(
+            next_ticks(&almost, "2026-06-01T10:00:57Z", 2),
+            [utc("2026-06-01T10:00:58Z"), utc("2026-06-01T10:01:00Z")]
+        );
+    }
+
+    #[test]
+    fn a_windowed_cron_fires_again_the_next_night() {
+        let night = Schedule::cron("* * 0-2 * * *");
+        assert_eq!(
+            next_ticks(&night, "2026-06-01T02:59:58Z", 3),
+            [
+                utc("2026-06-01T02:59:59Z"),
+                utc("2026-06-02T00:00:00Z"),
+                utc("2026-06-02T00:00:01Z")
+            ]
+        );
+        // The same in Berlin, across the night of the spring-forward gap (02:00–03:00
+        // does not exist on 2026-03-29): 00:00–01:59:59 fire, then the gap's end once.
+        let berlin = Schedule::cron("* * 0-2 * * *").in_time_zone("Europe/Berlin");
+        assert_eq!(
+            next_ticks(&berlin, "2026-03-29T00:59:58Z", 3),
+            [
+                utc("2026-03-29T00:59:59Z"),
+                utc("2026-03-29T01:00:00Z"),
+                utc("2026-03-29T22:00:00Z")
+            ]
+        );
+    }
+
+    #[test]
+    fn messages_are_the_macros() {
+        // `#[job]` reports scheduler_spec's errors; build() reports the same words.
+        let cases = [
+            (Schedule::cron("*/15 * * * *"), "*/15 * * * *"),
+            (Schedule::cron("0 0 12 * * Mun"), "0 0 12 * * Mun"),
+        ];
+        for (schedule, expr) in cases {
+            let spec = scheduler_spec::CronExpr::parse(expr)
+                .err()
+                .map(|e| e.to_string());
+            let core = schedule.validate().err().map(|e| e.to_string());
+            assert!(spec.is_some());
+            assert_eq!(core, spec);
+        }
+        assert_eq!(
+            Schedule::cron("0 0 0 30 2 *").validate().err().map(|e| e.to_string()),
+            Some(
+                "cron expression \"0 0 0 30 2 *\" never fires; check that its day, month and weekday fields can meet and that its years are not all past".to_owned()
+            )
+        );
+        assert_eq!(
+            Schedule::cron("0 0 3 * * *")
+                .in_time_zone("europe/berlin")
+                .validate()
+                .err()
+                .map(|e| e.to_string()),
+            Some("unknown time zone \"europe/berlin\"; did you mean \"Europe/Berlin\"?".to_owned())
+        );
+        assert_eq!(
+            parse_duration("1.5s").err().map(|e| e.to_string()),
+            scheduler_spec::parse_duration("1.5s")
+                .err()
+                .map(|e| e.to_string())
+        );
+        // A past year never fires again: refused from now, as `#[job]` refuses it.
+        assert!(matches!(
+            Schedule::cron("0 0 0 1 1 * 2020").validate(),
+            Err(ScheduleError::NeverFires { .. })
+        ));
     }
 }

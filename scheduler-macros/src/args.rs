@@ -1,16 +1,19 @@
 //! The arguments of `#[job(...)]`: one setter per key, each checking its value where
 //! it is written; a key given twice is refused, and so are keys that contradict each
 //! other.
+//!
+//! The values are checked by `scheduler_spec`, the rules `scheduler_core` applies
+//! when a scheduler is built: what compiles here is accepted there.
 
 use std::time::Duration;
 
+use chrono::Utc;
 use proc_macro2::{Span, TokenStream};
+use scheduler_spec::{CronExpr, CronSchedule, Every, Tz};
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{Error, Expr, ExprLit, Lit, LitStr, Result, Token};
-
-use crate::{duration, schedule};
 
 /// The keys `#[job]` accepts, in the order the docs list them.
 const KEYS: [&str; 8] = [
@@ -58,12 +61,26 @@ struct Given<T> {
     value: T,
 }
 
+/// A parsed cron expression and the literal that holds it.
+#[derive(Debug)]
+struct Cron {
+    expr: CronExpr,
+    lit: LitStr,
+}
+
+/// A time zone and the name it was given by.
+#[derive(Debug)]
+struct Zone {
+    tz: Tz,
+    name: String,
+}
+
 /// The keys seen so far.
 #[derive(Debug, Default)]
 struct Setters {
     every: Option<Given<Duration>>,
-    cron: Option<Given<String>>,
-    tz: Option<Given<String>>,
+    cron: Option<Given<Cron>>,
+    tz: Option<Given<Zone>>,
     scope: Option<Given<Scope>>,
     name: Option<Given<String>>,
     fencing: Option<Given<bool>>,
@@ -96,7 +113,7 @@ impl Setters {
         }
         let lit = string(meta, "every", r#""30s""#)?;
         let period = duration(&lit)?;
-        if period.is_zero() {
+        if Every::new(period).is_err() {
             let msg = format!(
                 "the period of `every` must be at least 1ms, not {:?}",
                 lit.value()
@@ -116,11 +133,10 @@ impl Setters {
             return Err(meta.error(ONE_SCHEDULE));
         }
         let lit = string(meta, "cron", r#""0 */15 * * * *""#)?;
-        let expr = lit.value();
-        schedule::check_cron(&expr).map_err(|msg| Error::new(lit.span(), msg))?;
+        let expr = CronExpr::parse(&lit.value()).map_err(|e| Error::new(lit.span(), e))?;
         self.cron = Some(Given {
             key: key(meta),
-            value: expr,
+            value: Cron { expr, lit },
         });
         Ok(())
     }
@@ -128,11 +144,11 @@ impl Setters {
     fn tz(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
         once(&self.tz, meta, "tz")?;
         let lit = string(meta, "tz", r#""Europe/Berlin""#)?;
-        let tz = lit.value();
-        schedule::check_time_zone(&tz).map_err(|msg| Error::new(lit.span(), msg))?;
+        let name = lit.value();
+        let tz = scheduler_spec::parse_time_zone(&name).map_err(|e| Error::new(lit.span(), e))?;
         self.tz = Some(Given {
             key: key(meta),
-            value: tz,
+            value: Zone { tz, name },
         });
         Ok(())
     }
@@ -161,7 +177,7 @@ impl Setters {
         once(&self.name, meta, "name")?;
         let lit = string(meta, "name", r#""nightly-sweep""#)?;
         let name = lit.value();
-        check_name(&name).map_err(|reason| {
+        scheduler_spec::check_name(&name).map_err(|reason| {
             Error::new(lit.span(), format!("invalid job name {name:?}: {reason}"))
         })?;
         self.name = Some(Given {
@@ -230,10 +246,21 @@ impl Setters {
                 }
                 Schedule::Every(every.value)
             }
-            (None, Some(cron)) => Schedule::Cron {
-                expr: cron.value,
-                tz: self.tz.map(|tz| tz.value),
-            },
+            (None, Some(cron)) => {
+                let Cron { expr, lit } = cron.value;
+                let zone = self.tz.map(|tz| tz.value);
+                // Whether it fires at all, by the same search as `build()`: from now,
+                // so an expression whose years are all past is refused here too.
+                let tz = zone.as_ref().map_or(Tz::UTC, |zone| zone.tz);
+                let schedule = CronSchedule::new(expr, tz);
+                schedule
+                    .check_fires_after(Utc::now())
+                    .map_err(|e| Error::new(lit.span(), e))?;
+                Schedule::Cron {
+                    expr: lit.value(),
+                    tz: zone.map(|zone| zone.name),
+                }
+            }
             // The setters refuse this already; kept for completeness.
             (Some(_), Some(cron)) => return Err(Error::new(cron.key, ONE_SCHEDULE)),
             (None, None) => {
@@ -249,19 +276,6 @@ impl Setters {
             jitter: self.jitter.map(|j| j.value),
             catch_up: self.catch_up.map(|c| c.value),
         })
-    }
-}
-
-/// Checks a job name by the rules `scheduler_core` applies to job and lease names.
-pub(crate) fn check_name(name: &str) -> std::result::Result<(), &'static str> {
-    if name.is_empty() {
-        Err("a name must not be empty")
-    } else if name.len() > 200 {
-        Err("a name must be at most 200 bytes long")
-    } else if name.chars().any(char::is_control) {
-        Err("a name must not contain control characters (NUL, newline, tab, …)")
-    } else {
-        Ok(())
     }
 }
 
@@ -294,9 +308,7 @@ fn string(meta: &ParseNestedMeta<'_>, key: &str, example: &str) -> Result<LitStr
 
 /// The duration a string literal holds.
 fn duration(lit: &LitStr) -> Result<Duration> {
-    let text = lit.value();
-    duration::parse(&text)
-        .map_err(|reason| Error::new(lit.span(), format!("invalid duration {text:?}: {reason}")))
+    scheduler_spec::parse_duration(&lit.value()).map_err(|e| Error::new(lit.span(), e))
 }
 
 /// The error for a key not in [`KEYS`], with a guess when one is close.
@@ -427,20 +439,22 @@ mod tests {
                 quote!(every = "1s", name = ""),
                 "invalid job name \"\": a name must not be empty",
             ),
+            (
+                quote!(cron = "0 0 0 1 1 * 2020", tz = "Europe/Berlin"),
+                "cron expression \"0 0 0 1 1 * 2020\" never fires; check that its day, month and weekday fields can meet and that its years are not all past",
+            ),
+            (
+                quote!(cron = "0 */15 * * *"),
+                "invalid cron expression \"0 */15 * * *\": it has 5 fields; put a seconds field first, like \"0 0 */15 * * *\"",
+            ),
+            (
+                quote!(cron = "0 * * * * *", tz = "utc"),
+                "unknown time zone \"utc\"; did you mean \"UTC\"?",
+            ),
         ];
         for (tokens, want) in cases {
             assert_eq!(parse(tokens).err().as_deref(), Some(want));
         }
-    }
-
-    #[test]
-    fn names_follow_the_lease_rules() {
-        assert_eq!(check_name("sweep"), Ok(()));
-        assert_eq!(check_name("a b 'c' ü"), Ok(()));
-        assert!(check_name("").is_err());
-        assert!(check_name("a\nb").is_err());
-        assert!(check_name(&"x".repeat(201)).is_err());
-        assert_eq!(check_name(&"x".repeat(200)), Ok(()));
     }
 
     #[test]

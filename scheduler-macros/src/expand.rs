@@ -12,7 +12,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Attribute, Error, FnArg, ItemFn, ReturnType, Signature, Type};
 
-use crate::args::{self, Args, Schedule, Scope};
+use crate::args::{Args, Schedule, Scope};
 
 const SHAPE: &str = "async fn sweep(ctx: JobContext) -> Result<(), E>";
 
@@ -160,7 +160,7 @@ fn generate(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         Some(name) => name,
         None => {
             let name = ident.unraw().to_string();
-            args::check_name(&name).map_err(|reason| {
+            scheduler_spec::check_name(&name).map_err(|reason| {
                 let msg =
                     format!("invalid job name {name:?}: {reason}; set one with `name = \"...\"`");
                 Error::new(ident.span(), msg)

@@ -6,9 +6,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod args;
-mod duration;
 mod expand;
-mod schedule;
 
 use proc_macro::TokenStream;
 
@@ -57,8 +55,11 @@ use proc_macro::TokenStream;
 ///
 /// Every value is checked at compile time, and a mistake is reported on the literal
 /// that holds it: a duration that does not parse, a zero period, a cron expression
-/// that does not parse or never fires, an unknown time zone or scope, an invalid name,
-/// an unknown or repeated key, `every` with `cron` or neither, `tz` without `cron`.
+/// that does not parse or never fires (no fire time after the moment of compiling,
+/// found by the search `build()` runs from its own now), an unknown time zone or
+/// scope, an invalid name, an unknown or repeated key, `every` with `cron` or
+/// neither, `tz` without `cron`. The rules are `scheduler_spec`'s, which
+/// `scheduler_core` applies too: a schedule that compiles is one `build()` accepts.
 /// The function must be `async`, take one `JobContext` parameter (named anything, or
 /// `_`; its type written `JobContext` or as a path ending in `JobContext`) and return
 /// a `Result<(), E>` whose `E` converts into `BoxError`.
