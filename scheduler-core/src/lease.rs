@@ -25,7 +25,7 @@ pub struct LeaseName(String);
 
 impl LeaseName {
     /// The longest accepted name, in bytes.
-    pub const MAX_LEN: usize = 200;
+    pub const MAX_LEN: usize = scheduler_spec::MAX_NAME_LEN;
 
     /// Parses a lease name.
     ///
@@ -66,20 +66,11 @@ impl LeaseName {
     }
 }
 
-/// Checks the rules shared by lease and job names.
+/// Checks the rules shared by lease and job names (one rule, in `scheduler-spec`,
+/// which the `#[job]` macro uses too).
 pub(crate) fn validate_name(name: &str) -> Result<()> {
-    let reason = if name.is_empty() {
-        "a name must not be empty"
-    } else if name.len() > LeaseName::MAX_LEN {
-        "a name must be at most 200 bytes long"
-    } else if name.chars().any(char::is_control) {
-        "a name must not contain control characters (NUL, newline, tab, …)"
-    } else {
-        return Ok(());
-    };
-    let shown: String = name.chars().take(64).collect();
-    Err(Error::InvalidName {
-        name: shown,
+    scheduler_spec::check_name(name).map_err(|reason| Error::InvalidName {
+        name: name.chars().take(64).collect(),
         reason,
     })
 }
