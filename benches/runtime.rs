@@ -1,5 +1,6 @@
 //! Runtime overhead against a real PostgreSQL server: 1,000 and 10,000 registered
-//! jobs ticking every second on one instance. Reports, per tick:
+//! jobs ticking every second on one instance (as `every 1s` and as the cron
+//! expression `* * * * * *` in Europe/Berlin). Reports, per tick:
 //! - the statements the instance sends (must stay O(1), not O(jobs));
 //! - the CPU time of the scheduler's thread (its loop, the driver's work on that
 //!   thread, and spawning the trivial runs), as criterion's time per iteration.
@@ -22,6 +23,7 @@ use sea_orm::{ConnectOptions, Database};
 
 struct Noop {
     name: String,
+    schedule: Schedule,
     runs: Arc<AtomicU64>,
 }
 
@@ -31,7 +33,7 @@ impl Idempotent for Noop {
         &self.name
     }
     fn schedule(&self) -> Schedule {
-        Schedule::every(Duration::from_secs(1))
+        self.schedule.clone()
     }
     async fn run(&self, _: JobContext) -> Result<(), BoxError> {
         self.runs.fetch_add(1, Ordering::Relaxed);
@@ -55,7 +57,7 @@ struct Instance {
 }
 
 /// Starts one scheduler with `jobs` jobs on a thread of its own (current-thread runtime).
-fn start(url: String, jobs: u64, metrics: bool) -> Instance {
+fn start(url: String, jobs: u64, metrics: bool, schedule: Schedule) -> Instance {
     let statements = Arc::new(OnceLock::new());
     let runs = Arc::new(AtomicU64::new(0));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -96,6 +98,7 @@ fn start(url: String, jobs: u64, metrics: bool) -> Instance {
             for i in 0..jobs {
                 builder = builder.job(Noop {
                     name: format!("job-{i:05}"),
+                    schedule: schedule.clone(),
                     runs: r.clone(),
                 });
             }
@@ -132,17 +135,26 @@ fn overhead(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(100))
         .measurement_time(Duration::from_secs(10));
-    for (jobs, metrics) in [
-        (1_000u64, false),
-        (1_000, true),
-        (10_000, false),
-        (10_000, true),
+    // `every 1s` and the same ticks as a cron expression (`* * * * * *`, in a zone with
+    // daylight saving time): the cost of cron arithmetic on the loop.
+    let every = || Schedule::every(Duration::from_secs(1));
+    let cron = || Schedule::cron("* * * * * *").in_time_zone("Europe/Berlin");
+    for (jobs, metrics, schedule, kind) in [
+        (1_000u64, false, every(), "every"),
+        (1_000, true, every(), "every"),
+        (1_000, false, cron(), "cron"),
+        (10_000, false, every(), "every"),
+        (10_000, true, every(), "every"),
+        (10_000, false, cron(), "cron"),
     ] {
         let url = rt.block_on(scheduler_benches::database());
-        let instance = start(url, jobs, metrics);
+        let instance = start(url, jobs, metrics, schedule);
         instance.wait_ticks(2); // past start-up and the first catch-up
         let mut stats = (0u64, 0u64, 0u64); // ticks, statements, cpu ns
-        let label = format!("{jobs}_jobs_{}", if metrics { "metrics" } else { "plain" });
+        let label = format!(
+            "{jobs}_{kind}_{}",
+            if metrics { "metrics" } else { "plain" }
+        );
         group.bench_function(&label, |b| {
             b.iter_custom(|iters| {
                 instance.wait_ticks(0);
