@@ -25,42 +25,26 @@
 //! # }
 //! ```
 //!
-//! The table, for the lease table `scheduler_leases`:
-//!
-//! ```sql
-//! CREATE TABLE scheduler_leases_runs (
-//!     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY, -- replica identity
-//!     job        text        NOT NULL,  -- the job's name (not the lease's: no `:node`)
-//!     tick       timestamptz NOT NULL,
-//!     node       text        NOT NULL,
-//!     holder     text        NOT NULL,
-//!     token      bigint      NOT NULL,
-//!     started    timestamptz NOT NULL,  -- on the database's clock
-//!     finished   timestamptz NOT NULL,
-//!     outcome    text        NOT NULL,  -- succeeded | failed | cancelled
-//!     error      text,                  -- at most MAX_ERROR_LEN bytes
-//!     lease_lost boolean     NOT NULL
-//! );
-//! CREATE INDEX scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
-//! CREATE INDEX scheduler_leases_runs_time ON scheduler_leases_runs (started);
-//! ```
-//!
-//! The first index serves "the last run of each job" (`scheduler-cli status`), the
-//! second the retention sweep. The primary key gives the table a replica identity, so
-//! the sweep's deletes still work under logical replication.
+//! The table (`job`, `tick`, `node`, `holder`, `token`, `started` and `finished` on
+//! the database's clock, `outcome`, `error` of at most [`MAX_ERROR_LEN`] bytes,
+//! `lease_lost`) and its two indexes, by job and by start time, are
+//! [`scheduler_migrations::postgres::create_history`], which shows them in full. The
+//! index by job serves "the last run of each job" (`scheduler-cli status`), the one
+//! by time the retention sweep.
 //!
 //! The table is not a migration of the lease table: it exists only for apps that ask
-//! for it, and only PostgreSQL has it (every lease migration must have a SQLite twin).
+//! for it, and only PostgreSQL has it (every lease migration has a SQLite twin).
 //! [`RunHistory::new`] creates it when it is missing, in one transaction under the
-//! same transaction-level advisory lock as the migrations, so instances starting
-//! together create it once and no lock outlives the transaction.
+//! same transaction-level advisory lock as the migrations
+//! ([`scheduler_migrations::postgres::LOCK`]), so instances starting together create
+//! it once and no lock outlives the transaction.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use scheduler_core::{BoxError, Idempotent, JobContext, RunRecord, RunRecorder, Schedule, Scope};
-use scheduler_migrations::TableName;
+pub use scheduler_migrations::HistoryTable;
+use scheduler_migrations::postgres as ddl;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 
 use crate::error::{Error, Result, sqlstate};
@@ -102,58 +86,6 @@ impl HistoryOptions {
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
-    }
-}
-
-/// The name of the run history table of a lease table: the lease table's name with
-/// `_runs` appended, in the same schema.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HistoryTable {
-    schema: Option<String>,
-    table: String,
-}
-
-impl HistoryTable {
-    /// The history table of the lease table `leases`.
-    pub fn for_leases(leases: &TableName) -> Self {
-        Self {
-            schema: leases.schema().map(str::to_owned),
-            // At most 52 + 5 characters: within PostgreSQL's 63.
-            table: format!("{}_runs", leases.table()),
-        }
-    }
-
-    /// The unqualified table name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The quoted, qualified name, ready to splice into SQL (its parts are plain
-    /// identifiers, as [`TableName`] guarantees).
-    pub fn quoted(&self) -> String {
-        self.quoted_with_suffix("")
-    }
-
-    /// The quoted name of one of the table's indexes, `suffix` appended to the
-    /// table's name (at most 6 characters, to stay within 63).
-    fn index(&self, suffix: &str) -> String {
-        format!("\"{}{suffix}\"", self.table)
-    }
-
-    fn quoted_with_suffix(&self, suffix: &str) -> String {
-        match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}{suffix}\"", self.table),
-            None => format!("\"{}{suffix}\"", self.table),
-        }
-    }
-}
-
-impl fmt::Display for HistoryTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.schema {
-            Some(schema) => write!(f, "{schema}.{}", self.table),
-            None => f.write_str(&self.table),
-        }
     }
 }
 
@@ -307,35 +239,14 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
         .map_err(|source| Error::Connect { source })?;
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        [format!("scheduler-migrations:{leases}").into()],
+        ddl::LOCK,
+        [ddl::lock_key(leases).into()],
     ))
     .await
     .map_err(fail)?;
-    // The history lives next to the lease table, whose migrations created its schema:
-    // no `CREATE SCHEMA` (which needs CREATE on the database even when it exists).
-    let t = table.quoted();
-    let by_job = table.index("_job");
-    let by_time = table.index("_time");
-    txn.execute_unprepared(&format!(
-        "CREATE TABLE IF NOT EXISTS {t} (
-            id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            job        text        NOT NULL,
-            tick       timestamptz NOT NULL,
-            node       text        NOT NULL,
-            holder     text        NOT NULL,
-            token      bigint      NOT NULL,
-            started    timestamptz NOT NULL,
-            finished   timestamptz NOT NULL,
-            outcome    text        NOT NULL,
-            error      text,
-            lease_lost boolean     NOT NULL
-        );
-        CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC);
-        CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"
-    ))
-    .await
-    .map_err(fail)?;
+    for sql in ddl::create_history(table) {
+        txn.execute_unprepared(&sql).await.map_err(fail)?;
+    }
     txn.commit().await.map_err(fail)?;
     tracing::info!(table = %table, "created the run history table");
     Ok(())
@@ -409,22 +320,6 @@ impl Idempotent for RetentionJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn history_tables_are_named_after_the_lease_table() {
-        let plain = HistoryTable::for_leases(&TableName::default());
-        assert_eq!(plain.quoted(), "\"scheduler_leases_runs\"");
-        assert_eq!(plain.to_string(), "scheduler_leases_runs");
-        let qualified = TableName::new("app_a.leases").map(|t| HistoryTable::for_leases(&t));
-        assert_eq!(
-            qualified.as_ref().map(HistoryTable::quoted).ok().as_deref(),
-            Some("\"app_a\".\"leases_runs\"")
-        );
-        // The longest lease table still gives identifiers within 63 characters.
-        let long = TableName::new(&"a".repeat(52)).map(|t| HistoryTable::for_leases(&t));
-        let long = long.as_ref().map(|t| t.index("_time")).unwrap_or_default();
-        assert!(long.len() - 2 <= 63, "{long}");
-    }
 
     #[test]
     fn error_text_is_bounded_and_holds_no_nul() {

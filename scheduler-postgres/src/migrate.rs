@@ -1,5 +1,9 @@
 //! Runs the migrations under a transaction-level advisory lock.
 //!
+//! The statements (schema, bookkeeping table, lease table) and the lock are
+//! `scheduler_migrations`'; this runner decides what is pending, applies it and says
+//! which right is missing when the server refuses.
+//!
 //! All pending migrations run in **one transaction** that first takes
 //! `pg_advisory_xact_lock` on a key derived from the table name. Instances starting
 //! at once queue on the lock; each then finds the bookkeeping table up to date and
@@ -14,9 +18,8 @@
 //! server (a hot standby) is refused up front, even when nothing is pending: the store
 //! could open there but never take a lease.
 
-use scheduler_migrations::TableName;
+use scheduler_migrations::{MIGRATIONS, TableName, postgres as ddl};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
-use sea_orm_migration::SchemaManager;
 
 use crate::error::{Error, Result, sqlstate};
 use crate::store::PostgresStore;
@@ -24,7 +27,6 @@ use crate::store::PostgresStore;
 /// Applies every pending migration of the store's lease table.
 pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     let table: &TableName = store.table();
-    let migrations = scheduler_migrations::migrations(table);
     let txn = store
         .begin()
         .await
@@ -36,11 +38,10 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     };
     let server = Server::read(&txn, table).await.map_err(setup)?;
     server.check_writable()?;
-    let lock_key = format!("scheduler-migrations:{table}");
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        [lock_key.into()],
+        ddl::LOCK,
+        [ddl::lock_key(table).into()],
     ))
     .await
     .map_err(setup)?;
@@ -49,25 +50,20 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
         .map_err(|source| server.fail("setup", source, Server::usage_hint))?;
     // Without a bookkeeping table every migration is pending: a missing right to
     // create it is the first migration's.
-    let first = migrations.first().map_or("setup", |m| m.name());
-    if let Some(schema) = table.schema()
+    let first = MIGRATIONS.first().map_or("setup", |m| m.name());
+    if let Some(create_schema) = ddl::create_schema(table)
         && !found.schema
     {
-        txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        txn.execute_unprepared(&create_schema)
+            .await
+            .map_err(|source| server.fail(first, source, Server::create_hint))?;
+    }
+    if !found.book {
+        txn.execute_unprepared(&ddl::create_bookkeeping(table))
             .await
             .map_err(|source| server.fail(first, source, Server::create_hint))?;
     }
     let book = table.migrations_table();
-    if !found.book {
-        txn.execute_unprepared(&format!(
-            "CREATE TABLE IF NOT EXISTS {book} (
-                version    text        PRIMARY KEY,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )"
-        ))
-        .await
-        .map_err(|source| server.fail(first, source, Server::create_hint))?;
-    }
     let applied: Vec<String> = txn
         .query_all_raw(Statement::from_string(
             DbBackend::Postgres,
@@ -94,23 +90,24 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
             ),
         });
     }
-    for migration in migrations {
-        let name = migration.name().to_owned();
-        if applied.contains(&name) {
+    for migration in MIGRATIONS {
+        let name = migration.name();
+        if applied.iter().any(|applied| applied == name) {
             continue;
         }
         tracing::info!(migration = %name, table = %table, "applying migration");
-        migration
-            .up(&SchemaManager::new(&txn))
-            .await
-            .map_err(|source| server.fail(&name, source, Server::create_hint))?;
+        for sql in migration.postgres(table) {
+            txn.execute_unprepared(&sql)
+                .await
+                .map_err(|source| server.fail(name, source, Server::create_hint))?;
+        }
         txn.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!("INSERT INTO {book} (version) VALUES ($1)"),
-            [name.clone().into()],
+            [name.into()],
         ))
         .await
-        .map_err(|source| server.fail(&name, source, Server::insert_hint))?;
+        .map_err(|source| server.fail(name, source, Server::insert_hint))?;
     }
     txn.commit().await.map_err(setup)?;
     Ok(())

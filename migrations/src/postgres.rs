@@ -1,0 +1,178 @@
+//! PostgreSQL: the lease table, the bookkeeping table, the run history and the
+//! migrations' lock.
+//!
+//! Every statement is built for a [`TableName`] (or the [`HistoryTable`] derived
+//! from one), whose parts are validated identifiers: nothing else is ever spliced.
+
+use crate::{HistoryTable, TableName};
+
+/// Takes the migrations' lock of a lease table: a transaction-level advisory lock on
+/// the hash of [`lock_key`], bound as `$1`.
+///
+/// Whatever creates schema objects for a lease table (its migrations, its run
+/// history) takes this lock first in its transaction, so instances starting together
+/// create each object once. The lock vanishes at commit or rollback: it never
+/// outlives the transaction and nothing leaks into the pool.
+pub const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+/// The key [`LOCK`] takes for the lease table `table`: one per lease table, so two
+/// apps sharing a database with different tables do not wait for each other.
+pub fn lock_key(table: &TableName) -> String {
+    format!("scheduler-migrations:{table}")
+}
+
+/// Creates the schema of a qualified lease table (`None` for an unqualified one,
+/// which lives in the first existing schema of the `search_path`).
+///
+/// `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even when the schema
+/// exists: run it only when the schema is missing, so a user with CREATE on an
+/// existing schema alone can migrate.
+pub fn create_schema(table: &TableName) -> Option<String> {
+    let schema = table.schema()?;
+    Some(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+}
+
+/// Creates the bookkeeping table of `table` (`<table>_migrations`), which records
+/// the name of every migration applied, when it is missing.
+pub fn create_bookkeeping(table: &TableName) -> String {
+    let book = table.migrations_table();
+    format!(
+        "CREATE TABLE IF NOT EXISTS {book} (
+                version    text        PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )"
+    )
+}
+
+/// Creates the lease table.
+///
+/// One row per lease name, kept forever (release expires the row in place rather than
+/// deleting it, so the last tick stays recorded and the fencing token keeps growing).
+/// `fillfactor = 50` leaves room in each page so renewals and releases stay HOT
+/// updates and leave almost no dead index entries behind.
+pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
+    let t = table.quoted();
+    let constraint = format!("\"{}_token_positive\"", table.table());
+    vec![format!(
+        "CREATE TABLE {t} (
+                name        text        PRIMARY KEY,
+                holder      text        NOT NULL,
+                tick        timestamptz NOT NULL,
+                token       bigint      NOT NULL,
+                taken_at    timestamptz NOT NULL DEFAULT now(),
+                expires_at  timestamptz NOT NULL,
+                released_at timestamptz,
+                CONSTRAINT {constraint} CHECK (token > 0)
+            ) WITH (fillfactor = 50)"
+    )]
+}
+
+/// Creates the run history table and its indexes when they are missing.
+///
+/// The history is not a migration of the lease table: it exists only for apps that
+/// ask for it, and only on PostgreSQL. Whoever creates it takes [`LOCK`] first. It
+/// lives next to the lease table, whose migrations created its schema, so there is
+/// no `CREATE SCHEMA` here. For the lease table `scheduler_leases`:
+///
+/// ```sql
+/// CREATE TABLE scheduler_leases_runs (
+///     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY, -- replica identity
+///     job        text        NOT NULL,  -- the job's name (not the lease's: no `:node`)
+///     tick       timestamptz NOT NULL,
+///     node       text        NOT NULL,
+///     holder     text        NOT NULL,
+///     token      bigint      NOT NULL,
+///     started    timestamptz NOT NULL,  -- on the database's clock
+///     finished   timestamptz NOT NULL,
+///     outcome    text        NOT NULL,  -- succeeded | failed | cancelled
+///     error      text,                  -- bounded by the recorder
+///     lease_lost boolean     NOT NULL
+/// );
+/// CREATE INDEX scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
+/// CREATE INDEX scheduler_leases_runs_time ON scheduler_leases_runs (started);
+/// ```
+///
+/// The first index serves "the last run of each job", the second the retention
+/// sweep. The primary key gives the table a replica identity, so the sweep's deletes
+/// still work under logical replication.
+pub fn create_history(table: &HistoryTable) -> Vec<String> {
+    let t = table.quoted();
+    let by_job = table.index("_job");
+    let by_time = table.index("_time");
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+            id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            job        text        NOT NULL,
+            tick       timestamptz NOT NULL,
+            node       text        NOT NULL,
+            holder     text        NOT NULL,
+            token      bigint      NOT NULL,
+            started    timestamptz NOT NULL,
+            finished   timestamptz NOT NULL,
+            outcome    text        NOT NULL,
+            error      text,
+            lease_lost boolean     NOT NULL
+        )"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC)"),
+        format!("CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(name: &str) -> TableName {
+        TableName::new(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_lock_key_names_the_lease_table() {
+        assert_eq!(
+            lock_key(&TableName::default()),
+            "scheduler-migrations:scheduler_leases"
+        );
+        assert_eq!(
+            lock_key(&table("app_a.leases")),
+            "scheduler-migrations:app_a.leases"
+        );
+    }
+
+    #[test]
+    fn only_a_qualified_table_creates_its_schema() {
+        assert_eq!(create_schema(&TableName::default()), None);
+        assert_eq!(
+            create_schema(&table("app_a.leases")).as_deref(),
+            Some("CREATE SCHEMA IF NOT EXISTS \"app_a\"")
+        );
+    }
+
+    #[test]
+    fn statements_name_only_the_quoted_tables() {
+        let leases = table("app_a.leases");
+        let history = HistoryTable::for_leases(&leases);
+        assert!(create_bookkeeping(&leases).contains("\"app_a\".\"leases_migrations\" ("));
+        let [create] = create_leases(&leases)
+            .try_into()
+            .unwrap_or_else(|v| panic!("{v:?}"));
+        assert!(
+            create.starts_with("CREATE TABLE \"app_a\".\"leases\" ("),
+            "{create}"
+        );
+        assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
+        let [table, by_job, by_time] = create_history(&history)
+            .try_into()
+            .unwrap_or_else(|v| panic!("{v:?}"));
+        assert!(table.contains("\"app_a\".\"leases_runs\" ("), "{table}");
+        assert_eq!(
+            by_job,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_job\" ON \"app_a\".\"leases_runs\" (job, started DESC)"
+        );
+        assert_eq!(
+            by_time,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_time\" ON \"app_a\".\"leases_runs\" (started)"
+        );
+    }
+}

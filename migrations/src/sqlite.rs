@@ -1,0 +1,64 @@
+//! SQLite: the lease table and the bookkeeping table.
+//!
+//! The same tables as on PostgreSQL, with SQLite's types: every time is an `INTEGER`
+//! of microseconds since the Unix epoch, on SQLite's clock (ticks are
+//! microsecond-precise and must round-trip exactly), so no column has a default the
+//! store would have to trust. `STRICT` makes SQLite refuse a value of the wrong type
+//! instead of storing it. SQLite has no schemas and no advisory locks: the store
+//! serialises migrations with `BEGIN IMMEDIATE`.
+
+use crate::TableName;
+
+/// Creates the bookkeeping table of `table` (`<table>_migrations`), which records
+/// the name of every migration applied, when it is missing.
+pub fn create_bookkeeping(table: &TableName) -> String {
+    let book = table.migrations_table();
+    format!(
+        "CREATE TABLE IF NOT EXISTS {book} (
+            version    TEXT    NOT NULL PRIMARY KEY,
+            applied_at INTEGER NOT NULL
+        ) STRICT"
+    )
+}
+
+/// Creates the lease table.
+///
+/// One row per lease name, kept forever (release expires the row in place rather than
+/// deleting it, so the last tick stays recorded and the fencing token keeps growing).
+/// `WITHOUT ROWID` keeps the rows in the primary-key b-tree itself, so each lease
+/// operation updates one tree.
+pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
+    let t = table.quoted();
+    let constraint = format!("\"{}_token_positive\"", table.table());
+    vec![format!(
+        "CREATE TABLE {t} (
+            name        TEXT    NOT NULL PRIMARY KEY,
+            holder      TEXT    NOT NULL,
+            tick        INTEGER NOT NULL,
+            token       INTEGER NOT NULL,
+            taken_at    INTEGER NOT NULL,
+            expires_at  INTEGER NOT NULL,
+            released_at INTEGER,
+            CONSTRAINT {constraint} CHECK (token > 0)
+        ) STRICT, WITHOUT ROWID"
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_only_the_quoted_tables() {
+        let leases = TableName::new("leases").unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            create_bookkeeping(&leases)
+                .starts_with("CREATE TABLE IF NOT EXISTS \"leases_migrations\" (")
+        );
+        let [create] = create_leases(&leases)
+            .try_into()
+            .unwrap_or_else(|v| panic!("{v:?}"));
+        assert!(create.starts_with("CREATE TABLE \"leases\" ("), "{create}");
+        assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
+    }
+}
