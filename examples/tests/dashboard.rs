@@ -72,7 +72,7 @@ async fn exported_families() -> (BTreeMap<String, String>, String) {
         work: Duration::from_millis(work_ms),
         fail,
     };
-    let scheduler = Scheduler::builder_arc(store.clone())
+    let scheduler = Scheduler::builder(store.clone())
         .node_id("node-a")
         .lease_ttl(Duration::from_secs(4))
         .meter(provider.meter("scheduler"))

@@ -47,7 +47,7 @@ async fn run_cron(expr: &'static str, start: &str, run_for: Duration) -> Vec<Dat
     let clock = LocalClock::starting_at(utc(start));
     let store = Arc::new(MemoryStore::with_clock(clock));
     let log = Log::default();
-    let scheduler = Scheduler::builder_arc(store)
+    let scheduler = Scheduler::builder(store)
         .clock(clock)
         .node_id("node-a")
         .lease_ttl(Duration::from_secs(4))

@@ -208,7 +208,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     failing.fail = true;
     let mut fenced = Probe::new("fenced", 60_000, 5_000);
     fenced.duplicate = Duplicate::NeedsFencing;
-    let scheduler = Scheduler::builder_arc(store.clone())
+    let scheduler = Scheduler::builder(store.clone())
         .node_id("node-a")
         .clock(clock)
         .lease_ttl(Duration::from_secs(4))

@@ -32,7 +32,7 @@ impl Idempotent for Sleeper {
 async fn a_failing_take_never_delays_the_renewal_of_a_running_lease() {
     let store = Arc::new(MemoryStore::new());
     // ttl 2 s, renewals every 500 ms; the take's backoff grows to 10 s.
-    let scheduler = Scheduler::builder_arc(store.clone())
+    let scheduler = Scheduler::builder(store.clone())
         .node_id("a")
         .lease_ttl(Duration::from_secs(2))
         .retry_backoff(Duration::from_secs(1), Duration::from_secs(10))

@@ -150,15 +150,9 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Registers a job.
+    /// Registers a job (a job behind an `Arc` is a job too).
     pub fn job(mut self, job: impl Idempotent) -> Self {
         self.jobs.push(JobBox(Arc::new(job)));
-        self
-    }
-
-    /// Registers a job already behind an `Arc`.
-    pub fn job_arc(mut self, job: Arc<dyn Idempotent>) -> Self {
-        self.jobs.push(JobBox(job));
         self
     }
 
@@ -296,15 +290,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts building a scheduler on `store`.
+    /// Starts building a scheduler on `store` (a store behind an `Arc`, shared with
+    /// the app or another scheduler, is a store too).
     pub fn builder(store: impl Store) -> SchedulerBuilder {
-        Self::builder_arc(Arc::new(store))
-    }
-
-    /// Starts building a scheduler on a shared store.
-    pub fn builder_arc(store: Arc<dyn Store>) -> SchedulerBuilder {
         SchedulerBuilder {
-            store,
+            store: Arc::new(store),
             config: Config::default(),
             jobs: Vec::new(),
             state: HashMap::new(),

@@ -116,7 +116,7 @@ pub(crate) fn store() -> Arc<MemoryStore> {
 }
 
 pub(crate) fn builder(store: &Arc<MemoryStore>) -> scheduler_core::SchedulerBuilder {
-    Scheduler::builder_arc(store.clone())
+    Scheduler::builder(store.clone())
         .node_id("node-a")
         .lease_ttl(Duration::from_secs(4))
 }
