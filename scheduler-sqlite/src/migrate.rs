@@ -16,7 +16,7 @@ use sea_orm::{
 };
 
 use crate::error::{Error, Origin, Result};
-use crate::store::NOW;
+use crate::sql::NOW;
 
 /// Applies every pending migration of the lease table `table`.
 pub(crate) async fn run(db: &DatabaseConnection, table: &TableName, origin: &Origin) -> Result<()> {

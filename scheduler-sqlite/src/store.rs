@@ -24,8 +24,6 @@ use crate::open::{check_path, check_version, check_writable, literal_path, use_w
 use crate::options::{SqliteOptions, check_unqualified};
 use crate::row::{held_from_row, lease_from_row, name_from_row, time};
 use crate::sql::Sql;
-/// SQLite's clock in the lease table's unit; see [`crate::sql::NOW`].
-pub(crate) use crate::sql::NOW;
 
 /// The embedded lease store: leases in a table of one SQLite file, shared by every
 /// process of one machine that opens it.
