@@ -1,16 +1,20 @@
 //! The PostgreSQL store's test suite again, through PgBouncer 1.18 in transaction
 //! pooling mode.
 //!
-//! This binary's name starts with `pgbouncer`, so `test-postgres` puts a PgBouncer
-//! (`pool_mode = transaction`) in front of every server it starts here:
-//! `TestDb::url()` and `TestServer::url()` are PgBouncer's, carrying `pgbouncer=true`,
-//! which switches the store to statements that survive transaction pooling. The
-//! tests' own set-up and inspection statements go to the server directly
-//! (`direct_url`). Every test file of the suite is included below as a module, so
-//! each test runs twice in `cargo test`: directly (its own binary) and here. The
-//! keyed tests that fill PostgreSQL's shared lock table on purpose run in binaries
-//! of their own (`pgbouncer_keyed_*.rs`), each with its own server, as they do
-//! directly.
+//! The three lines below make `test_postgres`, in this file and in every file it
+//! includes, mean `test_postgres::through_pgbouncer`: its `TestDb::new()` and
+//! `TestServer::start()` put a PgBouncer (`pool_mode = transaction`) in front of the
+//! server, so `url()` is PgBouncer's, carrying `pgbouncer=true`, which switches the
+//! store to statements that survive transaction pooling. The tests' own set-up and
+//! inspection statements go to the server directly (`direct_url`). Every test file of
+//! the suite is included below as a module, so each test runs twice in `cargo test`:
+//! directly (its own binary) and here. The keyed tests that fill PostgreSQL's shared
+//! lock table on purpose run in binaries of their own (`pgbouncer_keyed_*.rs`), each
+//! with its own server, as they do directly.
+
+extern crate self as test_postgres;
+extern crate test_postgres as harness;
+use harness::through_pgbouncer::*;
 
 #[path = "lease_invariants.rs"]
 mod lease_invariants;

@@ -9,10 +9,14 @@
 //!   [stop](TestServer::stop) and [restart](TestServer::restart) to play a database
 //!   restart.
 //! - [`PgBouncer::start`] puts PgBouncer (transaction pooling) in front of a server.
-//!   In [`pgbouncer_mode`] (the environment variable [`PGBOUNCER_ENV`], or a test
-//!   binary whose name starts with `pgbouncer`) every [`TestDb`] and [`TestServer`]
-//!   URL goes through one: [`TestDb::url`] is PgBouncer's, [`TestDb::direct_url`] the
-//!   server's, for a test's own set-up and inspection.
+//!   [`TestDb::through_pgbouncer`] and [`TestServer::start_through_pgbouncer`] ask for
+//!   one explicitly; [`TestDb::new`] and [`TestServer::start`] go through one when the
+//!   environment variable [`PGBOUNCER_ENV`] says so ([`pgbouncer_mode`]). Through
+//!   PgBouncer, [`TestDb::url`] is PgBouncer's and [`TestDb::direct_url`] the server's,
+//!   for a test's own set-up and inspection.
+//! - [`through_pgbouncer`] is this crate with `TestDb::new` and `TestServer::start`
+//!   going through PgBouncer: a test binary that reruns test files written against
+//!   `test_postgres` behind PgBouncer makes that name mean this module (see there).
 //!
 //! # Quick start
 //!
@@ -49,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod pgbouncer;
+pub mod through_pgbouncer;
 
 pub use pgbouncer::{PGBOUNCER_ENV, PgBouncer, direct_url, inspect, pgbouncer_mode};
 
@@ -180,11 +185,31 @@ impl TestDb {
     /// Works from any tokio runtime, including `#[tokio::test]`'s current-thread
     /// one: no connection is kept between calls.
     ///
+    /// In [`pgbouncer_mode`] (the environment variable [`PGBOUNCER_ENV`]) it is
+    /// [`TestDb::through_pgbouncer`].
+    ///
     /// # Panics
     ///
     /// When the shared server cannot be started (the message quotes the end of the
     /// server log) or the database cannot be created.
     pub async fn new() -> TestDb {
+        Self::create(Route::from_env()).await
+    }
+
+    /// Like [`TestDb::new`], but [`url`](Self::url) goes through the PgBouncer of this
+    /// test binary (transaction pooling, `…?pgbouncer=true`), started in front of the
+    /// shared server (or of `DATABASE_URL`'s) on first use; never dropped, cleaned up
+    /// by its watchdog when the process exits. [`direct_url`](Self::direct_url) is
+    /// the server's.
+    ///
+    /// # Panics
+    ///
+    /// As [`TestDb::new`], and when PgBouncer is not installed or does not start.
+    pub async fn through_pgbouncer() -> TestDb {
+        Self::create(Route::ThroughPgBouncer).await
+    }
+
+    async fn create(route: Route) -> TestDb {
         let admin = admin_url().await;
         let name = database_name();
         if let Err(error) = create_database(&admin, &name).await {
@@ -192,9 +217,9 @@ impl TestDb {
             panic!("test-postgres: could not create database {name} on {server}: {error}");
         }
         let direct_url = with_database(&admin, &name);
-        let url = match shared_bouncer().await {
-            Some(bouncer) => bouncer.url(&name),
-            None => direct_url.clone(),
+        let url = match route {
+            Route::ThroughPgBouncer => shared_bouncer().await.url(&name),
+            Route::Direct => direct_url.clone(),
         };
         TestDb {
             url,
@@ -203,8 +228,8 @@ impl TestDb {
         }
     }
 
-    /// The URL of the database, e.g. `postgres://postgres@127.0.0.1:PORT/DBNAME`; in
-    /// [`pgbouncer_mode`], PgBouncer's (`…?pgbouncer=true`).
+    /// The URL of the database, e.g. `postgres://postgres@127.0.0.1:PORT/DBNAME`;
+    /// through PgBouncer, PgBouncer's (`…?pgbouncer=true`).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -246,14 +271,28 @@ impl TestServer {
     /// When the PostgreSQL binaries cannot be found, `initdb` fails, or the server
     /// does not start; the message quotes the end of the server log.
     ///
-    /// In [`pgbouncer_mode`] it also starts a [`PgBouncer`] in front of the server,
-    /// which stays up across restarts of the server.
+    /// In [`pgbouncer_mode`] (the environment variable [`PGBOUNCER_ENV`]) it is
+    /// [`TestServer::start_through_pgbouncer`].
     pub fn start() -> io::Result<TestServer> {
+        Self::launch(Route::from_env())
+    }
+
+    /// Like [`TestServer::start`], and also starts a [`PgBouncer`] in front of the
+    /// server, which stays up across restarts of the server: [`url`](Self::url) is
+    /// PgBouncer's, [`direct_url`](Self::direct_url) the server's.
+    ///
+    /// # Errors
+    ///
+    /// As [`TestServer::start`], and when PgBouncer is not installed or does not start.
+    pub fn start_through_pgbouncer() -> io::Result<TestServer> {
+        Self::launch(Route::ThroughPgBouncer)
+    }
+
+    fn launch(route: Route) -> io::Result<TestServer> {
         let (watchdog, port) = launch()?;
-        let bouncer = if pgbouncer_mode() {
-            Some(PgBouncer::start(port)?)
-        } else {
-            None
+        let bouncer = match route {
+            Route::ThroughPgBouncer => Some(PgBouncer::start(port)?),
+            Route::Direct => None,
         };
         Ok(TestServer {
             watchdog: Mutex::new(watchdog),
@@ -263,7 +302,7 @@ impl TestServer {
     }
 
     /// The URL of `database` on this server: `postgres://postgres@127.0.0.1:PORT/DATABASE`;
-    /// in [`pgbouncer_mode`], PgBouncer's.
+    /// through PgBouncer, PgBouncer's.
     pub fn url(&self, database: &str) -> String {
         match &self.bouncer {
             Some(bouncer) => bouncer.url(database),
@@ -355,29 +394,40 @@ impl SharedServer {
 
 static SHARED: OnceLock<SharedServer> = OnceLock::new();
 
-static SHARED_BOUNCER: OnceLock<Option<PgBouncer>> = OnceLock::new();
+static SHARED_BOUNCER: OnceLock<PgBouncer> = OnceLock::new();
 
-/// In [`pgbouncer_mode`], the PgBouncer in front of the shared server (or of
-/// `DATABASE_URL`'s), started on first use; never dropped, cleaned up by its watchdog
-/// when the process exits.
-async fn shared_bouncer() -> Option<&'static PgBouncer> {
-    if !pgbouncer_mode() {
-        return None;
+/// Whether a [`TestDb`] or [`TestServer`] is reached through PgBouncer.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Direct,
+    ThroughPgBouncer,
+}
+
+impl Route {
+    /// What [`TestDb::new`] and [`TestServer::start`] do: [`pgbouncer_mode`].
+    fn from_env() -> Route {
+        if pgbouncer_mode() {
+            Route::ThroughPgBouncer
+        } else {
+            Route::Direct
+        }
     }
+}
+
+/// The PgBouncer in front of the shared server (or of `DATABASE_URL`'s), started on
+/// first use; never dropped, cleaned up by its watchdog when the process exits.
+async fn shared_bouncer() -> &'static PgBouncer {
     if let Some(bouncer) = SHARED_BOUNCER.get() {
-        return bouncer.as_ref();
+        return bouncer;
     }
     let admin = admin_url().await;
     let started = tokio::task::spawn_blocking(move || {
-        SHARED_BOUNCER
-            .get_or_init(|| {
-                match pgbouncer::Upstream::from_url(&admin).and_then(|up| PgBouncer::start_for(&up))
-                {
-                    Ok(bouncer) => Some(bouncer),
-                    Err(error) => panic!("test-postgres: could not start PgBouncer: {error}"),
-                }
-            })
-            .as_ref()
+        SHARED_BOUNCER.get_or_init(|| {
+            match pgbouncer::Upstream::from_url(&admin).and_then(|up| PgBouncer::start_for(&up)) {
+                Ok(bouncer) => bouncer,
+                Err(error) => panic!("test-postgres: could not start PgBouncer: {error}"),
+            }
+        })
     })
     .await;
     match started {

@@ -11,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use super::{START_ATTEMPTS, free_port, fresh_dir, postgres_owner};
 
 /// The environment variable that puts PgBouncer in front of every server of the
-/// process (`1` or `true`); see [`pgbouncer_mode`].
+/// process (`1` or `true`), to rerun any test binary through it; see [`pgbouncer_mode`].
 pub const PGBOUNCER_ENV: &str = "TEST_POSTGRES_PGBOUNCER";
 
 /// The watchdog of one PgBouncer: `sh -c BOUNCER test-postgres-pgbouncer DIR BIN`, run as
@@ -279,20 +279,15 @@ impl Upstream {
     }
 }
 
-/// Whether PgBouncer goes in front of this process' servers: [`PGBOUNCER_ENV`] is
-/// `1`/`true`, or the test binary's name starts with `pgbouncer` (so a test target
-/// named `pgbouncer*.rs` reruns the tests it includes through PgBouncer).
+/// Whether [`TestDb::new`](crate::TestDb::new) and
+/// [`TestServer::start`](crate::TestServer::start) put PgBouncer in front of this
+/// process' servers: the environment variable [`PGBOUNCER_ENV`] is `1` or `true`.
+/// (The name of the test binary plays no part; a binary that always goes through
+/// PgBouncer says so itself, with [`crate::through_pgbouncer`] or
+/// [`TestDb::through_pgbouncer`](crate::TestDb::through_pgbouncer).)
 pub fn pgbouncer_mode() -> bool {
-    if let Ok(value) = std::env::var(PGBOUNCER_ENV) {
-        return value == "1" || value.eq_ignore_ascii_case("true");
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| {
-            exe.file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-        })
-        .is_some_and(|name| name.starts_with("pgbouncer"))
+    std::env::var(PGBOUNCER_ENV)
+        .is_ok_and(|value| value == "1" || value.eq_ignore_ascii_case("true"))
 }
 
 fn write_config(dir: &Path, port: u16, upstream: &Upstream) -> io::Result<()> {

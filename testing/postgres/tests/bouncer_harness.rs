@@ -1,15 +1,14 @@
 //! PgBouncer in front of a test server: it pools in transaction mode, survives a
 //! restart of the server behind it, maps back to the server with `direct_url`, and
-//! goes away with its handle.
+//! goes away with its handle; and a test goes through one only when it asks to.
 //!
-//! (This binary's name must not start with `pgbouncer`: that would put every server
-//! of the process behind one, see `pgbouncer_mode`.)
+//! (This binary talks to its servers directly: run it without `TEST_POSTGRES_PGBOUNCER`.)
 
 use std::net::TcpStream;
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DbBackend, DbErr, Statement};
-use test_postgres::{PgBouncer, TestServer, direct_url, pgbouncer_mode};
+use test_postgres::{PgBouncer, TestDb, TestServer, direct_url, pgbouncer_mode};
 
 /// The backend pid behind one simple-protocol statement (fine in transaction mode).
 async fn backend_pid(conn: &sea_orm::DatabaseConnection) -> Result<i32, DbErr> {
@@ -118,4 +117,32 @@ async fn pgbouncer_pools_transactions_and_goes_away_with_its_handle() -> Result<
     );
     drop(restart);
     Ok(())
+}
+
+/// What puts PgBouncer in front of a database is an explicit request, not the name of
+/// the test binary: here `TestDb::new` is the server's, while `TestDb::through_pgbouncer`
+/// and `through_pgbouncer::TestDb::new` (what the `pgbouncer*` binaries of the
+/// PostgreSQL store use) share one PgBouncer in front of the same server.
+#[tokio::test]
+async fn pgbouncer_is_asked_for_not_implied_by_the_binary_name() {
+    assert!(!pgbouncer_mode(), "this binary talks to servers directly");
+    let direct = TestDb::new().await;
+    assert_eq!(direct.url(), direct.direct_url());
+
+    let bounced = TestDb::through_pgbouncer().await;
+    assert_ne!(bounced.url(), bounced.direct_url());
+    assert!(
+        bounced.url().ends_with("?pgbouncer=true"),
+        "{}",
+        bounced.url()
+    );
+    assert_eq!(direct_url(bounced.url()), bounced.direct_url());
+    let server = |url: &str| url.rsplit_once('/').map(|(server, _)| server.to_owned());
+    assert_eq!(server(bounced.direct_url()), server(direct.url()));
+
+    assert!(test_postgres::through_pgbouncer::pgbouncer_mode());
+    let rerun = test_postgres::through_pgbouncer::TestDb::new().await;
+    assert!(rerun.url().ends_with("?pgbouncer=true"), "{}", rerun.url());
+    assert_eq!(server(rerun.url()), server(bounced.url()), "one PgBouncer");
+    assert_eq!(direct_url(rerun.url()), rerun.direct_url());
 }
