@@ -12,6 +12,9 @@
 //! lock table on purpose run in binaries of their own (`pgbouncer_keyed_*.rs`), each
 //! with its own server, as they do directly.
 
+// Each included file brings its own `mod support`, as it does in its own binary.
+#![allow(clippy::duplicate_mod)]
+
 extern crate self as test_postgres;
 extern crate test_postgres as harness;
 use harness::through_pgbouncer::*;
@@ -28,8 +31,20 @@ mod migrations;
 #[path = "bad_input.rs"]
 mod bad_input;
 
-#[path = "hostile_input.rs"]
-mod hostile_input;
+#[path = "hostile_names.rs"]
+mod hostile_names;
+
+#[path = "missing_grants.rs"]
+mod missing_grants;
+
+#[path = "read_only_server.rs"]
+mod read_only_server;
+
+#[path = "altered_lease_table.rs"]
+mod altered_lease_table;
+
+#[path = "sql_is_parameterised.rs"]
+mod sql_is_parameterised;
 
 #[path = "runtime_cluster.rs"]
 mod runtime_cluster;
@@ -51,6 +66,9 @@ mod keyed_pool_not_pinned;
 
 #[path = "keyed_rollback.rs"]
 mod keyed_rollback;
+
+#[path = "exactly_once.rs"]
+mod exactly_once;
 
 #[tokio::test]
 async fn this_binary_runs_through_pgbouncer() {

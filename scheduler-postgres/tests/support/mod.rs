@@ -4,7 +4,11 @@
 //! The tests run on loaded machines (two cores shared with other builds): they wait
 //! for conditions, each bounded by a generous [`LIMIT`], and never assert how fast
 //! something happened.
+//!
+//! [`hostile`] holds what the hostile-input tests share.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, unreachable_pub)]
+
+pub mod hostile;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -284,7 +288,7 @@ where
     while !probe().await {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
+            "timed out after {limit:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
