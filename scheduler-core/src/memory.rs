@@ -29,6 +29,7 @@ pub struct MemoryStore {
     clock: LocalClock,
     failing: AtomicBool,
     failing_takes: AtomicBool,
+    failing_releases: AtomicBool,
     calls: AtomicU64,
     /// Milliseconds a clock read waits before reading (a pool wait, a stalled server).
     clock_delay_ms: AtomicU64,
@@ -87,6 +88,13 @@ impl MemoryStore {
     /// The store's clock, read without going through [`Store::now`].
     pub fn clock(&self) -> LocalClock {
         self.clock
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Makes every release fail (`true`) or succeed again (`false`) while takes,
+    /// renewals and clock reads still work.
+    pub fn set_failing_releases(&self, failing: bool) {
+        self.failing_releases.store(failing, Ordering::SeqCst);
     }
 
     #[cfg(feature = "test-util")]
@@ -229,6 +237,9 @@ impl Store for MemoryStore {
     async fn release(&self, leases: &[LeaseKey], how: Release) -> Result<Vec<LeaseName>> {
         ensure_unique(leases.iter().map(|k| &k.name))?;
         let now = self.call()?;
+        if self.failing_releases.load(Ordering::SeqCst) {
+            return Err(Error::store("memory store told to fail releases"));
+        }
         let mut rows = self.lock();
         let mut released = Vec::new();
         for key in leases {

@@ -6,7 +6,7 @@
 //! per turn), renewals (driven by lease expiry: never held up by a failing take) and
 //! releases (flushed as runs end, during the shutdown drain too).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -276,30 +276,42 @@ impl Engine {
         }
     }
 
+    /// Sends the queued releases, one call per kind and round. A batch names each
+    /// lease once (a store refuses a batch that names one twice), so releases of two
+    /// holders of one lease (a run whose release failed, and a later run of the same
+    /// job) go in successive rounds.
     async fn flush_releases(&mut self) {
-        for how in [Release::Completed, Release::Interrupted] {
-            let keys: Vec<LeaseKey> = self
-                .to_release
-                .iter()
-                .filter(|(_, h)| *h == how)
-                .map(|(k, _)| k.clone())
-                .collect();
-            if keys.is_empty() {
-                continue;
-            }
-            let store = self.s.store.clone();
-            let call = async move { store.release(&keys, how).await };
-            let result = self.leases.run("release", call).await;
-            match result {
-                Ok(_) => {
-                    self.to_release.retain(|(_, h)| *h != how);
-                    self.release.ok();
-                    self.store_ok();
+        while !self.to_release.is_empty() {
+            for how in [Release::Completed, Release::Interrupted] {
+                let mut names = HashSet::new();
+                let batch: Vec<usize> = (0..self.to_release.len())
+                    .filter(|&k| {
+                        let (key, h) = &self.to_release[k];
+                        *h == how && names.insert(key.name.clone())
+                    })
+                    .collect();
+                if batch.is_empty() {
+                    continue;
                 }
-                Err(err) => {
-                    let delay = self.release.failed(self.s.settings.retry_cap);
-                    self.store_failed("releasing leases", &err, delay);
-                    return;
+                let keys: Vec<LeaseKey> = batch
+                    .iter()
+                    .map(|&k| self.to_release[k].0.clone())
+                    .collect();
+                let store = self.s.store.clone();
+                let call = async move { store.release(&keys, how).await };
+                match self.leases.run("release", call).await {
+                    Ok(_) => {
+                        for k in batch.into_iter().rev() {
+                            self.to_release.swap_remove(k);
+                        }
+                        self.release.ok();
+                        self.store_ok();
+                    }
+                    Err(err) => {
+                        let delay = self.release.failed(self.s.settings.retry_cap);
+                        self.store_failed("releasing leases", &err, delay);
+                        return;
+                    }
                 }
             }
         }
