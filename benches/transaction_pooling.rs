@@ -4,8 +4,8 @@
 //! take + release measured in the same run.
 //!
 //! `cargo bench -p scheduler-benches --bench transaction_pooling` (needs `pgbouncer`
-//! installed; the name must not start with `pgbouncer`, which would put the
-//! "direct" server behind one too: see `test_postgres::pgbouncer_mode`)
+//! installed; run it without `TEST_POSTGRES_PGBOUNCER`, which would put the "direct"
+//! server behind one too: see `test_postgres::pgbouncer_mode`)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
