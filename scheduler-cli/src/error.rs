@@ -43,5 +43,25 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 }
 
+impl Error {
+    /// The error of a `scheduler_postgres::diagnostics` read: a failed statement is a
+    /// [`Error::Query`], a row it could not read a [`Error::BadRow`].
+    pub(crate) fn read(err: scheduler_postgres::Error) -> Self {
+        match err {
+            scheduler_postgres::Error::Statement {
+                operation, source, ..
+            } => Error::Query {
+                what: operation,
+                source,
+            },
+            scheduler_postgres::Error::BadRow { operation, source } => Error::BadRow {
+                what: operation,
+                source,
+            },
+            other => Error::Connect(other),
+        }
+    }
+}
+
 /// `Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

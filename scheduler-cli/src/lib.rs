@@ -12,16 +12,18 @@
 //! `--database-url` or `DATABASE_URL`; the lease table from `--table` (default
 //! `scheduler_leases`). Nothing is written: the commands only read.
 //!
-//! The commands are library functions returning typed rows ([`status()`],
-//! [`locks()`]) with renderers ([`Status::human`], [`Status::json`], …), so they can be
-//! called without spawning the binary.
+//! The statements and their typed rows are `scheduler_postgres::diagnostics`', run
+//! through the store like its own (so they work behind PgBouncer's transaction
+//! pooling too); this crate parses the command line and renders. The commands are
+//! library functions ([`status()`], [`locks()`]) with renderers ([`Status::human`],
+//! [`Status::json`], …), so they can be called without spawning the binary.
 //!
 //! ```no_run
 //! use scheduler_postgres::TableName;
 //!
 //! # async fn demo() -> scheduler_cli::Result<()> {
-//! let db = scheduler_cli::connect("postgres://app@db/app").await?;
-//! let status = scheduler_cli::status(&db, &TableName::default()).await?;
+//! let store = scheduler_cli::connect("postgres://app@db/app").await?;
+//! let status = scheduler_cli::status(&store, &TableName::default()).await?;
 //! print!("{}", status.human());
 //! # Ok(())
 //! # }
@@ -30,6 +32,7 @@
 
 mod columns;
 pub mod error;
+mod json;
 pub mod locks;
 pub mod status;
 
@@ -37,7 +40,6 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
-use sea_orm::DatabaseConnection;
 
 pub use error::{Error, Result};
 pub use locks::{AdvisoryLock, Locks, locks};
@@ -82,22 +84,22 @@ pub enum Command {
     Locks,
 }
 
-/// Connects to `url` with one connection, without running migrations (the CLI only
-/// reads), waiting at most 5 s for the server.
+/// Opens a store on `url` with one connection, without running migrations (the CLI
+/// only reads), waiting at most 5 s for the server. `pgbouncer=true` in the URL says
+/// PgBouncer's transaction pooling sits in between.
 ///
 /// # Errors
 /// [`Error::Connect`] if the URL does not parse or the server cannot be reached.
-pub async fn connect(url: &str) -> Result<DatabaseConnection> {
+pub async fn connect(url: &str) -> Result<PostgresStore> {
     connect_within(url, Duration::from_secs(5)).await
 }
 
-async fn connect_within(url: &str, timeout: Duration) -> Result<DatabaseConnection> {
+async fn connect_within(url: &str, timeout: Duration) -> Result<PostgresStore> {
     let options = PostgresOptions::default()
         .migrate(false)
         .max_connections(1)
         .connect_timeout(timeout);
-    let store = PostgresStore::connect(url, options).await?;
-    Ok(store.connection().clone())
+    Ok(PostgresStore::connect(url, options).await?)
 }
 
 /// Runs the command line: connects, reads, and renders the output.
@@ -106,10 +108,10 @@ async fn connect_within(url: &str, timeout: Duration) -> Result<DatabaseConnecti
 /// [`Error::NoUrl`] without a database URL, and whatever the command reports.
 pub async fn run(cli: &Cli) -> Result<String> {
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
-    let db = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
+    let store = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
     let output = match cli.command {
         Command::Status => {
-            let status = status(&db, &cli.table).await?;
+            let status = status(&store, &cli.table).await?;
             if cli.json {
                 status.json()?
             } else {
@@ -117,7 +119,7 @@ pub async fn run(cli: &Cli) -> Result<String> {
             }
         }
         Command::Locks => {
-            let locks = locks(&db).await?;
+            let locks = locks(&store).await?;
             if cli.json {
                 locks.json()?
             } else {
@@ -125,6 +127,6 @@ pub async fn run(cli: &Cli) -> Result<String> {
             }
         }
     };
-    let _ = db.close().await;
+    let _ = store.connection().clone().close().await;
     Ok(output)
 }

@@ -2,6 +2,8 @@
 
 use sea_orm::DbErr;
 
+use crate::hints;
+
 /// Everything that can go wrong in the PostgreSQL store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -74,51 +76,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// [`Error::Statement`] for `source`, with a hint chosen by its SQLSTATE.
+    /// [`Error::Statement`] for `source`, with the hint the crate's table has for its
+    /// SQLSTATE.
     pub(crate) fn statement(operation: &'static str, source: DbErr) -> Error {
-        let hint = statement_hint(sqlstate(&source).as_deref());
         Error::Statement {
             operation,
+            hint: hints::for_error(&source),
             source,
-            hint,
         }
-    }
-}
-
-/// What to do about a failed statement, by SQLSTATE.
-fn statement_hint(sqlstate: Option<&str>) -> &'static str {
-    match sqlstate {
-        // undefined_table
-        Some("42P01") => {
-            "; the table does not exist: run the migrations (open the store with migrate(true)) or check the table name and the search_path"
-        }
-        // undefined_column, datatype_mismatch, undefined_function (an operator for
-        // the wrong types), invalid_column_reference (ON CONFLICT without the primary
-        // key), wrong_object_type, feature_not_supported ("cached plan must not change
-        // result type": a column's type changed under an open store), and data
-        // exceptions from values set by hand
-        Some(
-            "42703" | "42804" | "42883" | "42P10" | "42809" | "0A000" | "22P02" | "22003" | "22007"
-            | "22008" | "23502" | "23514",
-        ) => {
-            "; the lease table does not have the shape the store expects: was it altered by hand? restore the columns, types and primary key the migrations create"
-        }
-        // read_only_sql_transaction
-        Some("25006") => {
-            "; the server is read-only (a hot standby or a read-only replica): point the URL at the primary"
-        }
-        // insufficient_privilege
-        Some("42501") => {
-            "; the database user lacks a right: it needs SELECT, INSERT and UPDATE on the lease table (and USAGE on its schema)"
-        }
-        // invalid_sql_statement_name, duplicate_prepared_statement
-        Some("26000" | "42P05") => {
-            "; prepared statements are lost between transactions: behind PgBouncer in transaction pooling mode add pgbouncer=true to the URL (for a pool of your own: scheduler_postgres::connect_options(url, &options) with PostgresOptions::for_url(url)), and run your own statements inside store.begin()"
-        }
-        Some("25P03") => {
-            "; the transaction sat idle longer than PostgresOptions::idle_transaction_timeout (a paused process, or slow work between statements inside fenced/keyed): it was rolled back"
-        }
-        _ => "",
     }
 }
 

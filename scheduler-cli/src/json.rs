@@ -1,0 +1,74 @@
+//! The `--json` shape of `scheduler_postgres::diagnostics`' typed rows. These field
+//! names are the CLI's stable contract: renaming a field of a row does not change
+//! them.
+
+use scheduler_postgres::diagnostics::{AdvisoryLock, LastRun, LeaseStatus};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+/// A typed row, serialized with the CLI's field names.
+pub(crate) struct Json<'a, T>(pub(crate) &'a T);
+
+/// Serializes `rows` as a sequence of [`Json`] rows (`#[serde(serialize_with)]`).
+pub(crate) fn rows<T, S>(rows: &[T], serializer: S) -> Result<S::Ok, S::Error>
+where
+    for<'a> Json<'a, T>: Serialize,
+    S: Serializer,
+{
+    serializer.collect_seq(rows.iter().map(Json))
+}
+
+impl Serialize for Json<'_, LeaseStatus> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let l = self.0;
+        let mut s = serializer.serialize_struct("LeaseStatus", 10)?;
+        s.serialize_field("lease", &l.lease)?;
+        s.serialize_field("holder", &l.holder)?;
+        s.serialize_field("tick", &l.tick)?;
+        s.serialize_field("token", &l.token)?;
+        s.serialize_field("taken_at", &l.taken_at)?;
+        s.serialize_field("expires_at", &l.expires_at)?;
+        s.serialize_field("expires_in_ms", &l.expires_in_ms)?;
+        s.serialize_field("state", l.state.as_str())?;
+        s.serialize_field("released_at", &l.released_at)?;
+        s.serialize_field("last_run", &l.last_run.as_ref().map(Json))?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, LastRun> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut s = serializer.serialize_struct("LastRun", 7)?;
+        s.serialize_field("node", &r.node)?;
+        s.serialize_field("tick", &r.tick)?;
+        s.serialize_field("started", &r.started)?;
+        s.serialize_field("finished", &r.finished)?;
+        s.serialize_field("outcome", &r.outcome)?;
+        s.serialize_field("error", &r.error)?;
+        s.serialize_field("lease_lost", &r.lease_lost)?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, AdvisoryLock> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let l = self.0;
+        let mut s = serializer.serialize_struct("AdvisoryLock", 15)?;
+        s.serialize_field("pid", &l.pid)?;
+        s.serialize_field("user", &l.user)?;
+        s.serialize_field("application_name", &l.application_name)?;
+        s.serialize_field("client_addr", &l.client_addr)?;
+        s.serialize_field("state", &l.state)?;
+        s.serialize_field("state_for_ms", &l.state_for_ms)?;
+        s.serialize_field("key", &l.key)?;
+        s.serialize_field("key_pair", &l.key_pair)?;
+        s.serialize_field("classid", &l.classid)?;
+        s.serialize_field("objid", &l.objid)?;
+        s.serialize_field("objsubid", &l.objsubid)?;
+        s.serialize_field("mode", &l.mode)?;
+        s.serialize_field("granted", &l.granted)?;
+        s.serialize_field("query", &l.query)?;
+        s.serialize_field("pinned", &l.pinned)?;
+        s.end()
+    }
+}

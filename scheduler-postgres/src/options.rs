@@ -1,0 +1,220 @@
+//! [`PostgresOptions`], the URL's `pgbouncer` parameter, and [`connect_options`].
+
+use std::time::Duration;
+
+use scheduler_migrations::TableName;
+use sea_orm::ConnectOptions;
+
+use crate::error::{Error, Result};
+use crate::session::Pooling;
+
+/// How a [`PostgresStore`](crate::PostgresStore) connects and where it keeps its
+/// leases.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    /// The lease table, optionally schema-qualified. Default `scheduler_leases`.
+    pub table: TableName,
+    /// Run the migrations when the store opens. Default `true`.
+    pub migrate: bool,
+    /// Pool size when the store opens its own pool
+    /// ([`PostgresStore::connect`](crate::PostgresStore::connect)). Default 4. Lease
+    /// operations borrow a connection for one statement, so a pool of one suffices for
+    /// the store; the rest is for the app.
+    pub max_connections: u32,
+    /// How long to wait for a connection: to the server when connecting, from the
+    /// pool when running a statement. Default 5 s.
+    pub connect_timeout: Duration,
+    /// The URL points at a pooler in **transaction pooling** mode (PgBouncer
+    /// `pool_mode = transaction`, which before 1.21 has no prepared-statement
+    /// support): no statement of the store is prepared under a name. Default `false`;
+    /// set by `pgbouncer=true` in the URL ([`PostgresOptions::for_url`]). See
+    /// [`PostgresStore`](crate::PostgresStore)'s "Behind PgBouncer".
+    pub transaction_pooling: bool,
+    /// How long a transaction the store opens may sit idle, waiting for its client,
+    /// before the server ends the session (`SET LOCAL
+    /// idle_in_transaction_session_timeout`). Default 10 s. A client paused (a GC
+    /// pause, SIGSTOP, a cut network) inside a
+    /// [`fenced`](crate::PostgresStore::fenced) transaction, or between a statement
+    /// and its `COMMIT` behind PgBouncer, would otherwise keep its lease row locks and
+    /// hold up every other instance's takes; the ended session rolls back, so nothing
+    /// half-done commits. Keep fenced and keyed work below it between statements.
+    pub idle_transaction_timeout: Duration,
+    /// The server-side bound on every lease statement (`SET LOCAL
+    /// statement_timeout`, lock waits included), at most a quarter of the lease ttl
+    /// for takes and renewals. Default 2 s. A statement held up by a lock (`LOCK
+    /// TABLE`, `VACUUM FULL`, a migration) fails after it instead of committing long
+    /// after the runtime stopped waiting, and its connection goes back to the pool.
+    /// Keep it below the runtime's store call limit (two renewal intervals, 1–30 s).
+    pub statement_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            table: TableName::default(),
+            migrate: true,
+            max_connections: 4,
+            connect_timeout: Duration::from_secs(5),
+            transaction_pooling: false,
+            idle_transaction_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// Keeps leases in `table` (`name` or `schema.name`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTableName`] if it is not a plain identifier.
+    pub fn table(mut self, table: &str) -> Result<Self> {
+        self.table = TableName::new(table)?;
+        Ok(self)
+    }
+
+    /// Whether to run the migrations when the store opens.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// The pool size when the store opens its own pool.
+    pub fn max_connections(mut self, max_connections: u32) -> Self {
+        self.max_connections = max_connections.max(1);
+        self
+    }
+
+    /// The connect and pool-acquire timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether the URL points at a pooler in transaction pooling mode (PgBouncer
+    /// `pool_mode = transaction`); see [`PostgresOptions::transaction_pooling`].
+    pub fn transaction_pooling(mut self, on: bool) -> Self {
+        self.transaction_pooling = on;
+        self
+    }
+
+    /// How long a store transaction may wait idle for its client (`Duration::ZERO`
+    /// turns the timeout off; at most about 24 days, PostgreSQL's limit); see
+    /// [`PostgresOptions::idle_transaction_timeout`].
+    pub fn idle_transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_transaction_timeout = timeout;
+        self
+    }
+
+    /// The server-side bound on lease statements; see
+    /// [`PostgresOptions::statement_timeout`].
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// The defaults, with [`transaction_pooling`](Self::transaction_pooling) on when
+    /// `url` carries `pgbouncer=true` (the convention Prisma uses too).
+    pub fn for_url(url: &str) -> Self {
+        Self::default().with_url(url).0
+    }
+
+    /// Folds `url`'s `pgbouncer` parameter into these options: them with transaction
+    /// pooling on as well when it says `true`, and the URL without it. The only place
+    /// the URL has a say in the pooling mode, which [`Pooling::of`] then reads.
+    pub(crate) fn with_url(mut self, url: &str) -> (Self, String) {
+        let (url, pgbouncer) = pgbouncer_param(url);
+        self.transaction_pooling |= pgbouncer;
+        (self, url)
+    }
+}
+
+/// The sea-orm pool options [`PostgresStore::connect`](crate::PostgresStore::connect)
+/// uses for `url`: `options`' pool size and timeouts; with transaction pooling (in
+/// `options` or `pgbouncer=true` in the URL) the `pgbouncer` parameter is taken out of
+/// the URL and sqlx's statement cache is switched off. Use it to build an app pool to
+/// pass to [`PostgresStore::open`](crate::PostgresStore::open) behind PgBouncer.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] if the URL does not parse.
+pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOptions> {
+    let (options, url) = options.clone().with_url(url);
+    check_url(&url)?;
+    let mut connect = ConnectOptions::new(url);
+    connect
+        .max_connections(options.max_connections)
+        .min_connections(0)
+        .connect_timeout(options.connect_timeout)
+        .acquire_timeout(options.connect_timeout)
+        .sqlx_logging(false);
+    Pooling::of(&options).configure(&mut connect);
+    Ok(connect)
+}
+
+/// `url` without its `pgbouncer` query parameter, and whether it was `true`.
+fn pgbouncer_param(url: &str) -> (String, bool) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), false);
+    };
+    let mut on = false;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some(("pgbouncer", value)) => {
+                on = value.eq_ignore_ascii_case("true") || value == "1";
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if rest.is_empty() {
+        (base.to_owned(), on)
+    } else {
+        (format!("{base}?{}", rest.join("&")), on)
+    }
+}
+
+/// Rejects what does not parse as a PostgreSQL URL before any connection is tried.
+fn check_url(url: &str) -> Result<()> {
+    use std::str::FromStr;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::InvalidUrl {
+            reason: "it must start with postgres:// or postgresql://".to_owned(),
+        });
+    }
+    sea_orm::sqlx::postgres::PgConnectOptions::from_str(url)
+        .map(drop)
+        .map_err(|e| Error::InvalidUrl {
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pgbouncer_parameter_is_read_and_taken_out() {
+        let plain = "postgres://app@db/app";
+        assert_eq!(pgbouncer_param(plain), (plain.to_owned(), false));
+        assert_eq!(
+            pgbouncer_param("postgres://app@db/app?pgbouncer=true"),
+            (plain.to_owned(), true)
+        );
+        assert_eq!(
+            pgbouncer_param("postgres://app@db/app?sslmode=disable&pgbouncer=1"),
+            ("postgres://app@db/app?sslmode=disable".to_owned(), true)
+        );
+        assert_eq!(
+            pgbouncer_param("postgres://app@db/app?pgbouncer=false&application_name=x"),
+            ("postgres://app@db/app?application_name=x".to_owned(), false)
+        );
+        assert!(PostgresOptions::for_url("postgres://h/d?pgbouncer=TRUE").transaction_pooling);
+        assert!(!PostgresOptions::for_url(plain).transaction_pooling);
+        // The options' own setting stays on whatever the URL says.
+        let (options, _) = PostgresOptions::default()
+            .transaction_pooling(true)
+            .with_url(plain);
+        assert!(options.transaction_pooling);
+    }
+}

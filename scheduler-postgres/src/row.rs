@@ -1,0 +1,124 @@
+//! Reading the store's rows: typed columns, timestamps checked for range first, and
+//! leases and lease names.
+
+use chrono::{DateTime, Utc};
+use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Tick};
+use sea_orm::{DbErr, QueryResult};
+
+use crate::error::{Error, Result};
+
+/// Reads column `col` of `row` as `T`; a column missing or of another type is a
+/// [`Error::BadRow`] of `operation`.
+pub(crate) fn get<T: sea_orm::TryGetable>(
+    row: &QueryResult,
+    col: &str,
+    operation: &'static str,
+) -> Result<T> {
+    row.try_get::<T>("", col)
+        .map_err(|source| Error::BadRow { operation, source })
+}
+
+/// Reads a `timestamptz` column, checking its range first
+/// ([`timestamp_out_of_range`]): a value set by hand must not panic.
+pub(crate) fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
+    time_or_clamp(row, col, operation, false)
+}
+
+/// [`time`], but a held row of another job's (read to tell the runtime when to ask
+/// again, never to decide ownership) set out of range by hand reads as the end (or
+/// start) of time instead of failing the whole batch it came with.
+pub(crate) fn held_time(row: &QueryResult, col: &str) -> Result<DateTime<Utc>> {
+    time_or_clamp(row, col, "take leases", true)
+}
+
+fn time_or_clamp(
+    row: &QueryResult,
+    col: &str,
+    operation: &'static str,
+    clamp: bool,
+) -> Result<DateTime<Utc>> {
+    match timestamp_out_of_range(row, col) {
+        Some(beyond) if clamp => Ok(match beyond {
+            OutOfRange::Infinity | OutOfRange::Future => DateTime::<Utc>::MAX_UTC,
+            OutOfRange::MinusInfinity | OutOfRange::Past => DateTime::<Utc>::MIN_UTC,
+        }),
+        Some(_) => Err(Error::BadRow {
+            operation,
+            source: DbErr::Custom(format!(
+                "column \"{col}\" holds a timestamp out of range (infinity?)"
+            )),
+        }),
+        None => get(row, col, operation),
+    }
+}
+
+/// A `timestamptz` value beyond chrono's range (years −262143 … 262142).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutOfRange {
+    /// `'infinity'`.
+    Infinity,
+    /// `'-infinity'`.
+    MinusInfinity,
+    /// A finite time after chrono's last (or a value that does not decode).
+    Future,
+    /// A finite time before chrono's first.
+    Past,
+}
+
+/// Whether `row`'s `timestamptz` column `col` holds a value chrono cannot: sqlx
+/// decodes a timestamp by adding its microseconds to 2000-01-01 with chrono's
+/// panicking `+`, so such a value (set by hand) would panic when read. `None` for a
+/// value in range, a NULL, or a column that is not a binary `timestamptz`.
+pub(crate) fn timestamp_out_of_range(row: &QueryResult, col: &str) -> Option<OutOfRange> {
+    use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
+    use sea_orm::sqlx::{Row, Type, ValueRef};
+    /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
+    const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+    let raw = row.try_as_pg_row()?.try_get_raw(col).ok()?;
+    if raw.is_null()
+        || raw.format() != PgValueFormat::Binary
+        || !<DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
+    {
+        return None;
+    }
+    let micros = raw
+        .as_bytes()
+        .ok()
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map(i64::from_be_bytes);
+    let in_range = micros
+        .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
+        .and_then(DateTime::from_timestamp_micros)
+        .is_some();
+    if in_range {
+        return None;
+    }
+    // PostgreSQL stores the infinities as the extreme values.
+    Some(match micros {
+        Some(i64::MAX) => OutOfRange::Infinity,
+        Some(i64::MIN) => OutOfRange::MinusInfinity,
+        Some(us) if us < 0 => OutOfRange::Past,
+        _ => OutOfRange::Future,
+    })
+}
+
+/// A won lease of a take's answer.
+pub(crate) fn lease_from_row(row: &QueryResult) -> Result<Lease> {
+    const OP: &str = "take leases";
+    Ok(Lease {
+        name: name_from_row(row, OP)?,
+        holder: Holder::from_stored(get(row, "holder", OP)?),
+        tick: Tick::new(time(row, "tick", OP)?),
+        token: FencingToken::new(get(row, "token", OP)?),
+        expires_at: time(row, "expires_at", OP)?,
+    })
+}
+
+/// The `name` column as a [`LeaseName`]: a name that is not one is a bad row.
+pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseName> {
+    let name: String = get(row, "name", operation)?;
+    LeaseName::new(name).map_err(|e| Error::BadRow {
+        operation,
+        source: DbErr::Custom(e.to_string()),
+    })
+}
