@@ -224,7 +224,7 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
             Some("42501") => {
                 "; the database user needs CREATE on the schema (or create the history once as a user that has it)"
             }
-            Some("25006") => "; the server is read-only (a replica?): point the URL at the primary",
+            Some("25006") => crate::hints::READ_ONLY,
             _ => "",
         };
         Error::Migrate {

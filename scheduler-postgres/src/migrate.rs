@@ -116,9 +116,7 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
 /// The hint for an error whose SQLSTATE alone says what to do.
 fn generic_hint(source: &DbErr) -> &'static str {
     match sqlstate(source).as_deref() {
-        Some("25006") => {
-            "; the server is read-only (a hot standby or a read-only replica): point the URL at the primary"
-        }
+        Some("25006") => crate::hints::READ_ONLY,
         Some("3F000") => {
             "; no schema of the search_path exists to create the table in: set the search_path, or qualify the table name (PostgresOptions::table(\"schema.table\"))"
         }
