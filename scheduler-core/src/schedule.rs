@@ -51,62 +51,9 @@ enum Kind {
     Cron { expr: String, tz: String },
 }
 
-/// Why a schedule was refused.
-///
-/// The messages are those `#[job]` reports at compile time: both apply the rules of
-/// `scheduler_spec`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScheduleError {
-    /// A period shorter than a millisecond.
-    #[error("the period of `every` must be at least 1ms, not {0:?}")]
-    PeriodTooShort(Duration),
-    /// A duration string that does not parse.
-    #[error("invalid duration {input:?}: {reason}")]
-    InvalidDuration {
-        /// The rejected text.
-        input: String,
-        /// What is wrong with it, and how to write it instead.
-        reason: &'static str,
-    },
-    /// A cron expression that does not parse.
-    #[error("invalid cron expression {expr:?}: {reason}")]
-    InvalidCron {
-        /// The rejected expression.
-        expr: String,
-        /// What is wrong with it, and how to write it instead.
-        reason: String,
-    },
-    /// A cron expression with no fire time left: its fields never meet, or its years
-    /// are all past.
-    #[error(
-        "cron expression {expr:?} never fires; check that its day, month and weekday fields can meet and that its years are not all past"
-    )]
-    NeverFires {
-        /// The expression.
-        expr: String,
-    },
-    /// An unknown time zone.
-    #[error("unknown time zone {0:?}; {hint}", hint = scheduler_spec::time_zone_hint(.0))]
-    UnknownTimeZone(String),
-    /// Any other refusal by the schedule rules.
-    #[error(transparent)]
-    Other(scheduler_spec::Error),
-}
-
-impl From<scheduler_spec::Error> for ScheduleError {
-    fn from(err: scheduler_spec::Error) -> Self {
-        use scheduler_spec::Error as Spec;
-        match err {
-            Spec::InvalidDuration { input, reason } => Self::InvalidDuration { input, reason },
-            Spec::PeriodTooShort { period } => Self::PeriodTooShort(period),
-            Spec::InvalidCron { expr, reason } => Self::InvalidCron { expr, reason },
-            Spec::NeverFires { expr } => Self::NeverFires { expr },
-            Spec::UnknownTimeZone { name } => Self::UnknownTimeZone(name),
-            other => Self::Other(other),
-        }
-    }
-}
+/// Why a schedule was refused: the schedule rules' own error, shared with the
+/// `#[job]` macro so both say the same thing.
+pub use scheduler_spec::Error as ScheduleError;
 
 impl Schedule {
     /// Ticks every `period`, aligned to the Unix epoch.
@@ -172,7 +119,7 @@ impl fmt::Display for Schedule {
 /// [`ScheduleError::InvalidDuration`] if the text is empty, has a number without a
 /// unit, an unknown unit, a fraction, a space inside, or overflows.
 pub fn parse_duration(input: &str) -> Result<Duration, ScheduleError> {
-    Ok(scheduler_spec::parse_duration(input)?)
+    scheduler_spec::parse_duration(input)
 }
 
 impl FromStr for Schedule {
@@ -306,7 +253,7 @@ mod tests {
         }
         assert!(matches!(
             "0s".parse::<Schedule>(),
-            Err(ScheduleError::PeriodTooShort(_))
+            Err(ScheduleError::PeriodTooShort { .. })
         ));
         assert!("30s".parse::<Schedule>().is_ok());
         assert!("0 */15 * * * *".parse::<Schedule>().is_ok());
@@ -326,7 +273,7 @@ mod tests {
             Schedule::cron("0 * * * * *")
                 .in_time_zone("Mars/Olympus")
                 .validate(),
-            Err(ScheduleError::UnknownTimeZone(_))
+            Err(ScheduleError::UnknownTimeZone { .. })
         ));
     }
 
