@@ -55,11 +55,17 @@ async fn releases_queued_for_two_runs_of_one_job_are_all_delivered() {
         scheduler.run_until(tokio::time::sleep(Duration::from_millis(12_500))),
         faults
     );
-    assert!(ran_during >= 3, "runs went on while releases failed: {ran_during}");
+    assert!(
+        ran_during >= 3,
+        "runs went on while releases failed: {ran_during}"
+    );
     assert_eq!(
         report.store_failing_for, None,
         "releases still failing after the store recovered: {report:?}"
     );
     let row = row.unwrap_or_else(|| panic!("no row"));
-    assert!(row.completed, "the last run was released as completed: {row:?}");
+    assert!(
+        row.completed,
+        "the last run was released as completed: {row:?}"
+    );
 }
