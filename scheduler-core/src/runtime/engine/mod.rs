@@ -253,7 +253,7 @@ impl Engine {
         // Decided on the store's clock when the answer came.
         let answered = self.db_now();
         let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
-        let held: HashMap<_, _> = taken
+        let refused: HashMap<_, _> = taken
             .held
             .into_iter()
             .map(|h| (h.name.clone(), h))
@@ -265,7 +265,7 @@ impl Engine {
                 None => {
                     self.jobs[i].on_refused(
                         &e.cadence,
-                        held.get(&e.lease),
+                        refused.get(&e.lease),
                         answered,
                         self.polling,
                         &mut events,
@@ -317,23 +317,23 @@ impl Engine {
         }
     }
 
-    /// Renews every held lease in one call; a lease not renewed is lost. Runs on its
+    /// Renews every lease this instance holds in one call; a lease not renewed is lost. Runs on its
     /// own clock (every renewal interval, sooner after a failure), whatever the takes
     /// are doing.
     async fn renew(&mut self) {
         let renew_every = self.s.settings.renew_every;
         self.sync_clock().await;
-        let held: Vec<(usize, LeaseKey)> = self
+        let ours: Vec<(usize, LeaseKey)> = self
             .jobs
             .iter()
             .enumerate()
             .filter_map(|(i, j)| j.running().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
             .collect();
-        if held.is_empty() {
+        if ours.is_empty() {
             self.next_renew = Instant::now() + renew_every;
             return;
         }
-        let keys: Vec<LeaseKey> = held.iter().map(|(_, k)| k.clone()).collect();
+        let keys: Vec<LeaseKey> = ours.iter().map(|(_, k)| k.clone()).collect();
         let asked = keys.len();
         let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
         let call = async move { store.renew(&keys, ttl).await };
@@ -350,7 +350,7 @@ impl Engine {
                     .into_iter()
                     .map(|r| (r.name, r.expires_at))
                     .collect();
-                for (i, key) in held {
+                for (i, key) in ours {
                     match renewed.get(&key.name) {
                         Some(expires_at) => self.jobs[i].on_renewed(*expires_at),
                         None => self.lost(i, "the renewal found the lease taken over or gone"),
