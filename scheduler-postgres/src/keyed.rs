@@ -5,7 +5,8 @@
 //! One transaction per chunk of keys:
 //!
 //! 1. `BEGIN`;
-//! 2. one statement takes `pg_advisory_xact_lock` on every distinct key hash of the
+//! 2. one statement sets the store's `idle_in_transaction_session_timeout` for the
+//!    transaction and takes `pg_advisory_xact_lock` on every distinct key hash of the
 //!    chunk, **in ascending order of the hash**;
 //! 3. the caller's work runs on the transaction, for that chunk's keys only: typically
 //!    "which of these keys are new?" and then the writes for the new ones
@@ -18,6 +19,24 @@
 //! check-then-write of several statements is safe; and since every transaction takes
 //! its locks in one global order, they never wait on each other in a cycle (no
 //! `deadlock detected` after `deadlock_timeout`, no aborted transaction).
+//!
+//! A batch is checked and deduplicated before its first `BEGIN`: a key holding a NUL
+//! byte (which PostgreSQL `text` cannot hold) refuses the whole batch
+//! ([`KeyedError::NulInKey`]), and the work is handed **each distinct key once**, at its
+//! first occurrence, in input order (later items with the same key are dropped).
+//!
+//! # Round trips
+//!
+//! Besides the work's own statements a chunk costs three round trips: `BEGIN`, the
+//! locking statement and `COMMIT`. The locking statement carries the transaction's
+//! setting itself (`set_config('idle_in_transaction_session_timeout', …, true)`, which
+//! is `SET LOCAL`), with the keys as a bound array, never spliced into SQL text; the
+//! value is the one the store's own transactions set ([`PostgresStore::begin`]), read
+//! back once per handle. Between `BEGIN` and that statement the transaction holds no
+//! lock and no snapshot. Behind a transaction pooler the transaction starts as
+//! [`PostgresStore::begin`] starts it (`DEALLOCATE ALL` and the setting, one round trip
+//! more), since the statements after it are prepared under names that must not clash
+//! with other clients'.
 //!
 //! # The hash
 //!
@@ -32,7 +51,7 @@
 //!
 //! # Lock order
 //!
-//! The statement is
+//! The locks are taken by
 //! `SELECT pg_advisory_xact_lock(s.id) FROM (SELECT DISTINCT hashtextextended(k, 0) AS id
 //! FROM unnest($1::text[]) AS k) AS s ORDER BY s.id`. An `ORDER BY` inside a subquery
 //! would not be enough (nothing obliges the outer query to keep that order); here the
@@ -50,10 +69,10 @@
 //! fails with `out of shared memory` (SQLSTATE 53200). Two ways to stay below it:
 //!
 //! - **Chunks** (the default): a batch is split, in input order, into transactions of
-//!   at most [`KeyedOptions::chunk`] keys, each locking in sorted order and committing
-//!   on its own. Exactly-once per key still holds, but the batch is **not atomic**: when
-//!   a chunk fails, the chunks before it stay committed ([`KeyedError::committed`] says
-//!   how many keys). Lock waits stay per key.
+//!   at most [`KeyedOptions::chunk`] distinct keys, each locking in sorted order and
+//!   committing on its own. Exactly-once per key still holds, but the batch is **not
+//!   atomic**: when a chunk fails, the chunks before it stay committed
+//!   ([`KeyedError::committed`] says how many keys). Lock waits stay per key.
 //! - **Stripes** ([`KeyedOptions::stripes`]): keys are folded into a fixed number of
 //!   locks (`hash mod stripes`, on the two-`int4` advisory lock space under a class id
 //!   of their own, so they never meet single-`bigint` locks). The lock count is bounded,
@@ -68,86 +87,33 @@
 //! PostgreSQL's defaults (`max_locks_per_transaction = 64`, `max_connections = 100`) it
 //! is 400 keys.
 
+mod batch;
+mod error;
+mod options;
+
 use std::sync::Arc;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, TransactionTrait, Value,
+};
 use tokio::sync::OnceCell;
 
+use self::batch::{Batch, NulAt};
+pub use self::error::KeyedError;
+pub use self::options::{KeyedOptions, LockTable, MAX_DEFAULT_CHUNK, STRIPE_LOCK_CLASS};
 use crate::error::{Error, sqlstate};
 use crate::fenced::FencedFuture;
 use crate::store::PostgresStore;
 
-/// The largest default chunk, in keys. Bigger transactions add latency (every key of
-/// the chunk waits for the slowest lock and the commit) without adding throughput.
-pub const MAX_DEFAULT_CHUNK: usize = 1_000;
-
-/// The default chunk takes at most this fraction (1/N) of the server's lock table.
-const LOCK_TABLE_SHARE: u64 = 16;
-
-/// The advisory lock class id (first `int4` of the two-key form) of lock stripes:
-/// `"keyd"` in ASCII.
-pub const STRIPE_LOCK_CLASS: i32 = 0x6b65_7964;
-
-/// How a [`Keyed`] handle splits batches and locks keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KeyedOptions {
-    /// At most this many keys per transaction. `None` (the default) derives it from
-    /// the server's lock table; see [`LockTable::default_chunk`].
-    pub chunk: Option<usize>,
-    /// Fold keys into this many lock stripes instead of one lock per key. `None` (the
-    /// default): one lock per distinct key.
-    pub stripes: Option<u32>,
-}
-
-impl KeyedOptions {
-    /// At most `keys` keys per transaction (at least 1). Forcing it above what the
-    /// server's lock table holds makes large batches fail with
-    /// [`KeyedError::OutOfLockSlots`].
-    pub fn chunk(mut self, keys: usize) -> Self {
-        self.chunk = Some(keys.max(1));
-        self
-    }
-
-    /// Folds keys into `stripes` locks (at least 1). When `stripes` is no larger than
-    /// the chunk bound, a whole batch runs in one transaction.
-    pub fn stripes(mut self, stripes: u32) -> Self {
-        self.stripes = Some(stripes.max(1));
-        self
-    }
-}
-
-/// The server settings that size the shared lock table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockTable {
-    /// `max_locks_per_transaction`: the average number of locks per session the lock
-    /// table is sized for.
-    pub max_locks_per_transaction: u32,
-    /// `max_connections`.
-    pub max_connections: u32,
-    /// `max_prepared_transactions`.
-    pub max_prepared_transactions: u32,
-}
-
-impl LockTable {
-    /// The lock table's nominal size, shared by all sessions:
-    /// `max_locks_per_transaction × (max_connections + max_prepared_transactions)`.
-    /// (The server adds room for its own processes and some slack, so a little more
-    /// fits in practice.)
-    pub fn slots(&self) -> u64 {
-        u64::from(self.max_locks_per_transaction)
-            * (u64::from(self.max_connections) + u64::from(self.max_prepared_transactions))
-    }
-
-    /// The default chunk: a sixteenth of [`slots`](Self::slots), between 1 and
-    /// [`MAX_DEFAULT_CHUNK`] keys.
-    pub fn default_chunk(&self) -> usize {
-        let share = self.slots() / LOCK_TABLE_SHARE;
-        usize::try_from(share)
-            .unwrap_or(MAX_DEFAULT_CHUNK)
-            .clamp(1, MAX_DEFAULT_CHUNK)
-    }
-}
+/// The locking statement of per-key locks: `$1` the chunk's keys, `$2` the idle guard.
+/// The locking call is an output expression of the sorting query, not referenced by
+/// its `ORDER BY`: PostgreSQL evaluates it after the sort, row by row.
+const LOCK_KEYS: &str = "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+        count(*) AS locks FROM ( \
+       SELECT pg_advisory_xact_lock(s.id) FROM ( \
+         SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k \
+       ) AS s ORDER BY s.id \
+     ) AS l";
 
 /// What a processed batch ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,69 +132,13 @@ impl<T> Processed<T> {
     }
 }
 
-/// Why a keyed batch did not complete. The failing chunk was rolled back; the chunks
-/// before it stay committed: `keys[..committed()]` are done.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeyedError<E> {
-    /// The server's shared lock table had no room left for one transaction's advisory
-    /// locks (SQLSTATE 53200, `out of shared memory`). Nothing of that transaction was
-    /// written.
-    #[error(
-        "out of lock slots taking the advisory locks of a chunk of {chunk} keys in one transaction: \
-         the server's lock table is sized for {slots} locks of all sessions together; raise the \
-         server setting max_locks_per_transaction (now {max_locks_per_transaction}), or lower the \
-         chunk (KeyedOptions::chunk) or fold keys into lock stripes (KeyedOptions::stripes) \
-         (the first {committed} keys of the batch were committed before)"
-    )]
-    OutOfLockSlots {
-        /// How many keys the transaction tried to lock.
-        chunk: usize,
-        /// The server's `max_locks_per_transaction`.
-        max_locks_per_transaction: u32,
-        /// The lock table's nominal size, [`LockTable::slots`].
-        slots: u64,
-        /// How many keys, from the start of the batch, were committed before.
-        committed: usize,
-        /// The driver's error.
-        #[source]
-        source: DbErr,
-    },
-    /// The database failed.
-    #[error("{source} (the first {committed} keys of the batch were committed before)")]
-    Store {
-        /// The store's error.
-        #[source]
-        source: Error,
-        /// How many keys, from the start of the batch, were committed before.
-        committed: usize,
-    },
-    /// The caller's work failed.
-    #[error(
-        "the keyed work failed: {error} (the first {committed} keys of the batch were committed before)"
-    )]
-    Work {
-        /// The work's error.
-        error: E,
-        /// How many keys, from the start of the batch, were committed before.
-        committed: usize,
-    },
-}
-
-impl<E> KeyedError<E> {
-    /// How many keys, from the start of the batch, were committed before the failure.
-    pub fn committed(&self) -> usize {
-        match self {
-            KeyedError::OutOfLockSlots { committed, .. }
-            | KeyedError::Store { committed, .. }
-            | KeyedError::Work { committed, .. } => *committed,
-        }
-    }
-
-    /// Whether the server ran out of lock slots ([`KeyedError::OutOfLockSlots`]).
-    pub fn is_out_of_lock_slots(&self) -> bool {
-        matches!(self, KeyedError::OutOfLockSlots { .. })
-    }
+/// What a handle reads from the server once.
+#[derive(Debug, Clone)]
+struct Server {
+    lock_table: LockTable,
+    /// `idle_in_transaction_session_timeout` as the store's transactions set it, in the
+    /// server's own text form (`10s`), for `set_config`.
+    idle_guard: String,
 }
 
 /// Processes batches of keyed items exactly once per key. Made by
@@ -238,17 +148,34 @@ impl<E> KeyedError<E> {
 pub struct Keyed {
     store: PostgresStore,
     options: KeyedOptions,
-    lock_table: Arc<OnceCell<LockTable>>,
+    /// The locking statement for these options.
+    lock_sql: Arc<str>,
+    server: Arc<OnceCell<Server>>,
 }
 
 impl PostgresStore {
     /// A handle that processes keyed batches on this store's pool; see the
     /// [module docs](crate::keyed).
     pub fn keyed(&self, options: KeyedOptions) -> Keyed {
+        let lock_sql: Arc<str> = match options.stripes {
+            None => LOCK_KEYS.into(),
+            // `$1` the keys, `$2` the stripe count, `$3` the idle guard.
+            Some(_) => format!(
+                "SELECT set_config('idle_in_transaction_session_timeout', $3, true) AS idle, \
+                        count(*) AS locks FROM ( \
+                   SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id) FROM ( \
+                     SELECT DISTINCT ((hashtextextended(k, 0) % $2 + $2) % $2)::int4 AS id \
+                     FROM unnest($1::text[]) AS k \
+                   ) AS s ORDER BY s.id \
+                 ) AS l"
+            )
+            .into(),
+        };
         Keyed {
             store: self.clone(),
             options,
-            lock_table: Arc::new(OnceCell::new()),
+            lock_sql,
+            server: Arc::new(OnceCell::new()),
         }
     }
 }
@@ -265,10 +192,7 @@ impl Keyed {
     /// [`Error::Statement`] if the settings cannot be read, [`Error::BadRow`] if they
     /// do not parse.
     pub async fn lock_table(&self) -> Result<LockTable, Error> {
-        self.lock_table
-            .get_or_try_init(|| read_lock_table(&self.store))
-            .await
-            .copied()
+        Ok(self.server().await?.lock_table)
     }
 
     /// At most how many keys one transaction handles: [`KeyedOptions::chunk`], else
@@ -283,12 +207,22 @@ impl Keyed {
         }
     }
 
+    async fn server(&self) -> Result<&Server, Error> {
+        self.server
+            .get_or_try_init(|| read_server(&self.store))
+            .await
+    }
+
     /// Processes `keys` exactly once per key: for each chunk of the batch, in input
     /// order, one transaction takes the chunk's advisory locks in sorted hash order,
     /// runs `work(txn, chunk)` and commits. `work` writes only its chunk's items;
     /// giving `keys` as the items themselves (`K: AsRef<str>` returning the key) hands
-    /// it the items directly. Duplicate keys in a batch are fine (one lock each);
-    /// `work` sees them as given. An empty batch runs nothing.
+    /// it the items directly. An empty batch runs nothing.
+    ///
+    /// `work` is handed **each distinct key once**, at its first occurrence, in input
+    /// order: a later item with the same key is dropped before any transaction (so a
+    /// set-based insert of the chunk never books a key twice). `K: Clone` is only used
+    /// when the batch holds such repeats, to hand `work` a slice without them.
     ///
     /// Each transaction borrows one pooled connection for its duration only: keep
     /// `work` short (a few statements), since other workers wait for its keys.
@@ -326,6 +260,7 @@ impl Keyed {
     /// ```
     ///
     /// # Errors
+    /// [`KeyedError::NulInKey`] if a key holds a NUL byte (nothing runs),
     /// [`KeyedError::Work`] if `work` fails, [`KeyedError::OutOfLockSlots`] if the
     /// server's lock table has no room for a chunk's locks, [`KeyedError::Store`] if the
     /// database fails otherwise. The failing chunk is rolled back; earlier chunks stay
@@ -347,11 +282,13 @@ impl Keyed {
         mut work: F,
     ) -> Result<Processed<T>, KeyedError<E>>
     where
-        K: AsRef<str> + Sync,
+        K: AsRef<str> + Clone + Sync,
         F: for<'c> FnMut(&'c DatabaseTransaction, &'c [K]) -> FencedFuture<'c, T, E> + Send,
         T: Send,
         E: Send,
     {
+        let batch = Batch::new(keys).map_err(|NulAt(index)| KeyedError::NulInKey { index })?;
+        let keys = batch.keys();
         let mut processed = Processed {
             values: Vec::new(),
             locks: 0,
@@ -360,7 +297,8 @@ impl Keyed {
             return Ok(processed);
         }
         let store = |committed| move |source| KeyedError::Store { source, committed };
-        let lock_table = self.lock_table().await.map_err(store(0))?;
+        let server = self.server().await.map_err(store(0))?;
+        let lock_table = server.lock_table;
         let chunk = self
             .options
             .chunk
@@ -377,15 +315,15 @@ impl Keyed {
                 "keyed batch split into several transactions"
             );
         }
-        let mut committed = 0;
+        let mut done = 0;
         for part in keys.chunks(per_transaction) {
+            let committed = batch.done_through(done);
             let statement = |source| Error::statement("process keyed items", source);
             let txn = self
-                .store
                 .begin()
                 .await
                 .map_err(|e| store(committed)(statement(e)))?;
-            let locks = match self.lock(&txn, part).await {
+            let locks = match self.lock(&txn, part, &server.idle_guard).await {
                 Ok(locks) => locks,
                 Err(source) => {
                     // The locks (if any) vanish with the rollback; if the rollback fails
@@ -410,7 +348,7 @@ impl Keyed {
                     txn.commit()
                         .await
                         .map_err(|e| store(committed)(statement(e)))?;
-                    committed += part.len();
+                    done += part.len();
                     processed.values.push(value);
                     processed.locks += locks;
                 }
@@ -423,38 +361,37 @@ impl Keyed {
         Ok(processed)
     }
 
-    /// Takes the advisory locks of `keys` on `txn`, in sorted order; returns how many.
+    /// Begins a chunk's transaction. Directly on PostgreSQL that is a bare `BEGIN`: the
+    /// locking statement sets the idle guard. Behind a transaction pooler it is
+    /// [`PostgresStore::begin`], whose `DEALLOCATE ALL` must come before the named
+    /// statements that follow.
+    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+        if self.store.transaction_pooling() {
+            self.store.begin().await
+        } else {
+            self.store.connection().begin().await
+        }
+    }
+
+    /// Sets the idle guard on `txn` and takes the advisory locks of `keys`, in sorted
+    /// order; returns how many.
     async fn lock<K: AsRef<str>>(
         &self,
         txn: &DatabaseTransaction,
         keys: &[K],
+        idle_guard: &str,
     ) -> Result<u64, DbErr> {
         let names: Vec<String> = keys.iter().map(|k| k.as_ref().to_owned()).collect();
-        // The locking call is an output expression of the sorting query, not referenced
-        // by its ORDER BY: PostgreSQL evaluates it after the sort, row by row.
-        let statement = match self.options.stripes {
-            None => Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT count(*) AS locks FROM ( \
-                   SELECT pg_advisory_xact_lock(s.id) FROM ( \
-                     SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k \
-                   ) AS s ORDER BY s.id \
-                 ) AS l",
-                [names.into()],
-            ),
-            Some(stripes) => Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                format!(
-                    "SELECT count(*) AS locks FROM ( \
-                       SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id) FROM ( \
-                         SELECT DISTINCT ((hashtextextended(k, 0) % $2 + $2) % $2)::int4 AS id \
-                         FROM unnest($1::text[]) AS k \
-                       ) AS s ORDER BY s.id \
-                     ) AS l"
-                ),
-                [names.into(), i64::from(stripes.max(1)).into()],
-            ),
+        let values: Vec<Value> = match self.options.stripes {
+            None => vec![names.into(), idle_guard.into()],
+            Some(stripes) => vec![
+                names.into(),
+                i64::from(stripes.max(1)).into(),
+                idle_guard.into(),
+            ],
         };
+        let statement =
+            Statement::from_sql_and_values(DbBackend::Postgres, self.lock_sql.as_ref(), values);
         let row = txn
             .query_one_raw(statement)
             .await?
@@ -464,76 +401,45 @@ impl Keyed {
     }
 }
 
-async fn read_lock_table(store: &PostgresStore) -> Result<LockTable, Error> {
+/// Reads the lock table's settings, and the idle guard as the store's transactions
+/// set it: in such a transaction ([`PostgresStore::begin`]), rolled back after.
+async fn read_server(store: &PostgresStore) -> Result<Server, Error> {
     const OP: &str = "read the lock table settings";
-    let rows = store
-        .query(
-            OP,
+    let txn = store
+        .begin()
+        .await
+        .map_err(|source| Error::statement(OP, source))?;
+    let row = txn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
             "SELECT current_setting('max_locks_per_transaction')::int4 AS max_locks_per_transaction, \
                     current_setting('max_connections')::int4 AS max_connections, \
-                    current_setting('max_prepared_transactions')::int4 AS max_prepared_transactions",
-            Vec::new(),
-        )
-        .await?;
-    let row = rows.first().ok_or_else(|| Error::BadRow {
+                    current_setting('max_prepared_transactions')::int4 AS max_prepared_transactions, \
+                    current_setting('idle_in_transaction_session_timeout') AS idle_guard",
+        ))
+        .await
+        .map_err(|source| Error::statement(OP, source))?;
+    txn.rollback()
+        .await
+        .map_err(|source| Error::statement(OP, source))?;
+    let row = row.ok_or_else(|| Error::BadRow {
         operation: OP,
         source: DbErr::Custom("no row returned".to_owned()),
     })?;
-    let get = |column: &str| -> Result<u32, Error> {
-        let value: i32 = row.try_get("", column).map_err(|source| Error::BadRow {
-            operation: OP,
-            source,
-        })?;
-        u32::try_from(value).map_err(|e| Error::BadRow {
-            operation: OP,
-            source: DbErr::Custom(format!("{column} = {value}: {e}")),
-        })
+    let bad_row = |source| Error::BadRow {
+        operation: OP,
+        source,
     };
-    Ok(LockTable {
-        max_locks_per_transaction: get("max_locks_per_transaction")?,
-        max_connections: get("max_connections")?,
-        max_prepared_transactions: get("max_prepared_transactions")?,
+    let get = |column: &str| -> Result<u32, Error> {
+        let value: i32 = row.try_get("", column).map_err(bad_row)?;
+        u32::try_from(value).map_err(|e| bad_row(DbErr::Custom(format!("{column} = {value}: {e}"))))
+    };
+    Ok(Server {
+        lock_table: LockTable {
+            max_locks_per_transaction: get("max_locks_per_transaction")?,
+            max_connections: get("max_connections")?,
+            max_prepared_transactions: get("max_prepared_transactions")?,
+        },
+        idle_guard: row.try_get("", "idle_guard").map_err(bad_row)?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn table(max_locks_per_transaction: u32, max_connections: u32) -> LockTable {
-        LockTable {
-            max_locks_per_transaction,
-            max_connections,
-            max_prepared_transactions: 0,
-        }
-    }
-
-    #[test]
-    fn default_chunk_is_a_sixteenth_of_the_lock_table() {
-        // PostgreSQL's defaults.
-        assert_eq!(table(64, 100).slots(), 6_400);
-        assert_eq!(table(64, 100).default_chunk(), 400);
-        // The test server (max_connections = 200).
-        assert_eq!(table(64, 200).default_chunk(), 800);
-        // Prepared transactions hold locks too.
-        let prepared = LockTable {
-            max_prepared_transactions: 100,
-            ..table(64, 100)
-        };
-        assert_eq!(prepared.slots(), 12_800);
-    }
-
-    #[test]
-    fn default_chunk_stays_between_one_and_the_cap() {
-        assert_eq!(table(1_024, 1_000).default_chunk(), MAX_DEFAULT_CHUNK);
-        assert_eq!(table(10, 1).default_chunk(), 1);
-        assert_eq!(table(0, 0).default_chunk(), 1);
-    }
-
-    #[test]
-    fn options_never_hold_zero() {
-        let options = KeyedOptions::default().chunk(0).stripes(0);
-        assert_eq!(options.chunk, Some(1));
-        assert_eq!(options.stripes, Some(1));
-    }
 }

@@ -1,0 +1,10 @@
+//! `keyed_distinct_keys.rs` through PgBouncer in transaction pooling mode, with a server of its
+//! own (see `pgbouncer.rs`).
+
+// `test_postgres` in the included file means `test_postgres::through_pgbouncer`.
+extern crate self as test_postgres;
+extern crate test_postgres as harness;
+use harness::through_pgbouncer::*;
+
+#[path = "keyed_distinct_keys.rs"]
+mod keyed_distinct_keys;

@@ -1,0 +1,10 @@
+//! `keyed_idle_guard.rs` through PgBouncer in transaction pooling mode, with a server of its
+//! own (see `pgbouncer.rs`).
+
+// `test_postgres` in the included file means `test_postgres::through_pgbouncer`.
+extern crate self as test_postgres;
+extern crate test_postgres as harness;
+use harness::through_pgbouncer::*;
+
+#[path = "keyed_idle_guard.rs"]
+mod keyed_idle_guard;
