@@ -111,11 +111,17 @@ pub struct Holder(String);
 
 impl Holder {
     /// A fresh holder for one acquisition.
+    ///
+    /// `host:pid:random`: the host name and process id are read once per process
+    /// (a system call per holder was a tenth of the loop's CPU at 10,000 jobs).
     pub fn generate() -> Self {
-        let host = gethostname::gethostname();
-        let host = host.to_string_lossy();
+        static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let prefix = PREFIX.get_or_init(|| {
+            let host = gethostname::gethostname();
+            format!("{}:{}", host.to_string_lossy(), std::process::id())
+        });
         let bits: u64 = rand::random();
-        Self(format!("{host}:{}:{bits:016x}", std::process::id()))
+        Self(format!("{prefix}:{bits:016x}"))
     }
 
     /// A holder as read back from a store. Stores only; nothing checks its shape.
@@ -289,6 +295,11 @@ pub struct Taken {
     /// missing if the row changed under the statement). The runtime uses it to know
     /// when a retry could succeed; it never decides ownership.
     pub held: Vec<Held>,
+    /// The store's clock while the take ran, when the store reports it: the runtime
+    /// estimates its offset to the store from it instead of reading the clock
+    /// separately. `None` is always correct (the runtime then reads
+    /// [`Store::now`](crate::Store::now) when it needs to).
+    pub now: Option<DateTime<Utc>>,
 }
 
 /// The state of a lease that a take did not win.

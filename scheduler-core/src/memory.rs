@@ -172,7 +172,10 @@ impl Store for MemoryStore {
         }
         let expires_at = now + delta(ttl);
         let mut rows = self.lock();
-        let mut taken = Taken::default();
+        let mut taken = Taken {
+            now: Some(now),
+            ..Taken::default()
+        };
         for req in requests {
             let fresh = Row {
                 holder: req.holder.clone(),

@@ -57,10 +57,11 @@ impl Sql {
                WHERE {decide} \
              RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
              ) \
-             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed FROM won \
+             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, now() AS now \
+             FROM won \
              UNION ALL \
              SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
-                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL \
+                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, now() \
              FROM {t} h JOIN req ON h.name = req.name \
              WHERE NOT EXISTS (SELECT 1 FROM won WHERE won.name = h.name)",
             pre = free("h", "req.tick"),

@@ -129,6 +129,13 @@ impl PostgresStore {
         self.session.pooling() == Pooling::Transaction
     }
 
+    /// The take, renew and release statements' text, in that order: for tests that
+    /// look at their plans. Not part of the API.
+    #[doc(hidden)]
+    pub fn lease_sql(&self) -> [&str; 3] {
+        [&self.sql.take, &self.sql.renew, &self.sql.release]
+    }
+
     /// Begins a transaction on the store's pool, for the app's own statements too.
     ///
     /// Behind a transaction pooler ([`PostgresOptions::transaction_pooling`]) it first
@@ -206,6 +213,9 @@ impl Store for PostgresStore {
             .await?;
         let mut taken = Taken::default();
         for row in &rows {
+            if taken.now.is_none() {
+                taken.now = Some(time(row, "now", "take leases")?);
+            }
             if get::<bool>(row, "won", "take leases")? {
                 taken.won.push(lease_from_row(row)?);
             } else {

@@ -242,10 +242,17 @@ impl scheduler_core::Store for SqliteStore {
             .query_all_raw(stmt(&self.sql.held, vec![batch.into()]))
             .await
             .map_err(fail)?;
+        // The clock the upsert decided on, for the runtime's offset (no network: a
+        // statement on the open transaction).
+        let now = txn
+            .query_one_raw(stmt(&self.sql.now, Vec::new()))
+            .await
+            .map_err(fail)?;
         txn.commit().await.map_err(fail)?;
         Ok(Taken {
             won: won.iter().map(lease_from_row).collect::<Result<_>>()?,
             held: held.iter().map(held_from_row).collect::<Result<_>>()?,
+            now: now.map(|row| time(&row, "now", OP)).transpose()?,
         })
     }
 

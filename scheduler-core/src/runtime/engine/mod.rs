@@ -2,9 +2,15 @@
 //! each job's [`JobTicks`]. The decisions about ticks live in `ticks.rs`, the store
 //! clock in `store_clock.rs`, logging and counting in `observe.rs`.
 //!
-//! Three kinds of store call, each with its own retry: takes (due ticks, one batch
-//! per turn), renewals (driven by lease expiry: never held up by a failing take) and
-//! releases (flushed as runs end, during the shutdown drain too).
+//! Three kinds of store call, each with its own retry: takes (due ticks, in chunks of
+//! [`TAKE_CHUNK`] whose runs start as each chunk is answered), renewals (driven by
+//! lease expiry, only while a lease is held: never held up by a failing take) and
+//! releases (coalesced for [`RELEASE_LINGER`], always sent before a take, during the
+//! shutdown drain too).
+//!
+//! The store's clock is learnt from the takes' own answers ([`Taken::now`]); it is
+//! read on its own only at start-up and when no sample is fresh, with a take or a
+//! renewal: an instance that holds nothing sends nothing between its ticks.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -14,10 +20,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{debug, info, warn};
 
 mod runs;
 mod shutdown;
+mod takes;
 
 use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
@@ -27,12 +34,27 @@ use super::ticks::{JobTicks, Polling, TickEvent};
 use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error};
 use crate::job::Duplicate;
-use crate::lease::{LeaseKey, Release, TakeRequest};
+use crate::lease::{LeaseKey, Release};
 
 type RunResult = (usize, Result<(), BoxError>);
 
 /// How long cancelled runs get to return at shutdown before they are aborted.
 const CANCEL_NOTICE: Duration = Duration::from_secs(1);
+
+/// The most leases one take statement asks for. A tick of 10,000 jobs is taken in
+/// chunks, and each chunk's runs start as soon as it is answered instead of after
+/// one statement for all (about 100 names per statement is where a statement's
+/// fixed cost stops mattering).
+const TAKE_CHUNK: usize = 100;
+
+/// How long a finished run's release waits for others to join it in one statement
+/// (at most an eighth of the ttl). A take never waits for it: pending releases go
+/// out first.
+const RELEASE_LINGER: Duration = Duration::from_millis(20);
+
+/// How old the last clock sample may grow before a take or renewal also reads the
+/// store's clock on its own (the takes' answers normally keep it fresh).
+const CLOCK_STALE: Duration = Duration::from_secs(600);
 
 pub(super) struct Engine {
     s: Scheduler,
@@ -41,9 +63,14 @@ pub(super) struct Engine {
     by_task: HashMap<Id, usize>,
     /// Releases not yet acknowledged by the store.
     to_release: Vec<(LeaseKey, Release)>,
+    /// Since when `to_release` has not been empty.
+    release_since: Option<Instant>,
+    release_linger: Duration,
     leases: Gate,
     clock_gate: Gate,
     clock: StoreClock,
+    /// When the clock was last sampled.
+    sampled: Instant,
     take: Retry,
     release: Retry,
     renew_fails: Backoff,
@@ -64,9 +91,12 @@ impl Engine {
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             to_release: Vec::new(),
+            release_since: None,
+            release_linger: RELEASE_LINGER.min(s.settings.ttl.get() / 8),
             leases: Gate::new(limit, s.observe.clone()),
             clock_gate: Gate::new(limit, s.observe.clone()),
             clock: StoreClock::default(),
+            sampled: Instant::now(),
             take: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             release: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             renew_fails: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
@@ -99,40 +129,55 @@ impl Engine {
     async fn sync_clock(&mut self) -> bool {
         let local = self.s.settings.clock;
         let store = self.s.store.clone();
-        let before = local.now();
         let read = self
             .clock_gate
-            .try_run("now", async move { store.now().await })
+            .try_run("now", async move {
+                let before = local.now();
+                let db = store.now().await?;
+                Ok((before, db, local.now()))
+            })
             .await;
-        let Some(read) = read else {
-            return false;
-        };
         match read {
-            Ok(db) => {
-                match self.clock.sample(before, local.now(), db) {
-                    Sample::Taken { offset, moved } => {
-                        if moved {
-                            info!(
-                                offset_ms = offset.num_milliseconds(),
-                                "clock offset to the store"
-                            );
-                        }
-                        let seconds = offset.num_microseconds().unwrap_or(0) as f64 / 1e6;
-                        self.s.observe.clock_offset(seconds);
-                    }
-                    Sample::Discarded { rtt, best } => debug!(
-                        round_trip_ms = rtt.num_milliseconds(),
-                        best_ms = best.num_milliseconds(),
-                        "clock sample discarded: its round trip was too long"
-                    ),
-                }
+            None => false,
+            Some(Ok((before, db, after))) => {
+                self.note_sample(before, after, db);
                 true
             }
-            Err(err) => {
+            Some(Err(err)) => {
                 debug!(error = %err, "reading the store's clock failed");
                 false
             }
         }
+    }
+
+    /// A reading `db` of the store's clock, made between the local instants `before`
+    /// and `after`.
+    fn note_sample(&mut self, before: DateTime<Utc>, after: DateTime<Utc>, db: DateTime<Utc>) {
+        self.sampled = Instant::now();
+        match self.clock.sample(before, after, db) {
+            Sample::Taken { offset, moved } => {
+                if moved {
+                    info!(
+                        offset_ms = offset.num_milliseconds(),
+                        "clock offset to the store"
+                    );
+                }
+                let seconds = offset.num_microseconds().unwrap_or(0) as f64 / 1e6;
+                self.s.observe.clock_offset(seconds);
+            }
+            Sample::Discarded { rtt, best } => debug!(
+                round_trip_ms = rtt.num_milliseconds(),
+                best_ms = best.num_milliseconds(),
+                "clock sample discarded: its round trip was too long"
+            ),
+        }
+    }
+
+    /// Whether this instance holds a lease it still renews.
+    fn holds_any(&self) -> bool {
+        self.jobs
+            .iter()
+            .any(|j| j.running().is_some_and(|r| !r.lost))
     }
 
     pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>) {
@@ -180,28 +225,48 @@ impl Engine {
         self.drain().await;
     }
 
-    /// One turn of the loop: renew (when due), release what ended, take due ticks,
-    /// notice leases that expired unrenewed.
+    /// One turn of the loop: renew (when due and something is held), release what
+    /// ended (at once if a take follows, else once the linger is over), take due
+    /// ticks, notice leases that expired unrenewed.
     async fn turn(&mut self) {
-        if Instant::now() >= self.next_renew {
+        if Instant::now() >= self.next_renew && self.holds_any() {
             self.renew().await;
         }
-        if !self.to_release.is_empty() && self.release.ready() {
-            self.flush_releases().await;
+        let due = if self.take.ready() {
+            self.collect_due()
+        } else {
+            Vec::new()
+        };
+        if self.to_release.is_empty() {
+            self.release_since = None;
+        } else {
+            let since = *self.release_since.get_or_insert_with(Instant::now);
+            let lingered = since.elapsed() >= self.release_linger;
+            if self.release.ready() && (lingered || !due.is_empty()) {
+                self.flush_releases().await;
+                if self.to_release.is_empty() {
+                    self.release_since = None;
+                }
+            }
         }
-        if self.take.ready() {
-            self.take_due().await;
+        if !due.is_empty() {
+            self.take_due(due).await;
         }
         self.expire_unrenewed();
     }
 
     fn next_wake(&self) -> Instant {
         let (now, db_now) = (Instant::now(), self.db_now());
-        let mut wake = self.next_renew;
-        if !self.to_release.is_empty()
-            && let Some(at) = self.release.at
-        {
-            wake = wake.min(at);
+        // Far off when nothing needs the loop (the select also wakes on runs ending).
+        let mut wake = now + Duration::from_secs(3600);
+        if self.holds_any() {
+            wake = wake.min(self.next_renew);
+        }
+        if !self.to_release.is_empty() {
+            let lingered = self
+                .release_since
+                .map_or(now, |since| since + self.release_linger);
+            wake = wake.min(self.release.at.map_or(lingered, |at| at.max(lingered)));
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
@@ -211,69 +276,6 @@ impl Engine {
             wake = wake.min(at.max(not_before));
         }
         wake
-    }
-
-    /// Takes every due tick in one store call.
-    async fn take_due(&mut self) {
-        let now = self.db_now();
-        let mut requests = Vec::new();
-        let mut asked = Vec::new();
-        let mut events = Vec::new();
-        for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
-            if let Some((tick, holder)) = job.due(&e.cadence, now, &mut events) {
-                requests.push(TakeRequest {
-                    name: e.lease.clone(),
-                    tick,
-                    holder,
-                });
-                asked.push(i);
-            }
-            report(&self.s, &mut self.to_release, i, &mut events);
-        }
-        if requests.is_empty() {
-            return;
-        }
-        let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
-        let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
-        let call = async move { store.take(&requests, ttl).await }.instrument(span);
-        let taken = self.leases.run("take", call).await;
-        let taken = match taken {
-            Ok(taken) => taken,
-            Err(err) => {
-                for i in asked {
-                    self.jobs[i].on_unanswered();
-                }
-                let delay = self.take.failed(self.s.settings.retry_cap);
-                self.store_failed("taking due leases", &err, delay);
-                return;
-            }
-        };
-        self.take.ok();
-        self.store_ok();
-        // Decided on the store's clock when the answer came.
-        let answered = self.db_now();
-        let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
-        let refused: HashMap<_, _> = taken
-            .held
-            .into_iter()
-            .map(|h| (h.name.clone(), h))
-            .collect();
-        for i in asked {
-            let e = &self.s.entries[i];
-            match won.remove(&e.lease) {
-                Some(lease) => self.start(i, lease, answered),
-                None => {
-                    self.jobs[i].on_refused(
-                        &e.cadence,
-                        refused.get(&e.lease),
-                        answered,
-                        self.polling,
-                        &mut events,
-                    );
-                    report(&self.s, &mut self.to_release, i, &mut events);
-                }
-            }
-        }
     }
 
     /// Sends the queued releases, one call per kind and round. A batch names each
@@ -322,7 +324,9 @@ impl Engine {
     /// are doing.
     async fn renew(&mut self) {
         let renew_every = self.s.settings.renew_every;
-        self.sync_clock().await;
+        if self.sampled.elapsed() >= CLOCK_STALE {
+            self.sync_clock().await;
+        }
         let ours: Vec<(usize, LeaseKey)> = self
             .jobs
             .iter()

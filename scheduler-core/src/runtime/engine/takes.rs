@@ -1,0 +1,106 @@
+//! Takes: the due ticks, asked for in chunks whose runs start as each is answered.
+
+use std::collections::HashMap;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{CLOCK_STALE, Engine, TAKE_CHUNK, report};
+use crate::lease::{TakeRequest, Taken};
+
+impl Engine {
+    /// The jobs with a tick to take now, with their requests, in job order.
+    pub(super) fn collect_due(&mut self) -> Vec<(usize, TakeRequest)> {
+        let now = self.db_now();
+        let mut due = Vec::new();
+        let mut events = Vec::new();
+        for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
+            if let Some((tick, holder)) = job.due(&e.cadence, now, &mut events) {
+                let name = e.lease.clone();
+                due.push((i, TakeRequest { name, tick, holder }));
+            }
+            report(&self.s, &mut self.to_release, i, &mut events);
+        }
+        due
+    }
+
+    /// Takes the due ticks in chunks of [`TAKE_CHUNK`], one store call each, and
+    /// starts each chunk's runs as soon as it is answered. After a failed chunk the
+    /// rest wait for the take's backoff (they were never sent: still simply due).
+    pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
+        let mut due = due.into_iter().peekable();
+        while due.peek().is_some() {
+            let (asked, requests): (Vec<usize>, Vec<TakeRequest>) =
+                due.by_ref().take(TAKE_CHUNK).unzip();
+            if !self.take_chunk(asked, requests).await {
+                return;
+            }
+        }
+        if self.sampled.elapsed() >= CLOCK_STALE {
+            self.sync_clock().await;
+        }
+    }
+
+    /// One take call for `requests` (of the jobs `asked`). Returns whether it was
+    /// answered.
+    async fn take_chunk(&mut self, asked: Vec<usize>, requests: Vec<TakeRequest>) -> bool {
+        let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
+        let (store, ttl, local) = (
+            self.s.store.clone(),
+            self.s.settings.ttl,
+            self.s.settings.clock,
+        );
+        let call = async move {
+            let before = local.now();
+            let taken = store.take(&requests, ttl).await?;
+            Ok((before, taken, local.now()))
+        }
+        .instrument(span);
+        let (before, taken, after): (_, Taken, _) = match self.leases.run("take", call).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                for i in asked {
+                    self.jobs[i].on_unanswered();
+                }
+                let delay = self.take.failed(self.s.settings.retry_cap);
+                self.store_failed("taking due leases", &err, delay);
+                return false;
+            }
+        };
+        self.take.ok();
+        self.store_ok();
+        if let Some(db) = taken.now {
+            self.note_sample(before, after, db);
+        }
+        // Renewals start a renewal period after the first lease is won.
+        if !taken.won.is_empty() && !self.holds_any() {
+            self.next_renew = Instant::now() + self.s.settings.renew_every;
+        }
+        // Decided on the store's clock when the answer came.
+        let answered = self.db_now();
+        let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
+        let refused: HashMap<_, _> = taken
+            .held
+            .into_iter()
+            .map(|h| (h.name.clone(), h))
+            .collect();
+        let mut events = Vec::new();
+        for i in asked {
+            let e = &self.s.entries[i];
+            match won.remove(&e.lease) {
+                Some(lease) => self.start(i, lease, answered),
+                None => {
+                    self.jobs[i].on_refused(
+                        &e.cadence,
+                        refused.get(&e.lease),
+                        answered,
+                        self.polling,
+                        &mut events,
+                    );
+                    report(&self.s, &mut self.to_release, i, &mut events);
+                }
+            }
+        }
+        true
+    }
+}

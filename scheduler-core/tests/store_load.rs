@@ -1,0 +1,252 @@
+//! The load an instance puts on its store: one take and at most one release per
+//! tick, nothing at all between ticks while it holds no lease, and big ticks taken
+//! in chunks whose runs start as each chunk is answered.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use scheduler_core::counted::{CallCounts, Counted};
+use scheduler_core::{
+    BoxError, Idempotent, JobContext, LeaseKey, LeaseName, LocalClock, MemoryStore, Outcome,
+    Release, Renewed, Schedule, Scheduler, Store, TakeRequest, Taken, Ttl,
+};
+use tokio::time::Instant;
+
+/// A job every `every` whose body takes `body`, recording when each run started
+/// and how late after its tick (on `clock`, the store's clock).
+struct Timed {
+    name: String,
+    every: Duration,
+    body: Duration,
+    clock: LocalClock,
+    starts: Arc<Mutex<Vec<(Instant, TimeDelta)>>>,
+}
+
+impl Timed {
+    fn new(name: impl Into<String>, every: Duration, body: Duration, clock: LocalClock) -> Self {
+        Self {
+            name: name.into(),
+            every,
+            body,
+            clock,
+            starts: Arc::default(),
+        }
+    }
+}
+
+#[scheduler_core::async_trait]
+impl Idempotent for Timed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn schedule(&self) -> Schedule {
+        Schedule::every(self.every)
+    }
+    async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+        let late = self.clock.now() - ctx.tick().at();
+        self.starts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now(), late));
+        tokio::time::sleep(self.body).await;
+        Ok(())
+    }
+}
+
+fn counted() -> (Arc<Counted<MemoryStore>>, CallCounts, LocalClock) {
+    let memory = MemoryStore::new();
+    let clock = memory.clock();
+    let store = Arc::new(Counted::new(memory));
+    let calls = store.calls();
+    (store, calls, clock)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_instance_sends_nothing_between_ticks() {
+    // One job a minute, done in 10 ms: between ticks this instance holds nothing, so it
+    // has nothing to renew, and its takes tell it the store's time.
+    let (store, calls, clock) = counted();
+    let scheduler = Scheduler::builder(store)
+        .node_id("a")
+        .job(Timed::new(
+            "minutely",
+            Duration::from_secs(60),
+            Duration::from_millis(10),
+            clock,
+        ))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(
+            Duration::from_secs(600) + Duration::from_millis(500),
+        ))
+        .await;
+    let runs = stats.count("minutely", Outcome::Ran);
+    assert!(runs >= 10, "ran {runs} times in ten minutes");
+    let (takes, renewals, releases, reads) = (
+        calls.takes(),
+        calls.renewals(),
+        calls.releases(),
+        calls.clock_reads(),
+    );
+    assert_eq!(
+        (takes, renewals, releases),
+        (runs, 0, runs),
+        "one take and one release per tick, no renewal (takes, renewals, releases)"
+    );
+    assert!(
+        reads <= 2,
+        "the store's clock is read at start-up only, then learnt from the takes: {reads} reads"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_ending_within_milliseconds_are_released_in_one_statement() {
+    // Twenty jobs every second whose runs end 1 ms apart.
+    let (store, calls, clock) = counted();
+    let mut builder = Scheduler::builder(store).node_id("a");
+    for i in 0..20u64 {
+        builder = builder.job(Timed::new(
+            format!("job-{i:02}"),
+            Duration::from_secs(1),
+            Duration::from_millis(200 + i),
+            clock,
+        ));
+    }
+    let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(10_500)))
+        .await;
+    let ticks = stats.count("job-00", Outcome::Ran);
+    assert!(ticks >= 10, "ran {ticks} ticks");
+    for i in 0..20 {
+        let ran = stats.count(&format!("job-{i:02}"), Outcome::Ran);
+        assert_eq!(ran, ticks, "job-{i:02} ran every tick");
+    }
+    assert_eq!(calls.takes(), ticks, "one take per tick");
+    assert_eq!(
+        calls.releases(),
+        ticks,
+        "the releases of one tick's runs coalesce into one statement"
+    );
+    assert_eq!(calls.renewals(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_take_goes_out_after_the_instances_own_pending_release() {
+    // A run that ends 5 ms before the next tick: its release is still lingering when
+    // that tick comes due, and must reach the store before the take, or the take meets
+    // this instance's own lease and waits a quarter of the window.
+    let (store, _calls, clock) = counted();
+    let job = Timed::new(
+        "tight",
+        Duration::from_secs(1),
+        Duration::from_millis(995),
+        clock,
+    );
+    let starts = job.starts.clone();
+    let scheduler = Scheduler::builder(store)
+        .node_id("a")
+        .job(job)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(10_500)))
+        .await;
+    assert_eq!(stats.count("tight", Outcome::HeldElsewhere), 0);
+    let starts = starts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(starts.len() >= 10, "ran {} ticks", starts.len());
+    // Virtual time: each run starts on its tick (the first, at start-up, late).
+    for (k, (_, late)) in starts.iter().enumerate().skip(1) {
+        assert!(
+            late.num_milliseconds() < 50,
+            "run {k} started {late} after its tick"
+        );
+    }
+}
+
+/// A store whose takes take 50 ms each, recording each take's size and answer time.
+#[derive(Debug)]
+struct SlowTakes {
+    inner: MemoryStore,
+    takes: Mutex<Vec<(usize, Instant)>>,
+}
+
+#[scheduler_core::async_trait]
+impl Store for SlowTakes {
+    async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let taken = self.inner.take(requests, ttl).await;
+        self.takes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((requests.len(), Instant::now()));
+        taken
+    }
+    async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> scheduler_core::Result<Vec<Renewed>> {
+        self.inner.renew(leases, ttl).await
+    }
+    async fn release(
+        &self,
+        leases: &[LeaseKey],
+        how: Release,
+    ) -> scheduler_core::Result<Vec<LeaseName>> {
+        self.inner.release(leases, how).await
+    }
+    async fn now(&self) -> scheduler_core::Result<chrono::DateTime<chrono::Utc>> {
+        self.inner.now().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
+    let store = Arc::new(SlowTakes {
+        inner: MemoryStore::new(),
+        takes: Mutex::default(),
+    });
+    let clock = store.inner.clock();
+    let mut builder = Scheduler::builder(store.clone()).node_id("a");
+    let mut starts = Vec::new();
+    for i in 0..250 {
+        let job = Timed::new(
+            format!("job-{i:03}"),
+            Duration::from_secs(60),
+            Duration::from_millis(1),
+            clock,
+        );
+        starts.push(job.starts.clone());
+        builder = builder.job(job);
+    }
+    let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(5)))
+        .await;
+    let takes = store
+        .takes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let sizes: Vec<usize> = takes.iter().map(|(n, _)| *n).collect();
+    assert_eq!(sizes, [100, 100, 50], "the tick's takes, by size");
+    let first_run = starts
+        .iter()
+        .filter_map(|s| {
+            let starts = s.lock().unwrap_or_else(|e| e.into_inner());
+            starts.first().map(|(at, _)| *at)
+        })
+        .min()
+        .unwrap_or_else(|| panic!("nothing ran"));
+    let last_answer = takes[2].1;
+    assert!(
+        first_run < last_answer,
+        "the first chunk's runs start before the last chunk is answered"
+    );
+    for i in 0..250 {
+        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Ran), 1);
+    }
+}
