@@ -18,8 +18,8 @@ pub(crate) fn get<T: sea_orm::TryGetable>(
         .map_err(|source| Error::BadRow { operation, source })
 }
 
-/// Reads a `timestamptz` column, checking its range first
-/// ([`timestamp_out_of_range`]): a value set by hand must not panic.
+/// Reads a `timestamptz` column from its raw value, range included
+/// ([`decode_time`]): a value set by hand must not panic.
 pub(crate) fn time(row: &QueryResult, col: &str, operation: &'static str) -> Result<DateTime<Utc>> {
     time_or_clamp(row, col, operation, false)
 }
@@ -37,18 +37,20 @@ fn time_or_clamp(
     operation: &'static str,
     clamp: bool,
 ) -> Result<DateTime<Utc>> {
-    match timestamp_out_of_range(row, col) {
-        Some(beyond) if clamp => Ok(match beyond {
+    match decode_time(row, col) {
+        Decoded::Time(at) => Ok(at),
+        Decoded::Beyond(beyond) if clamp => Ok(match beyond {
             OutOfRange::Infinity | OutOfRange::Future => DateTime::<Utc>::MAX_UTC,
             OutOfRange::MinusInfinity | OutOfRange::Past => DateTime::<Utc>::MIN_UTC,
         }),
-        Some(_) => Err(Error::BadRow {
+        Decoded::Beyond(_) => Err(Error::BadRow {
             operation,
             source: DbErr::Custom(format!(
                 "column \"{col}\" holds a timestamp out of range (infinity?)"
             )),
         }),
-        None => get(row, col, operation),
+        // NULL, a missing column, another type: the typed read says what is wrong.
+        Decoded::Other => get(row, col, operation),
     }
 }
 
@@ -65,41 +67,63 @@ pub(crate) enum OutOfRange {
     Past,
 }
 
-/// Whether `row`'s `timestamptz` column `col` holds a value chrono cannot: sqlx
+/// What a `timestamptz` column's raw value decodes to.
+enum Decoded {
+    Time(DateTime<Utc>),
+    Beyond(OutOfRange),
+    /// NULL, missing, not binary or not a `timestamptz`.
+    Other,
+}
+
+/// Decodes `row`'s `timestamptz` column `col` from its raw binary value, once: sqlx
 /// decodes a timestamp by adding its microseconds to 2000-01-01 with chrono's
-/// panicking `+`, so such a value (set by hand) would panic when read. `None` for a
-/// value in range, a NULL, or a column that is not a binary `timestamptz`.
-pub(crate) fn timestamp_out_of_range(row: &QueryResult, col: &str) -> Option<OutOfRange> {
+/// panicking `+`, so a value beyond chrono's range (set by hand) must be caught
+/// before sqlx sees it; reading the eight bytes here does both in one look-up.
+fn decode_time(row: &QueryResult, col: &str) -> Decoded {
     use sea_orm::sqlx::postgres::{PgValueFormat, Postgres};
     use sea_orm::sqlx::{Row, Type, ValueRef};
     /// 2000-01-01, PostgreSQL's epoch, in microseconds since 1970-01-01.
     const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
-    let raw = row.try_as_pg_row()?.try_get_raw(col).ok()?;
+    let Some(raw) = row
+        .try_as_pg_row()
+        .and_then(|row| row.try_get_raw(col).ok())
+    else {
+        return Decoded::Other;
+    };
     if raw.is_null()
         || raw.format() != PgValueFormat::Binary
         || !<DateTime<Utc> as Type<Postgres>>::compatible(&raw.type_info())
     {
-        return None;
+        return Decoded::Other;
     }
     let micros = raw
         .as_bytes()
         .ok()
         .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
         .map(i64::from_be_bytes);
-    let in_range = micros
+    let at = micros
         .and_then(|us| us.checked_add(PG_EPOCH_MICROS))
-        .and_then(DateTime::from_timestamp_micros)
-        .is_some();
-    if in_range {
-        return None;
+        .and_then(DateTime::from_timestamp_micros);
+    if let Some(at) = at {
+        return Decoded::Time(at);
     }
     // PostgreSQL stores the infinities as the extreme values.
-    Some(match micros {
+    Decoded::Beyond(match micros {
         Some(i64::MAX) => OutOfRange::Infinity,
         Some(i64::MIN) => OutOfRange::MinusInfinity,
         Some(us) if us < 0 => OutOfRange::Past,
         _ => OutOfRange::Future,
     })
+}
+
+/// Whether `row`'s `timestamptz` column `col` holds a value chrono cannot (see
+/// [`decode_time`]). `None` for a value in range, a NULL, or a column that is not a
+/// binary `timestamptz`.
+pub(crate) fn timestamp_out_of_range(row: &QueryResult, col: &str) -> Option<OutOfRange> {
+    match decode_time(row, col) {
+        Decoded::Beyond(beyond) => Some(beyond),
+        Decoded::Time(_) | Decoded::Other => None,
+    }
 }
 
 /// A won lease of a take's answer.
