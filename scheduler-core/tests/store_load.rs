@@ -54,9 +54,12 @@ impl Idempotent for Timed {
     }
 }
 
+/// A memory store (counted) whose clock starts half a second into a minute, so that
+/// every test sees its ticks fall at the same instants.
 fn counted() -> (Arc<Counted<MemoryStore>>, CallCounts, LocalClock) {
-    let memory = MemoryStore::new();
-    let clock = memory.clock();
+    let start = chrono::DateTime::from_timestamp_millis(1_800_000_000_500).unwrap_or_default();
+    let clock = LocalClock::starting_at(start);
+    let memory = MemoryStore::with_clock(clock);
     let store = Arc::new(Counted::new(memory));
     let calls = store.calls();
     (store, calls, clock)
@@ -118,7 +121,7 @@ async fn runs_ending_within_milliseconds_are_released_in_one_statement() {
     let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
     let stats = scheduler.stats();
     scheduler
-        .run_until(tokio::time::sleep(Duration::from_millis(10_500)))
+        .run_until(tokio::time::sleep(Duration::from_millis(10_250)))
         .await;
     let ticks = stats.count("job-00", Outcome::Ran);
     assert!(ticks >= 10, "ran {ticks} ticks");
@@ -155,7 +158,7 @@ async fn a_take_goes_out_after_the_instances_own_pending_release() {
         .unwrap_or_else(|e| panic!("{e}"));
     let stats = scheduler.stats();
     scheduler
-        .run_until(tokio::time::sleep(Duration::from_millis(10_500)))
+        .run_until(tokio::time::sleep(Duration::from_millis(10_250)))
         .await;
     assert_eq!(stats.count("tight", Outcome::HeldElsewhere), 0);
     let starts = starts.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -248,5 +251,43 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
     );
     for i in 0..250 {
         assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Ran), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_tick_is_taken_ahead_so_its_runs_start_on_time() {
+    // 250 jobs a minute, takes of 50 ms each: the tick at start-up is taken late, in
+    // three chunks; the next ones are taken that long ahead of their instant, and
+    // every run waits for its instant.
+    let (_, _, clock) = counted();
+    let store = Arc::new(SlowTakes {
+        inner: MemoryStore::with_clock(clock),
+        takes: Mutex::default(),
+    });
+    let mut builder = Scheduler::builder(store.clone()).node_id("a");
+    let mut starts = Vec::new();
+    for i in 0..250 {
+        let job = Timed::new(
+            format!("job-{i:03}"),
+            Duration::from_secs(60),
+            Duration::from_millis(1),
+            clock,
+        );
+        starts.push(job.starts.clone());
+        builder = builder.job(job);
+    }
+    let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(150)))
+        .await;
+    for (i, s) in starts.iter().enumerate() {
+        let s = s.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(s.len(), 3, "job {i} ran at start-up and on two ticks");
+        for (_, late) in &s[1..] {
+            assert!(
+                *late >= TimeDelta::zero() && *late < TimeDelta::milliseconds(5),
+                "job {i}: a run began {late} after its tick"
+            );
+        }
     }
 }

@@ -37,8 +37,12 @@ impl StoreClock {
     }
 
     /// A clock read: the local clock read `before` and `after` the call, the store
-    /// answered `store`. The read happened somewhere within the round trip; the
-    /// midpoint is off by up to half of it. A read stuck behind a pool wait or a
+    /// answered `store`. The read happened somewhere within the round trip; it is
+    /// taken to have happened at its end, so the estimate of the store's time errs
+    /// late, by at most the round trip, and never early: a tick is not taken, nor
+    /// its run begun, before its instant on the store's clock. (A take's `now()` is
+    /// read at the statement's start: a midpoint would put the store ahead by half
+    /// the statement.) A read stuck behind a pool wait or a
     /// stalled server would shift the schedule by seconds (and take ticks early): such
     /// a sample is discarded while a good offset is known, unless round trips stay
     /// long (the network changed).
@@ -66,7 +70,7 @@ impl StoreClock {
         });
         self.discarded = 0;
         self.taken = self.taken.saturating_add(1);
-        let offset = store - (before + rtt / 2);
+        let offset = store - after;
         let moved = (offset - self.offset).num_milliseconds().abs() > 1000;
         self.offset = offset;
         Sample::Taken { offset, moved }
@@ -83,13 +87,23 @@ mod tests {
     }
 
     /// A read sent at local `sent`, taking `rtt` ms, answered by a store whose clock
-    /// is `ahead` ms ahead, read at the midpoint.
+    /// is `ahead` ms ahead, read at the end of the round trip.
     fn read(c: &mut StoreClock, sent: i64, rtt: i64, ahead: i64) -> Sample {
-        c.sample(ms(sent), ms(sent + rtt), ms(sent + rtt / 2 + ahead))
+        c.sample(ms(sent), ms(sent + rtt), ms(sent + rtt + ahead))
     }
 
     #[test]
-    fn the_offset_is_measured_at_the_midpoint() {
+    fn the_offset_errs_late_by_at_most_the_round_trip() {
+        let mut c = StoreClock::default();
+        // Read at the start of a 10 ms round trip (a take's `now()`): estimated 10 ms
+        // late, never early.
+        assert_eq!(
+            c.sample(ms(1000), ms(1010), ms(3500)),
+            Sample::Taken {
+                offset: TimeDelta::milliseconds(2490),
+                moved: true
+            }
+        );
         let mut c = StoreClock::default();
         assert_eq!(
             read(&mut c, 1000, 10, 2500),

@@ -80,6 +80,9 @@ pub(crate) enum TickEvent {
 #[derive(Debug, Clone)]
 struct Pending {
     tick: Tick,
+    /// When its run may begin (store clock): the tick's instant plus its jitter. A
+    /// take may be answered before it (see [`JobTicks::due`]).
+    fire_at: DateTime<Utc>,
     /// The holder every take of this tick asks as: a take whose answer was lost is
     /// recognised as won when it is retried.
     holder: Holder,
@@ -95,6 +98,8 @@ struct Pending {
 #[derive(Debug)]
 pub(crate) struct Running {
     pub(crate) lease: Lease,
+    /// When the run begins (store clock): when the take was answered, or the tick's
+    /// fire time if the take was answered ahead of it.
     pub(crate) started: DateTime<Utc>,
     pub(crate) cancel: CancellationToken,
     /// The lease was lost while it ran: it is neither renewed nor released.
@@ -122,13 +127,14 @@ impl JobTicks {
         self.pending = cadence
             .schedule
             .latest_at_or_before(now, window)
-            .map(Self::fresh);
+            .map(|tick| Self::fresh(tick, tick.at()));
         self.advance_from(cadence, now);
     }
 
-    fn fresh(tick: Tick) -> Pending {
+    fn fresh(tick: Tick, fire_at: DateTime<Utc>) -> Pending {
         Pending {
             tick,
+            fire_at,
             holder: Holder::generate(),
             refused: false,
             unanswered: false,
@@ -157,15 +163,29 @@ impl JobTicks {
 
     /// The tick to take now, with the holder to ask as, if any. Moves due ticks into
     /// place and drops those that can no longer run, reporting each in `events`.
+    ///
+    /// `ahead`: a tick that fires within this much of `now` may be taken already
+    /// (at most a quarter of its window ahead), so that a big tick's takes are
+    /// answered by the time it fires; its run still begins at the fire time. Only
+    /// the job's next tick is taken ahead, never past a tick still pending, and never
+    /// while the job's previous run still holds its lease (that decision waits for
+    /// the fire time, as without `ahead`).
     pub(crate) fn due(
         &mut self,
         cadence: &Cadence,
         now: DateTime<Utc>,
+        ahead: TimeDelta,
         events: &mut Vec<TickEvent>,
     ) -> Option<(Tick, Holder)> {
         let mut superseded: Option<(Tick, u64)> = None;
         while let Some((tick, at)) = self.next {
-            if at > now {
+            let early = ahead.min(cadence.window(tick) / 4).max(TimeDelta::zero());
+            let ready = if self.pending.is_none() && self.running.is_none() {
+                at - early <= now
+            } else {
+                at <= now
+            };
+            if !ready {
                 break;
             }
             if let Some(old) = self.drop_pending(events)
@@ -174,7 +194,7 @@ impl JobTicks {
                 let count = superseded.map_or(0, |(_, n)| n) + 1;
                 superseded = Some((old.tick, count));
             }
-            self.pending = Some(Self::fresh(tick));
+            self.pending = Some(Self::fresh(tick, at));
             self.advance_from(cadence, tick.at());
         }
         if let Some((tick, count)) = superseded {
@@ -186,6 +206,10 @@ impl JobTicks {
         }
         let pending = self.pending.as_ref()?;
         if let Some(running) = &self.running {
+            if pending.fire_at > now {
+                // Not fired yet: the run may still end in time.
+                return None;
+            }
             if !pending.refused {
                 events.push(TickEvent::SkippedOverlap {
                     tick: pending.tick,
@@ -222,8 +246,12 @@ impl JobTicks {
 
     /// The store granted `lease` for the pending tick. Returns whether an earlier take
     /// of that tick had been refused (the tick is taken over from another holder).
-    pub(crate) fn on_won(&mut self, lease: Lease, started: DateTime<Utc>) -> bool {
-        let took_over = self.pending.take().is_some_and(|p| p.refused);
+    /// `now` is when the answer came (store clock); the run begins then, or at the
+    /// tick's fire time if that is later ([`Running::started`]).
+    pub(crate) fn on_won(&mut self, lease: Lease, now: DateTime<Utc>) -> bool {
+        let pending = self.pending.take();
+        let took_over = pending.as_ref().is_some_and(|p| p.refused);
+        let started = pending.map_or(now, |p| p.fire_at.max(now));
         self.running = Some(Running {
             lease,
             started,
@@ -316,14 +344,24 @@ impl JobTicks {
         self.running.take()
     }
 
-    /// When this job next needs the loop (store clock): its next tick, or a retry; a
-    /// pending tick with no retry time is due at once (`tick`'s instant).
-    pub(crate) fn next_wake(&self) -> Option<DateTime<Utc>> {
-        let retry = self
-            .pending
-            .as_ref()
-            .map(|p| p.retry_at.unwrap_or(p.tick.at()));
-        match (self.next.map(|(_, at)| at), retry) {
+    /// When this job next needs the loop (store clock): its next tick (`ahead` of
+    /// it if it will be taken ahead, see [`JobTicks::due`]), or a retry; a pending
+    /// tick with no retry time is due at once (its fire time, if a run still holds
+    /// the lease).
+    pub(crate) fn next_wake(&self, cadence: &Cadence, ahead: TimeDelta) -> Option<DateTime<Utc>> {
+        let retry = self.pending.as_ref().map(|p| match p.retry_at {
+            Some(at) => at,
+            None if self.running.is_some() => p.fire_at,
+            None => p.tick.at(),
+        });
+        let next = self.next.map(|(tick, at)| {
+            if self.pending.is_none() && self.running.is_none() {
+                at - ahead.min(cadence.window(tick) / 4).max(TimeDelta::zero())
+            } else {
+                at
+            }
+        });
+        match (next, retry) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -354,6 +392,8 @@ mod tests {
             jitter: Duration::ZERO,
         }
     }
+
+    const Z: TimeDelta = TimeDelta::zero();
 
     const POLL: Polling = Polling {
         overlap: Duration::from_millis(500),
@@ -391,13 +431,16 @@ mod tests {
     #[test]
     fn ran_the_latest_tick_at_start_then_each_tick_once() {
         let (mut j, c, mut ev) = started();
-        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1000)));
         assert!(!j.on_won(lease(tick, holder), ms(1_000_510)));
-        assert!(j.due(&c, ms(1_005_000), &mut ev).is_none(), "nothing due");
+        assert!(
+            j.due(&c, ms(1_005_000), Z, &mut ev).is_none(),
+            "nothing due"
+        );
         assert!(j.on_finished().is_some());
-        assert_eq!(j.next_wake(), Some(at(1010)));
-        let (tick, _) = j.due(&c, at(1010), &mut ev).unwrap();
+        assert_eq!(j.next_wake(&c, Z), Some(at(1010)));
+        let (tick, _) = j.due(&c, at(1010), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1010)));
         assert!(ev.is_empty(), "{ev:?}");
     }
@@ -405,23 +448,23 @@ mod tests {
     #[test]
     fn a_retried_take_asks_as_the_same_holder() {
         let (mut j, c, mut ev) = started();
-        let (_, first) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (_, first) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         // The take failed (no answer): the tick is still pending, same holder.
-        let (_, again) = j.due(&c, ms(1_000_700), &mut ev).unwrap();
+        let (_, again) = j.due(&c, ms(1_000_700), Z, &mut ev).unwrap();
         assert_eq!(first, again);
         // The next tick gets a holder of its own.
         j.pending = None;
-        let (_, next) = j.due(&c, at(1010), &mut ev).unwrap();
+        let (_, next) = j.due(&c, at(1010), Z, &mut ev).unwrap();
         assert_ne!(first, next);
     }
 
     #[test]
     fn a_dropped_tick_whose_take_went_unanswered_hands_back_its_holder() {
         let (mut j, c, mut ev) = started();
-        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_unanswered();
         // The store stays unreachable until the next tick supersedes this one.
-        assert!(j.due(&c, at(1010), &mut ev).is_some());
+        assert!(j.due(&c, at(1010), Z, &mut ev).is_some());
         assert_eq!(
             ev,
             [
@@ -454,7 +497,7 @@ mod tests {
     #[test]
     fn held_elsewhere_completed_is_dropped_and_counted_once() {
         let (mut j, c, mut ev) = started();
-        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(1000, 1_000_300, true)),
@@ -468,8 +511,8 @@ mod tests {
                 tick: Tick::new(at(1000))
             }]
         );
-        assert!(j.due(&c, ms(1_000_600), &mut ev).is_none());
-        assert_eq!(j.next_wake(), Some(at(1010)));
+        assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_none());
+        assert_eq!(j.next_wake(&c, Z), Some(at(1010)));
     }
 
     #[test]
@@ -477,7 +520,7 @@ mod tests {
         // The row the take read was the previous tick's, released and expired: free
         // for this tick, yet refused — another instance won it in the same instant.
         let (mut j, c, mut ev) = started();
-        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(990, 991_000, true)),
@@ -486,14 +529,14 @@ mod tests {
             &mut ev,
         );
         // Window 10 s, same-tick poll 1 s: asks again in a second, not at once.
-        assert!(j.due(&c, ms(1_000_600), &mut ev).is_none());
-        assert_eq!(j.next_wake(), Some(ms(1_001_505)));
+        assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_none());
+        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_505)));
         // With a window too short for two polls it waits for the winner's lease
         // (a ttl), which is past the window: the tick is left to the winner.
         let c = every(1, None);
         let mut j = JobTicks::default();
         j.start(&c, ms(1_000_500));
-        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(999, 999_100, true)),
@@ -507,7 +550,7 @@ mod tests {
     #[test]
     fn this_tick_running_elsewhere_is_retried_at_its_expiry_or_poll() {
         let (mut j, c, mut ev) = started();
-        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(1000, 1_000_800, false)),
@@ -515,9 +558,13 @@ mod tests {
             POLL,
             &mut ev,
         );
-        assert_eq!(j.next_wake(), Some(ms(1_000_800)), "its expiry comes first");
+        assert_eq!(
+            j.next_wake(&c, Z),
+            Some(ms(1_000_800)),
+            "its expiry comes first"
+        );
         // Expired unreleased (its holder crashed): the retry may win.
-        assert!(j.due(&c, ms(1_000_800), &mut ev).is_some());
+        assert!(j.due(&c, ms(1_000_800), Z, &mut ev).is_some());
         j.on_refused(
             &c,
             Some(&held(1000, 1_008_000, false)),
@@ -525,7 +572,7 @@ mod tests {
             POLL,
             &mut ev,
         );
-        assert_eq!(j.next_wake(), Some(ms(1_001_810)), "then the poll");
+        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_810)), "then the poll");
         // A retry past the window drops the tick.
         j.on_refused(
             &c,
@@ -541,7 +588,7 @@ mod tests {
     #[test]
     fn the_previous_tick_running_elsewhere_is_polled() {
         let (mut j, c, mut ev) = started();
-        j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(990, 1_030_000, false)),
@@ -549,15 +596,15 @@ mod tests {
             POLL,
             &mut ev,
         );
-        assert_eq!(j.next_wake(), Some(ms(1_001_010)));
+        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_010)));
     }
 
     #[test]
     fn a_tick_due_while_the_previous_run_holds_the_lease_is_skipped() {
         let (mut j, c, mut ev) = started();
-        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510));
-        assert!(j.due(&c, at(1010), &mut ev).is_none());
+        assert!(j.due(&c, at(1010), Z, &mut ev).is_none());
         assert_eq!(
             ev,
             [TickEvent::SkippedOverlap {
@@ -571,7 +618,7 @@ mod tests {
     fn ticks_never_attempted_are_missed_when_superseded_or_late() {
         let (mut j, c, mut ev) = started();
         // An outage: nothing was asked for 35 s.
-        let (tick, _) = j.due(&c, ms(1_035_000), &mut ev).unwrap();
+        let (tick, _) = j.due(&c, ms(1_035_000), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1030)));
         assert_eq!(
             ev,
@@ -584,7 +631,7 @@ mod tests {
         ev.clear();
         // Its window (one period) closes before it could be asked again.
         j.next = None;
-        assert!(j.due(&c, ms(1_040_001), &mut ev).is_none());
+        assert!(j.due(&c, ms(1_040_001), Z, &mut ev).is_none());
         assert_eq!(
             ev,
             [TickEvent::Missed {
@@ -598,7 +645,7 @@ mod tests {
     #[test]
     fn a_lost_lease_is_reported_once_and_never_renewed() {
         let (mut j, c, mut ev) = started();
-        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510));
         assert!(j.expired_unrenewed(at(10_000)));
         assert!(j.on_lost().is_some());
@@ -610,7 +657,7 @@ mod tests {
     #[test]
     fn a_takeover_is_recognised() {
         let (mut j, c, mut ev) = started();
-        let (tick, holder) = j.due(&c, ms(1_000_500), &mut ev).unwrap();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
             &c,
             Some(&held(1000, 1_000_600, false)),
@@ -618,7 +665,56 @@ mod tests {
             POLL,
             &mut ev,
         );
-        assert!(j.due(&c, ms(1_000_600), &mut ev).is_some());
+        assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_some());
         assert!(j.on_won(lease(tick, holder), ms(1_000_610)), "took over");
+    }
+
+    #[test]
+    fn a_tick_is_taken_ahead_and_its_run_begins_at_its_fire_time() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_finished();
+        let ahead = TimeDelta::milliseconds(500);
+        assert_eq!(j.next_wake(&c, ahead), Some(ms(1_009_500)));
+        assert!(j.due(&c, ms(1_009_400), ahead, &mut ev).is_none());
+        let (tick, holder) = j.due(&c, ms(1_009_500), ahead, &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1010)));
+        j.on_won(lease(tick, holder), ms(1_009_600));
+        assert_eq!(j.running().map(|r| r.started), Some(at(1010)));
+        assert!(ev.is_empty(), "{ev:?}");
+    }
+
+    #[test]
+    fn no_tick_is_taken_ahead_while_the_previous_run_holds_the_lease() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510));
+        let ahead = TimeDelta::milliseconds(500);
+        assert_eq!(j.next_wake(&c, ahead), Some(at(1010)), "not ahead");
+        assert!(j.due(&c, ms(1_009_600), ahead, &mut ev).is_none());
+        assert!(
+            ev.is_empty(),
+            "nothing decided before the tick fires: {ev:?}"
+        );
+        // Still running when it fires: skipped, as without taking ahead.
+        assert!(j.due(&c, at(1010), ahead, &mut ev).is_none());
+        assert!(
+            matches!(ev[..], [TickEvent::SkippedOverlap { .. }]),
+            "{ev:?}"
+        );
+    }
+
+    #[test]
+    fn taking_ahead_is_bounded_by_a_quarter_of_the_window() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_finished();
+        // A 10 s window: at most 2.5 s ahead, whatever the engine asks.
+        let ahead = TimeDelta::seconds(60);
+        assert_eq!(j.next_wake(&c, ahead), Some(ms(1_007_500)));
+        assert!(j.due(&c, ms(1_007_499), ahead, &mut ev).is_none());
+        assert!(j.due(&c, ms(1_007_500), ahead, &mut ev).is_some());
     }
 }

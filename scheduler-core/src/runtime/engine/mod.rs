@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -52,6 +52,10 @@ const TAKE_CHUNK: usize = 100;
 /// out first.
 const RELEASE_LINGER: Duration = Duration::from_millis(20);
 
+/// The most a tick is taken ahead of its fire time (and at most a quarter of its
+/// window, see `JobTicks::due`).
+const MAX_AHEAD: Duration = Duration::from_secs(1);
+
 /// How old the last clock sample may grow before a take or renewal also reads the
 /// store's clock on its own (the takes' answers normally keep it fresh).
 const CLOCK_STALE: Duration = Duration::from_secs(600);
@@ -72,6 +76,9 @@ pub(super) struct Engine {
     /// When the clock was last sampled.
     sampled: Instant,
     take: Retry,
+    /// How far ahead of their fire time ticks are taken: a little more than the last
+    /// round of takes lasted, so a big tick is answered by the time it fires.
+    ahead: TimeDelta,
     release: Retry,
     renew_fails: Backoff,
     next_renew: Instant,
@@ -98,6 +105,7 @@ impl Engine {
             clock: StoreClock::default(),
             sampled: Instant::now(),
             take: Retry::new(s.settings.retry_base, s.settings.retry_cap),
+            ahead: TimeDelta::zero(),
             release: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             renew_fails: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
             next_renew: Instant::now() + renew_every,
@@ -237,17 +245,8 @@ impl Engine {
         } else {
             Vec::new()
         };
-        if self.to_release.is_empty() {
-            self.release_since = None;
-        } else {
-            let since = *self.release_since.get_or_insert_with(Instant::now);
-            let lingered = since.elapsed() >= self.release_linger;
-            if self.release.ready() && (lingered || !due.is_empty()) {
-                self.flush_releases().await;
-                if self.to_release.is_empty() {
-                    self.release_since = None;
-                }
-            }
+        if self.releases_due(!due.is_empty()) {
+            self.flush_releases().await;
         }
         if !due.is_empty() {
             self.take_due(due).await;
@@ -262,20 +261,41 @@ impl Engine {
         if self.holds_any() {
             wake = wake.min(self.next_renew);
         }
-        if !self.to_release.is_empty() {
-            let lingered = self
-                .release_since
-                .map_or(now, |since| since + self.release_linger);
-            wake = wake.min(self.release.at.map_or(lingered, |at| at.max(lingered)));
+        if let Some(at) = self.release_wake() {
+            wake = wake.min(at);
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
         let not_before = self.take.at.unwrap_or(now);
-        for at in self.jobs.iter().filter_map(JobTicks::next_wake) {
+        let wakes = self.jobs.iter().zip(&self.s.entries);
+        for at in wakes.filter_map(|(j, e)| j.next_wake(&e.cadence, self.ahead)) {
             let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
             wake = wake.min(at.max(not_before));
         }
         wake
+    }
+
+    /// Whether to send the queued releases now: once they have lingered (for more
+    /// runs to end and join them), or at once when a take follows; never during the
+    /// release's backoff.
+    fn releases_due(&mut self, take_follows: bool) -> bool {
+        if self.to_release.is_empty() {
+            self.release_since = None;
+            return false;
+        }
+        let since = *self.release_since.get_or_insert_with(Instant::now);
+        self.release.ready() && (take_follows || since.elapsed() >= self.release_linger)
+    }
+
+    /// When the queued releases are next due (see [`Engine::releases_due`]).
+    fn release_wake(&self) -> Option<Instant> {
+        if self.to_release.is_empty() {
+            return None;
+        }
+        let lingered = self
+            .release_since
+            .map_or_else(Instant::now, |since| since + self.release_linger);
+        Some(self.release.at.map_or(lingered, |at| at.max(lingered)))
     }
 
     /// Sends the queued releases, one call per kind and round. A batch names each

@@ -34,15 +34,26 @@ impl Engine {
             cancel: running.cancel.clone(),
             state: self.s.state.clone(),
         };
-        let lateness = (now - lease.tick.at()).to_std().unwrap_or_default();
+        // A take answered ahead of the tick's fire time: the run waits for it.
+        let wait = (running.started - now).to_std().unwrap_or_default();
+        let lateness = (running.started - lease.tick.at())
+            .to_std()
+            .unwrap_or_default();
         self.s.observe.started(&e.name, lateness);
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
             node = %self.s.node, holder = %lease.holder, token = %lease.token);
         span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
         let job = e.job.clone();
-        let task = self
-            .tasks
-            .spawn(async move { (i, job.run(ctx).await) }.instrument(span));
+        let run = async move {
+            if !wait.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = ctx.cancel.cancelled() => return (i, Err(Interrupted.into())),
+                }
+            }
+            (i, job.run(ctx).await)
+        };
+        let task = self.tasks.spawn(run.instrument(span));
         self.by_task.insert(task.id(), i);
     }
 

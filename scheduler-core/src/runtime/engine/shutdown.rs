@@ -15,13 +15,11 @@ impl Engine {
         let deadline = Instant::now() + self.s.settings.grace;
         info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
         while !self.tasks.is_empty() {
-            if !self.to_release.is_empty() && self.release.ready() {
+            if self.releases_due(false) {
                 self.flush_releases().await;
             }
             let mut wake = self.next_renew.min(deadline);
-            if !self.to_release.is_empty()
-                && let Some(at) = self.release.at
-            {
+            if let Some(at) = self.release_wake() {
                 wake = wake.min(at);
             }
             tokio::select! {

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 
+use chrono::TimeDelta;
+
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{CLOCK_STALE, Engine, TAKE_CHUNK, report};
+use super::{CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, report};
 use crate::lease::{TakeRequest, Taken};
 
 impl Engine {
@@ -15,7 +17,7 @@ impl Engine {
         let mut due = Vec::new();
         let mut events = Vec::new();
         for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
-            if let Some((tick, holder)) = job.due(&e.cadence, now, &mut events) {
+            if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
                 let name = e.lease.clone();
                 due.push((i, TakeRequest { name, tick, holder }));
             }
@@ -28,6 +30,7 @@ impl Engine {
     /// starts each chunk's runs as soon as it is answered. After a failed chunk the
     /// rest wait for the take's backoff (they were never sent: still simply due).
     pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
+        let began = Instant::now();
         let mut due = due.into_iter().peekable();
         while due.peek().is_some() {
             let (asked, requests): (Vec<usize>, Vec<TakeRequest>) =
@@ -36,6 +39,11 @@ impl Engine {
                 return;
             }
         }
+        // The next round starts a quarter longer than this one lasted ahead of its
+        // ticks; after a slow round the lead halves each round.
+        let round = began.elapsed().saturating_mul(5) / 4;
+        let round = TimeDelta::from_std(round.min(MAX_AHEAD)).unwrap_or(TimeDelta::zero());
+        self.ahead = round.max(self.ahead / 2);
         if self.sampled.elapsed() >= CLOCK_STALE {
             self.sync_clock().await;
         }
