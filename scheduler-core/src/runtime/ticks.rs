@@ -83,6 +83,8 @@ struct Pending {
     /// When its run may begin (store clock): the tick's instant plus its jitter. A
     /// take may be answered before it (see [`JobTicks::due`]).
     fire_at: DateTime<Utc>,
+    /// How long after its instant it may still start ([`Cadence::window`]).
+    window: TimeDelta,
     /// The holder every take of this tick asks as: a take whose answer was lost is
     /// recognised as won when it is retried.
     holder: Holder,
@@ -109,8 +111,9 @@ pub(crate) struct Running {
 /// One job's ticks.
 #[derive(Debug, Default)]
 pub(crate) struct JobTicks {
-    /// The next tick not yet due, and the instant (store clock) it fires.
-    next: Option<(Tick, DateTime<Utc>)>,
+    /// The next tick not yet due, the instant (store clock) it fires, and its window
+    /// (computed once: a cron schedule walks its calendar for it).
+    next: Option<(Tick, DateTime<Utc>, TimeDelta)>,
     pending: Option<Pending>,
     running: Option<Running>,
 }
@@ -127,14 +130,15 @@ impl JobTicks {
         self.pending = cadence
             .schedule
             .latest_at_or_before(now, window)
-            .map(|tick| Self::fresh(tick, tick.at()));
+            .map(|tick| Self::fresh(tick, tick.at(), cadence.window(tick)));
         self.advance_from(cadence, now);
     }
 
-    fn fresh(tick: Tick, fire_at: DateTime<Utc>) -> Pending {
+    fn fresh(tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
         Pending {
             tick,
             fire_at,
+            window,
             holder: Holder::generate(),
             refused: false,
             unanswered: false,
@@ -158,7 +162,7 @@ impl JobTicks {
         self.next = cadence
             .schedule
             .next_after(after)
-            .map(|t| (t, cadence.fire_at(t)));
+            .map(|t| (t, cadence.fire_at(t), cadence.window(t)));
     }
 
     /// The tick to take now, with the holder to ask as, if any. Moves due ticks into
@@ -178,8 +182,8 @@ impl JobTicks {
         events: &mut Vec<TickEvent>,
     ) -> Option<(Tick, Holder)> {
         let mut superseded: Option<(Tick, u64)> = None;
-        while let Some((tick, at)) = self.next {
-            let early = ahead.min(cadence.window(tick) / 4).max(TimeDelta::zero());
+        while let Some((tick, at, window)) = self.next {
+            let early = ahead.min(window / 4).max(TimeDelta::zero());
             let ready = if self.pending.is_none() && self.running.is_none() {
                 at - early <= now
             } else {
@@ -194,7 +198,7 @@ impl JobTicks {
                 let count = superseded.map_or(0, |(_, n)| n) + 1;
                 superseded = Some((old.tick, count));
             }
-            self.pending = Some(Self::fresh(tick, at));
+            self.pending = Some(Self::fresh(tick, at, window));
             self.advance_from(cadence, tick.at());
         }
         if let Some((tick, count)) = superseded {
@@ -219,7 +223,7 @@ impl JobTicks {
             self.drop_pending(events);
             return None;
         }
-        if now - pending.tick.at() > cadence.window(pending.tick) {
+        if now - pending.tick.at() > pending.window {
             if !pending.refused {
                 events.push(TickEvent::Missed {
                     tick: pending.tick,
@@ -266,7 +270,7 @@ impl JobTicks {
     /// win, or drops the tick.
     pub(crate) fn on_refused(
         &mut self,
-        cadence: &Cadence,
+
         held: Option<&Held>,
         now: DateTime<Utc>,
         polling: Polling,
@@ -281,7 +285,7 @@ impl JobTicks {
             p.refused = true;
             events.push(TickEvent::HeldElsewhere { tick: p.tick });
         }
-        let window = cadence.window(p.tick);
+        let window = p.window;
         let delta = |d: Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
         let overlap_poll = now + delta(polling.overlap).min(window / 4);
         let same_tick_poll =
@@ -348,15 +352,15 @@ impl JobTicks {
     /// it if it will be taken ahead, see [`JobTicks::due`]), or a retry; a pending
     /// tick with no retry time is due at once (its fire time, if a run still holds
     /// the lease).
-    pub(crate) fn next_wake(&self, cadence: &Cadence, ahead: TimeDelta) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_wake(&self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
         let retry = self.pending.as_ref().map(|p| match p.retry_at {
             Some(at) => at,
             None if self.running.is_some() => p.fire_at,
             None => p.tick.at(),
         });
-        let next = self.next.map(|(tick, at)| {
+        let next = self.next.map(|(_, at, window)| {
             if self.pending.is_none() && self.running.is_none() {
-                at - ahead.min(cadence.window(tick) / 4).max(TimeDelta::zero())
+                at - ahead.min(window / 4).max(TimeDelta::zero())
             } else {
                 at
             }
@@ -439,7 +443,7 @@ mod tests {
             "nothing due"
         );
         assert!(j.on_finished().is_some());
-        assert_eq!(j.next_wake(&c, Z), Some(at(1010)));
+        assert_eq!(j.next_wake(Z), Some(at(1010)));
         let (tick, _) = j.due(&c, at(1010), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1010)));
         assert!(ev.is_empty(), "{ev:?}");
@@ -480,7 +484,6 @@ mod tests {
         ev.clear();
         j.on_unanswered();
         j.on_refused(
-            &c,
             Some(&held(1010, 1_010_300, true)),
             ms(1_010_010),
             POLL,
@@ -499,7 +502,6 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(1000, 1_000_300, true)),
             ms(1_000_510),
             POLL,
@@ -512,7 +514,7 @@ mod tests {
             }]
         );
         assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_none());
-        assert_eq!(j.next_wake(&c, Z), Some(at(1010)));
+        assert_eq!(j.next_wake(Z), Some(at(1010)));
     }
 
     #[test]
@@ -522,7 +524,6 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(990, 991_000, true)),
             ms(1_000_505),
             POLL,
@@ -530,7 +531,7 @@ mod tests {
         );
         // Window 10 s, same-tick poll 1 s: asks again in a second, not at once.
         assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_none());
-        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_505)));
+        assert_eq!(j.next_wake(Z), Some(ms(1_001_505)));
         // With a window too short for two polls it waits for the winner's lease
         // (a ttl), which is past the window: the tick is left to the winner.
         let c = every(1, None);
@@ -538,7 +539,6 @@ mod tests {
         j.start(&c, ms(1_000_500));
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(999, 999_100, true)),
             ms(1_000_505),
             POLL,
@@ -552,30 +552,27 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(1000, 1_000_800, false)),
             ms(1_000_510),
             POLL,
             &mut ev,
         );
         assert_eq!(
-            j.next_wake(&c, Z),
+            j.next_wake(Z),
             Some(ms(1_000_800)),
             "its expiry comes first"
         );
         // Expired unreleased (its holder crashed): the retry may win.
         assert!(j.due(&c, ms(1_000_800), Z, &mut ev).is_some());
         j.on_refused(
-            &c,
             Some(&held(1000, 1_008_000, false)),
             ms(1_000_810),
             POLL,
             &mut ev,
         );
-        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_810)), "then the poll");
+        assert_eq!(j.next_wake(Z), Some(ms(1_001_810)), "then the poll");
         // A retry past the window drops the tick.
         j.on_refused(
-            &c,
             Some(&held(1000, 1_020_000, false)),
             ms(1_009_500),
             POLL,
@@ -590,13 +587,12 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(990, 1_030_000, false)),
             ms(1_000_510),
             POLL,
             &mut ev,
         );
-        assert_eq!(j.next_wake(&c, Z), Some(ms(1_001_010)));
+        assert_eq!(j.next_wake(Z), Some(ms(1_001_010)));
     }
 
     #[test]
@@ -659,7 +655,6 @@ mod tests {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
-            &c,
             Some(&held(1000, 1_000_600, false)),
             ms(1_000_510),
             POLL,
@@ -676,7 +671,7 @@ mod tests {
         j.on_won(lease(tick, holder), ms(1_000_510));
         j.on_finished();
         let ahead = TimeDelta::milliseconds(500);
-        assert_eq!(j.next_wake(&c, ahead), Some(ms(1_009_500)));
+        assert_eq!(j.next_wake(ahead), Some(ms(1_009_500)));
         assert!(j.due(&c, ms(1_009_400), ahead, &mut ev).is_none());
         let (tick, holder) = j.due(&c, ms(1_009_500), ahead, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1010)));
@@ -691,7 +686,7 @@ mod tests {
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510));
         let ahead = TimeDelta::milliseconds(500);
-        assert_eq!(j.next_wake(&c, ahead), Some(at(1010)), "not ahead");
+        assert_eq!(j.next_wake(ahead), Some(at(1010)), "not ahead");
         assert!(j.due(&c, ms(1_009_600), ahead, &mut ev).is_none());
         assert!(
             ev.is_empty(),
@@ -713,7 +708,7 @@ mod tests {
         j.on_finished();
         // A 10 s window: at most 2.5 s ahead, whatever the engine asks.
         let ahead = TimeDelta::seconds(60);
-        assert_eq!(j.next_wake(&c, ahead), Some(ms(1_007_500)));
+        assert_eq!(j.next_wake(ahead), Some(ms(1_007_500)));
         assert!(j.due(&c, ms(1_007_499), ahead, &mut ev).is_none());
         assert!(j.due(&c, ms(1_007_500), ahead, &mut ev).is_some());
     }

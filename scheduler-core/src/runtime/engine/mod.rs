@@ -267,8 +267,7 @@ impl Engine {
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
         let not_before = self.take.at.unwrap_or(now);
-        let wakes = self.jobs.iter().zip(&self.s.entries);
-        for at in wakes.filter_map(|(j, e)| j.next_wake(&e.cadence, self.ahead)) {
+        for at in self.jobs.iter().filter_map(|j| j.next_wake(self.ahead)) {
             let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
             wake = wake.min(at.max(not_before));
         }

@@ -99,7 +99,6 @@ impl Engine {
                 Some(lease) => self.start(i, lease, answered),
                 None => {
                     self.jobs[i].on_refused(
-                        &e.cadence,
                         refused.get(&e.lease),
                         answered,
                         self.polling,
