@@ -2,13 +2,17 @@
 
 use std::collections::HashMap;
 
-use chrono::TimeDelta;
-
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, report};
+use crate::error::Error;
 use crate::lease::{TakeRequest, Taken};
+
+/// A take call's answer, with the local clock read before and after it.
+type ChunkAnswer = crate::Result<(DateTime<Utc>, Taken, DateTime<Utc>)>;
 
 impl Engine {
     /// The jobs with a tick to take now, with their requests, in job order.
@@ -26,18 +30,35 @@ impl Engine {
         due
     }
 
-    /// Takes the due ticks in chunks of [`TAKE_CHUNK`], one store call each, and
-    /// starts each chunk's runs as soon as it is answered. After a failed chunk the
-    /// rest wait for the take's backoff (they were never sent: still simply due).
+    /// Takes the due ticks in chunks of [`TAKE_CHUNK`], one store call each,
+    /// pipelined: each chunk is sent as soon as the one before is answered, before
+    /// that answer's runs are started. After a failed chunk no more are sent; the
+    /// rest wait for the take's backoff (never sent, they are still simply due).
     pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
         let began = Instant::now();
         let mut due = due.into_iter().peekable();
-        while due.peek().is_some() {
-            let (asked, requests): (Vec<usize>, Vec<TakeRequest>) =
-                due.by_ref().take(TAKE_CHUNK).unzip();
-            if !self.take_chunk(asked, requests).await {
-                return;
+        let mut chunks = std::iter::from_fn(move || {
+            due.peek()?;
+            let chunk: (Vec<usize>, Vec<TakeRequest>) = due.by_ref().take(TAKE_CHUNK).unzip();
+            Some(chunk)
+        });
+        let mut in_flight = chunks
+            .next()
+            .map(|(asked, requests)| (asked, self.send_chunk(requests)));
+        let mut answered_all = true;
+        while let Some((asked, call)) = in_flight.take() {
+            let answer = call
+                .await
+                .unwrap_or_else(|join| Err(Error::store(format!("the take failed: {join}"))));
+            if answer.is_ok() {
+                in_flight = chunks
+                    .next()
+                    .map(|(asked, requests)| (asked, self.send_chunk(requests)));
             }
+            answered_all &= self.on_chunk_answer(asked, answer);
+        }
+        if !answered_all {
+            return;
         }
         // The next round starts a quarter longer than this one lasted ahead of its
         // ticks; after a slow round the lead halves each round.
@@ -49,22 +70,29 @@ impl Engine {
         }
     }
 
-    /// One take call for `requests` (of the jobs `asked`). Returns whether it was
-    /// answered.
-    async fn take_chunk(&mut self, asked: Vec<usize>, requests: Vec<TakeRequest>) -> bool {
+    /// Sends one take call for `requests` on a task of its own (through the gate:
+    /// still one lease call in flight), timed on the local clock for a clock sample.
+    fn send_chunk(&self, requests: Vec<TakeRequest>) -> JoinHandle<ChunkAnswer> {
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
         let (store, ttl, local) = (
             self.s.store.clone(),
             self.s.settings.ttl,
             self.s.settings.clock,
         );
+        let gate = self.leases.clone();
         let call = async move {
             let before = local.now();
             let taken = store.take(&requests, ttl).await?;
             Ok((before, taken, local.now()))
         }
         .instrument(span);
-        let (before, taken, after): (_, Taken, _) = match self.leases.run("take", call).await {
+        tokio::spawn(async move { gate.run("take", call).await })
+    }
+
+    /// The answer to one take call for the jobs `asked`: start the runs won, feed the
+    /// refusals back. Returns whether it was answered.
+    fn on_chunk_answer(&mut self, asked: Vec<usize>, answer: ChunkAnswer) -> bool {
+        let (before, taken, after) = match answer {
             Ok(answer) => answer,
             Err(err) => {
                 for i in asked {
