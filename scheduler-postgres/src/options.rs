@@ -40,12 +40,19 @@ pub struct PostgresOptions {
     /// hold up every other instance's takes; the ended session rolls back, so nothing
     /// half-done commits. Keep fenced and keyed work below it between statements.
     pub idle_transaction_timeout: Duration,
-    /// The server-side bound on every lease statement (`SET LOCAL
-    /// statement_timeout`, lock waits included), at most a quarter of the lease ttl
-    /// for takes and renewals. Default 2 s. A statement held up by a lock (`LOCK
-    /// TABLE`, `VACUUM FULL`, a migration) fails after it instead of committing long
-    /// after the runtime stopped waiting, and its connection goes back to the pool.
-    /// Keep it below the runtime's store call limit (two renewal intervals, 1–30 s).
+    /// The server-side bound on every lease statement (`statement_timeout`, lock
+    /// waits included), at most a quarter of the lease ttl for takes and renewals.
+    /// Default 2 s. A statement held up by a lock (`LOCK TABLE`, `VACUUM FULL`, a
+    /// migration) fails after it instead of committing long after the runtime stopped
+    /// waiting, and its connection goes back to the pool. Keep it below the runtime's
+    /// store call limit (two renewal intervals, 1–30 s).
+    ///
+    /// On a pool [`PostgresStore::connect`](crate::PostgresStore::connect) opens
+    /// directly on PostgreSQL, it is every connection's `statement_timeout`: a lease
+    /// statement bounded by it runs alone, in one round trip (a tighter bound, a quarter
+    /// of a short ttl, still gets a transaction of its own that sets it). Other
+    /// statements on that pool outside a transaction are bound by it as well; the
+    /// transactions of [`PostgresStore::begin`](crate::PostgresStore::begin) are not.
     pub statement_timeout: Duration,
 }
 
@@ -134,6 +141,15 @@ impl PostgresOptions {
 /// `options` or `pgbouncer=true` in the URL) the `pgbouncer` parameter is taken out of
 /// the URL and sqlx's statement cache is switched off. Use it to build an app pool to
 /// pass to [`PostgresStore::open`](crate::PostgresStore::open) behind PgBouncer.
+/// (`connect` also gives its connections the lease bound as their
+/// `statement_timeout`, directly on PostgreSQL; these options do not.)
+///
+/// A connection is not pinged before it is handed out (sea-orm's default would add a
+/// round trip to every statement): a statement on a connection the server or a
+/// network device closed fails instead, the driver drops that connection, and the
+/// runtime asks again, as it does after any failed call. Connections idle for a
+/// minute are closed, so few are left to go stale behind a load balancer or firewall
+/// that cuts idle connections, and sqlx replaces each after 30 minutes.
 ///
 /// # Errors
 /// [`Error::InvalidUrl`] if the URL does not parse.
@@ -146,10 +162,18 @@ pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOp
         .min_connections(0)
         .connect_timeout(options.connect_timeout)
         .acquire_timeout(options.connect_timeout)
+        .test_before_acquire(false)
+        .idle_timeout(IDLE_TIMEOUT)
         .sqlx_logging(false);
     Pooling::of(&options).configure(&mut connect);
     Ok(connect)
 }
+
+/// How long a connection of a pool built with [`connect_options`] may sit idle before
+/// the pool closes it: well below the idle cut of common load balancers (4–10
+/// minutes), and longer than the runtime's renewal interval at the default ttl, so
+/// the connection the leases use stays open.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `url` without its `pgbouncer` query parameter, and whether it was `true`.
 fn pgbouncer_param(url: &str) -> (String, bool) {

@@ -5,6 +5,13 @@
 //! [`Session::lease_query`] for the bounded lease statements, [`Session::query`] and
 //! [`Session::execute`] for the others; every transaction the crate opens starts in
 //! [`Session::begin`].
+//!
+//! A lease statement is one round trip when it can be: on a pool the store created
+//! itself, directly on PostgreSQL, every connection carries the lease bound as its
+//! `statement_timeout` ([`Pooling::bound_connections`]), so the statement runs alone,
+//! in autocommit, already bounded. Otherwise (a tighter bound, a transaction pooler, a
+//! pool the caller handed in) it runs in a transaction of its own whose `BEGIN` sets
+//! the bound: three round trips.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +61,46 @@ impl Pooling {
             connect.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
         }
     }
+
+    /// Sets up a pool the store creates for itself so that each of its connections
+    /// carries `timeout` as its `statement_timeout` (a `SET` once per connection, when
+    /// it is opened), and returns the bound that sets: directly on PostgreSQL only.
+    /// Behind a transaction pooler a session setting would land on whichever server
+    /// connection the pooler handed out, so there it is `None`.
+    ///
+    /// It is a session setting, not a startup parameter, so that `SET LOCAL
+    /// statement_timeout TO DEFAULT` (in [`Session::begin`]) gives a transaction the
+    /// server's own default back.
+    pub(crate) fn bound_connections(
+        self,
+        connect: &mut ConnectOptions,
+        timeout: Duration,
+    ) -> Option<Duration> {
+        if self != Pooling::Direct {
+            return None;
+        }
+        let bound_ms = millis(timeout);
+        // `SET` takes no parameters; this is an integer, not text.
+        let set = format!("SET statement_timeout = {bound_ms}");
+        connect.map_sqlx_postgres_pool_opts(move |pool| {
+            let set = set.clone();
+            pool.after_connect(move |conn, _| {
+                let set = sea_orm::sqlx::AssertSqlSafe(set.clone());
+                Box::pin(async move {
+                    use sea_orm::sqlx::Executor;
+                    conn.execute(sea_orm::sqlx::raw_sql(set)).await.map(drop)
+                })
+            })
+        });
+        Some(Duration::from_millis(bound_ms))
+    }
+}
+
+/// A bound in whole milliseconds as PostgreSQL's timeouts take it: at least 1 (0 would
+/// turn the bound off), at most `i32::MAX`.
+fn millis(bound: Duration) -> u64 {
+    let ms = bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into());
+    u64::try_from(ms).unwrap_or(i32::MAX.unsigned_abs().into())
 }
 
 /// The store's pool with its [`Pooling`] mode and the settings every transaction it
@@ -67,6 +114,9 @@ pub(crate) struct Session {
     idle_guard: String,
     /// [`PostgresOptions::statement_timeout`].
     statement_timeout: Duration,
+    /// The `statement_timeout` every connection of the pool carries, when the store
+    /// created the pool and set it ([`Pooling::bound_connections`]).
+    bounded_connections: Option<Duration>,
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -77,11 +127,17 @@ enum Returns {
 }
 
 impl Session {
-    /// The session of a store on `db` with `options`.
+    /// The session of a store on `db` with `options`; `bounded_connections` is what
+    /// [`Pooling::bound_connections`] returned if the store built `db` itself (`None`
+    /// for a pool the caller handed in: nothing is known of its connections).
     ///
     /// # Errors
     /// [`Error::NotPostgres`] if `db` is not a PostgreSQL connection.
-    pub(crate) fn new(db: DatabaseConnection, options: &PostgresOptions) -> Result<Self> {
+    pub(crate) fn new(
+        db: DatabaseConnection,
+        options: &PostgresOptions,
+        bounded_connections: Option<Duration>,
+    ) -> Result<Self> {
         let backend = db.get_database_backend();
         if backend != DbBackend::Postgres {
             return Err(Error::NotPostgres {
@@ -99,6 +155,7 @@ impl Session {
             pooling: Pooling::of(options),
             idle_guard: format!("SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"),
             statement_timeout: options.statement_timeout,
+            bounded_connections,
         })
     }
 
@@ -114,14 +171,20 @@ impl Session {
 
     /// Begins a transaction: behind a transaction pooler it first drops every
     /// prepared statement on the server connection it was given; either way it may
-    /// not sit idle longer than [`PostgresOptions::idle_transaction_timeout`]. See
+    /// not sit idle longer than [`PostgresOptions::idle_transaction_timeout`]. On
+    /// connections that carry the lease bound as their `statement_timeout`, the
+    /// transaction gets the server's default back. See
     /// [`PostgresStore::begin`](crate::PostgresStore::begin).
     pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
         // One simple-protocol round trip: no prepared statement involved.
-        let setup = match self.pooling {
-            Pooling::Direct => self.idle_guard.clone(),
-            Pooling::Transaction => format!("DEALLOCATE ALL; {}", self.idle_guard),
+        let setup = match (self.pooling, self.bounded_connections) {
+            (Pooling::Direct, None) => self.idle_guard.clone(),
+            (Pooling::Direct, Some(_)) => format!(
+                "{}; SET LOCAL statement_timeout TO DEFAULT",
+                self.idle_guard
+            ),
+            (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {}", self.idle_guard),
         };
         txn.execute_unprepared(&setup).await?;
         Ok(txn)
@@ -184,11 +247,20 @@ impl Session {
         affected.map_err(|source| Error::statement(operation, source))
     }
 
-    /// Runs one lease statement, bounded server-side: in a transaction of its own
-    /// whose `BEGIN` (one round trip with its settings) sets `statement_timeout` to
-    /// `bound` (at most [`PostgresOptions::statement_timeout`]), so a statement held
-    /// up by a lock fails there instead of committing after the caller gave up.
-    /// Prepared and cached directly; unnamed behind a transaction pooler.
+    /// Runs one lease statement, bounded server-side by `bound` (at most
+    /// [`PostgresOptions::statement_timeout`]), lock waits included, so a statement
+    /// held up by a lock fails there instead of committing after the caller gave up.
+    ///
+    /// When the pool's connections carry that bound already
+    /// ([`Pooling::bound_connections`]: a pool the store created, directly on
+    /// PostgreSQL) and `bound` is no tighter, the statement runs alone, in autocommit,
+    /// prepared and cached: one round trip. Otherwise it runs in a transaction of its
+    /// own whose `BEGIN` (one round trip with its settings) sets `statement_timeout`
+    /// to `bound`: prepared and cached directly, unnamed behind a transaction pooler.
+    ///
+    /// The pool does not ping a connection before handing it out (see
+    /// [`connect_options`](crate::connect_options)): a statement on a connection the
+    /// server closed fails, and the runtime asks again.
     ///
     /// # Errors
     /// [`Error::Statement`] for `operation`, with a hint by SQLSTATE.
@@ -200,10 +272,27 @@ impl Session {
         bound: Duration,
     ) -> Result<Vec<QueryResult>> {
         let bound = bound.min(self.statement_timeout);
-        self.in_own_transaction(sql, values, Returns::Rows, Some(bound))
-            .await
-            .map(|(rows, _)| rows)
-            .map_err(|source| Error::statement(operation, source))
+        let rows = match self.bounded_connections {
+            Some(connections) if bound >= connections => self.autocommit(sql, values).await,
+            _ => self
+                .in_own_transaction(sql, values, Returns::Rows, Some(bound))
+                .await
+                .map(|(rows, _)| rows),
+        };
+        rows.map_err(|source| Error::statement(operation, source))
+    }
+
+    /// Runs `sql` alone on a connection of the pool, in autocommit: its rows.
+    async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
+        use sea_orm::sqlx;
+        let rows = sqlx::query_with(
+            sqlx::AssertSqlSafe(sql),
+            SqlxValues(sea_orm::sea_query::Values(values)),
+        )
+        .fetch_all(self.db.get_postgres_connection_pool())
+        .await
+        .map_err(driver)?;
+        Ok(rows.into_iter().map(QueryResult::from).collect())
     }
 
     /// Runs `sql` in a transaction of its own (unnamed behind a transaction pooler),
@@ -217,12 +306,10 @@ impl Session {
         bound: Option<Duration>,
     ) -> Result<(Vec<QueryResult>, u64), DbErr> {
         use sea_orm::sqlx;
-        let driver = |e: sqlx::Error| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)));
         // `SET` takes no parameters; these are integers, not text.
         let begin = match bound {
-            // At least 1 ms: 0 would turn the bound off.
             Some(bound) => {
-                let bound_ms = bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into());
+                let bound_ms = millis(bound);
                 format!(
                     "BEGIN; {}; SET LOCAL statement_timeout = {bound_ms}",
                     self.idle_guard
@@ -254,4 +341,9 @@ impl Session {
         txn.commit().await.map_err(driver)?;
         Ok(done)
     }
+}
+
+/// A driver error as sea-orm's.
+fn driver(e: sea_orm::sqlx::Error) -> DbErr {
+    DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)))
 }

@@ -85,25 +85,44 @@ impl PostgresStore {
     /// Connects to `url` with a pool of its own and, unless told not to, runs the
     /// migrations.
     ///
+    /// Directly on PostgreSQL (not behind a transaction pooler), every connection of
+    /// that pool carries [`PostgresOptions::statement_timeout`] as its
+    /// `statement_timeout`, so that a lease statement is one round trip, already
+    /// bounded. Your own statements on [`connection`](Self::connection) outside a
+    /// transaction are bound by it too; [`begin`](Self::begin) gives its transaction
+    /// the server's default back. For statements that may run longer, use `begin`, or
+    /// a pool of your own with [`open`](Self::open).
+    ///
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
     /// server cannot be reached, [`Error::Migrate`] if a migration fails.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
         let (options, _) = options.with_url(url);
-        let db = Database::connect(connect_options(url, &options)?)
+        let mut connect = connect_options(url, &options)?;
+        let bounded =
+            Pooling::of(&options).bound_connections(&mut connect, options.statement_timeout);
+        let db = Database::connect(connect)
             .await
             .map_err(|source| Error::Connect { source })?;
-        Self::open(db, options).await
+        Self::start(Session::new(db, &options, bounded)?, options).await
     }
 
     /// Uses the app's own pool. Runs the migrations unless `options` says not to.
+    ///
+    /// Nothing is known of that pool's connections, so each lease statement runs in
+    /// a short transaction of its own whose `BEGIN` sets its bound.
     ///
     /// # Errors
     /// [`Error::NotPostgres`] if `db` is not a PostgreSQL pool, [`Error::Migrate`] if
     /// a migration fails.
     pub async fn open(db: DatabaseConnection, options: PostgresOptions) -> Result<Self> {
+        Self::start(Session::new(db, &options, None)?, options).await
+    }
+
+    /// The store on `session`, migrated unless `options` says not to.
+    async fn start(session: Session, options: PostgresOptions) -> Result<Self> {
         let store = Self {
-            session: Session::new(db, &options)?,
+            session,
             sql: Sql::new(&options.table),
             table: options.table,
         };
