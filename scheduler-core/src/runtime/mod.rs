@@ -112,7 +112,9 @@ impl SchedulerBuilder {
     }
 
     /// The bounds of the backoff between retries of a failed store call. Default:
-    /// from 100 ms up to 10 s, with full jitter.
+    /// from 100 ms up to 10 s, with full jitter. Whatever `cap` says, no retry waits
+    /// longer than a quarter of the lease ttl (the renewal interval's default): an
+    /// instance notices a store that answers again well within one lease's life.
     pub fn retry_backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.config.retry_base = base.max(Duration::from_millis(1));
         self.config.retry_cap = cap.max(self.config.retry_base);
@@ -171,13 +173,18 @@ impl SchedulerBuilder {
                 renew_every,
             });
         }
+        // No retry waits past a quarter of the ttl (at least 1 ms).
+        let retry_cap = config
+            .retry_cap
+            .min(config.ttl / 4)
+            .max(Duration::from_millis(1));
         let settings = Settings {
             ttl,
             renew_every,
             grace: config.grace,
             clock: config.clock,
-            retry_base: config.retry_base,
-            retry_cap: config.retry_cap,
+            retry_base: retry_cap.min(config.retry_base),
+            retry_cap,
         };
         let node = match config.node.take() {
             Some(node) => node,
