@@ -101,3 +101,29 @@ async fn a_store_call_that_never_answers_is_abandoned_and_the_loop_goes_on() {
         .count();
     assert!(during_cut >= 3, "{all:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_hourly_job_keeps_the_loop_beating_between_its_ticks() {
+    // An instance that holds nothing sends nothing to the store between ticks, but
+    // its loop still turns at least once a renewal period: readiness stays green.
+    let (store, log) = (store(), Log::default());
+    let mut hourly = Probe::new("hourly", &store, &log);
+    hourly.every = Duration::from_secs(3600);
+    let scheduler = builder(&store).job(hourly).build().expect("build");
+    let health = scheduler.health();
+    let probe = async {
+        let mut reports = Vec::new();
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            reports.push(health.check(Duration::from_secs(1)).await);
+        }
+        reports
+    };
+    let (_, reports) = tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(1900))),
+        probe
+    );
+    for (k, r) in reports.iter().enumerate() {
+        assert!(r.is_healthy(), "check {k}: {r:?}");
+    }
+}

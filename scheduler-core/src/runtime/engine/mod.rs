@@ -256,8 +256,10 @@ impl Engine {
 
     fn next_wake(&self) -> Instant {
         let (now, db_now) = (Instant::now(), self.db_now());
-        // Far off when nothing needs the loop (the select also wakes on runs ending).
-        let mut wake = now + Duration::from_secs(3600);
+        // At least once a renewal period, even when nothing needs the store: the
+        // readiness probe watches the loop turn (a turn that has nothing to do sends
+        // nothing).
+        let mut wake = now + self.s.settings.renew_every;
         if self.holds_any() {
             wake = wake.min(self.next_renew);
         }
