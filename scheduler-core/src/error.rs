@@ -67,14 +67,59 @@ pub enum Error {
         /// What the backend reported.
         #[source]
         source: BoxError,
+        /// What kind of trouble it is, as far as the store can tell.
+        failure: StoreFailure,
     },
 }
 
+/// What kind of trouble a store call met: what the readiness probe reports
+/// ([`HealthReport::store_problem`](crate::HealthReport::store_problem)) and what an
+/// operator acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// The database could not be reached: no connection, a connection lost, no
+    /// answer in time, a server starting up or shutting down.
+    Unreachable,
+    /// The database answers but refuses writes: a read-only server (a standby, an
+    /// old primary back after a failover) or a read-only default. Leases cannot be
+    /// taken or renewed there; the runtime keeps retrying until a writable server
+    /// answers.
+    ReadOnly,
+    /// Anything else: a statement refused (a missing grant, a lease table altered by
+    /// hand), a row that does not decode.
+    Other,
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreFailure::Unreachable => "database unreachable",
+            StoreFailure::ReadOnly => "database read-only",
+            StoreFailure::Other => "store calls failing",
+        })
+    }
+}
+
 impl Error {
-    /// Wraps a backend error as [`Error::Store`].
+    /// Wraps a backend error as [`Error::Store`] of kind [`StoreFailure::Other`].
     pub fn store(source: impl Into<BoxError>) -> Self {
+        Self::store_as(StoreFailure::Other, source)
+    }
+
+    /// Wraps a backend error as [`Error::Store`] of kind `failure`.
+    pub fn store_as(failure: StoreFailure, source: impl Into<BoxError>) -> Self {
         Error::Store {
             source: source.into(),
+            failure,
+        }
+    }
+
+    /// The kind of store trouble, for [`Error::Store`].
+    pub fn store_failure(&self) -> Option<StoreFailure> {
+        match self {
+            Error::Store { failure, .. } => Some(*failure),
+            _ => None,
         }
     }
 }

@@ -41,7 +41,7 @@ pub mod schedule;
 pub mod store;
 
 pub use clock::LocalClock;
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, StoreFailure};
 pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope};
 pub use lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::clock::LocalClock;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreFailure};
 use crate::lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl, ensure_unique,
@@ -142,7 +142,10 @@ impl MemoryStore {
     fn call(&self) -> Result<DateTime<Utc>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.failing.load(Ordering::SeqCst) {
-            return Err(Error::store("memory store told to fail"));
+            return Err(Error::store_as(
+                StoreFailure::Unreachable,
+                "memory store told to fail",
+            ));
         }
         Ok(self.clock.now())
     }

@@ -56,8 +56,14 @@ async fn health_reports_the_store_and_the_loop() {
         streak >= Duration::from_secs(1) && streak <= Duration::from_secs(3),
         "failing for {streak:?}"
     );
+    assert_eq!(
+        failing.store_problem,
+        Some(scheduler_core::StoreFailure::Unreachable),
+        "{failing:?}"
+    );
     assert!(recovered.is_healthy(), "{recovered:?}");
     assert_eq!(recovered.store_failing_for, None, "the streak ended");
+    assert_eq!(recovered.store_problem, None, "{recovered:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
 //! The crate's error type. `sea_orm::DbErr` is mapped here, once.
 
+use scheduler_core::StoreFailure;
 use sea_orm::DbErr;
 
 use crate::hints;
@@ -94,7 +95,51 @@ impl From<Error> for scheduler_core::Error {
     fn from(err: Error) -> Self {
         match err {
             Error::Core(err) => err,
-            other => scheduler_core::Error::store(other),
+            other => {
+                let failure = other.failure();
+                scheduler_core::Error::store_as(failure, other)
+            }
+        }
+    }
+}
+
+impl Error {
+    /// What kind of trouble this is, for the runtime's health report: the server
+    /// unreachable (no connection, a connection lost, a server starting up or
+    /// shutting down), read-only (SQLSTATE 25006: a standby, a demoted primary), or
+    /// something else.
+    pub fn failure(&self) -> StoreFailure {
+        let source = match self {
+            Error::Connect { .. } => return StoreFailure::Unreachable,
+            Error::Statement { source, .. } | Error::Migrate { source, .. } => source,
+            _ => return StoreFailure::Other,
+        };
+        match sqlstate(source).as_deref() {
+            Some("25006") => StoreFailure::ReadOnly,
+            // connection_exception; admin_shutdown, crash_shutdown, cannot_connect_now;
+            // too_many_connections.
+            Some(code) if code.starts_with("08") => StoreFailure::Unreachable,
+            Some("57P01" | "57P02" | "57P03" | "53300") => StoreFailure::Unreachable,
+            Some(_) => StoreFailure::Other,
+            None => match source {
+                // Not from the server: the connection, the pool, I/O.
+                DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => StoreFailure::Unreachable,
+                DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e))
+                | DbErr::Query(sea_orm::RuntimeErr::SqlxError(e))
+                    if matches!(
+                        &**e,
+                        sea_orm::sqlx::Error::Io(_)
+                            | sea_orm::sqlx::Error::Tls(_)
+                            | sea_orm::sqlx::Error::Protocol(_)
+                            | sea_orm::sqlx::Error::PoolTimedOut
+                            | sea_orm::sqlx::Error::PoolClosed
+                            | sea_orm::sqlx::Error::WorkerCrashed
+                    ) =>
+                {
+                    StoreFailure::Unreachable
+                }
+                _ => StoreFailure::Other,
+            },
         }
     }
 }

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use scheduler_core::{LeaseKey, Release, Store};
+use scheduler_core::{
+    BoxError, Idempotent, JobContext, LeaseKey, Release, Schedule, Scheduler, Store, StoreFailure,
+};
 use scheduler_postgres::{Error, PostgresOptions, PostgresStore};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
@@ -54,6 +56,7 @@ async fn assert_writes_refused(store: &PostgresStore, keys: &[LeaseKey]) {
         "{msg}"
     );
     assert!(msg.ends_with(read_only_hint), "{msg}");
+    assert_eq!(err.store_failure(), Some(StoreFailure::ReadOnly), "{msg}");
     println!("take on a read-only server: {msg}");
     let err = store.renew(keys, ttl()).await.expect_err("renew refused");
     let msg = err.to_string();
@@ -351,4 +354,73 @@ async fn a_database_read_only_by_default_is_refused_at_open_and_its_writes_name_
         .await
         .expect("opens without migrating");
     assert_writes_refused(&read_only, &keys).await;
+}
+
+struct EverySecond;
+
+#[scheduler_core::async_trait]
+impl Idempotent for EverySecond {
+    fn name(&self) -> &str {
+        "every-second"
+    }
+    fn schedule(&self) -> Schedule {
+        Schedule::every(Duration::from_secs(1))
+    }
+    async fn run(&self, _ctx: JobContext) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_scheduler_on_a_read_only_database_says_so_in_its_health_and_keeps_turning() {
+    let db = TestDb::new().await;
+    // Migrated while writable, then read-only by default for every new session.
+    drop(store(db.direct_url()).await);
+    exec(
+        &admin(db.url()).await,
+        &format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = on",
+            db.name()
+        ),
+    )
+    .await;
+    let read_only = connect(db.url(), PostgresOptions::default().migrate(false))
+        .await
+        .expect("opens without migrating");
+    let scheduler = Scheduler::builder(read_only)
+        .node_id("a")
+        .lease_ttl(Duration::from_secs(4))
+        .job(EverySecond)
+        .build()
+        .expect("build");
+    let health = scheduler.health();
+    let probe = async {
+        let mut report = health.check(Duration::from_secs(2)).await;
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            report = health.check(Duration::from_secs(2)).await;
+            if report.store_problem.is_some() {
+                break;
+            }
+        }
+        // Still turning a few seconds on.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (report, health.check(Duration::from_secs(2)).await)
+    };
+    let (_, (first, later)) = tokio::join!(
+        scheduler.run_until(tokio::time::sleep(Duration::from_secs(15))),
+        probe
+    );
+    assert!(first.database, "the clock still reads: {first:?}");
+    assert_eq!(
+        first.store_problem,
+        Some(StoreFailure::ReadOnly),
+        "{first:?}"
+    );
+    assert!(later.scheduler, "the loop keeps turning: {later:?}");
+    assert_eq!(
+        later.store_problem,
+        Some(StoreFailure::ReadOnly),
+        "{later:?}"
+    );
 }

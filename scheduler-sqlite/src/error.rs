@@ -146,6 +146,9 @@ impl From<Error> for scheduler_core::Error {
     fn from(err: Error) -> Self {
         match err {
             Error::Core(err) => err,
+            Error::ReadOnly { .. } => {
+                scheduler_core::Error::store_as(scheduler_core::StoreFailure::ReadOnly, err)
+            }
             other => scheduler_core::Error::store(other),
         }
     }

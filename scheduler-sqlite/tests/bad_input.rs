@@ -140,6 +140,11 @@ async fn a_read_only_store_refuses_writes_with_a_clear_error() {
         matches!(sqlite_error(&err), Error::ReadOnly { .. }),
         "{err:?}"
     );
+    assert_eq!(
+        err.store_failure(),
+        Some(scheduler_core::StoreFailure::ReadOnly),
+        "the health report's kind"
+    );
 
     // Nothing changed: the writer still holds its lease and the file is sound.
     assert_eq!(

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::observe::Observer;
-use crate::error::Error;
+use crate::error::{Error, StoreFailure};
 
 /// Store calls of one kind, at most one in flight: an instance never has more than
 /// one connection of the app's pool busy with lease statements (and one with a clock
@@ -53,10 +53,13 @@ impl Gate {
                 let wait = self.limit.saturating_sub(started.elapsed());
                 self.spawn(operation, permit, call, wait).await
             }
-            None => Err(Error::store(format!(
-                "an earlier store call has not answered yet; {operation} waited {:?} for it",
-                self.limit
-            ))),
+            None => Err(Error::store_as(
+                StoreFailure::Unreachable,
+                format!(
+                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
+                    self.limit
+                ),
+            )),
         };
         self.observe
             .store_call(operation, started.elapsed(), result.is_ok());
@@ -107,9 +110,12 @@ impl Gate {
             tokio::time::timeout(hard, call).await
         });
         let abandoned = || {
-            Error::store(format!(
-                "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
-            ))
+            Error::store_as(
+                StoreFailure::Unreachable,
+                format!(
+                    "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
+                ),
+            )
         };
         match tokio::time::timeout(wait, task).await {
             Ok(Ok(Ok(result))) => result,

@@ -1,11 +1,12 @@
 //! The readiness probe's view of the scheduler.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::error::StoreFailure;
 use crate::store::Store;
 
 /// A cloneable handle an app's readiness probe calls. A check is one short store
@@ -26,6 +27,25 @@ pub(crate) struct Heartbeat {
     /// Milliseconds since `origin` of the first failure of the loop's store operations
     /// since the last success, plus one; 0: not failing.
     failing_since: AtomicU64,
+    /// The kind of the latest failure of the streak ([`failure_code`]).
+    failure: AtomicU8,
+}
+
+fn failure_code(failure: StoreFailure) -> u8 {
+    match failure {
+        StoreFailure::Unreachable => 1,
+        StoreFailure::ReadOnly => 2,
+        StoreFailure::Other => 3,
+    }
+}
+
+fn failure_of(code: u8) -> Option<StoreFailure> {
+    match code {
+        1 => Some(StoreFailure::Unreachable),
+        2 => Some(StoreFailure::ReadOnly),
+        3 => Some(StoreFailure::Other),
+        _ => None,
+    }
 }
 
 impl Heartbeat {
@@ -38,8 +58,10 @@ impl Heartbeat {
         self.last.store(self.stamp(), Ordering::Relaxed);
     }
 
-    /// A store operation of the loop failed (the first of a streak starts the clock).
-    pub(crate) fn store_failed(&self) {
+    /// A store operation of the loop failed with `failure` (the first of a streak
+    /// starts the clock).
+    pub(crate) fn store_failed(&self, failure: StoreFailure) {
+        self.failure.store(failure_code(failure), Ordering::Relaxed);
         let _ = self.failing_since.compare_exchange(
             0,
             self.stamp(),
@@ -51,6 +73,7 @@ impl Heartbeat {
     /// A store operation of the loop succeeded: the streak is over.
     pub(crate) fn store_ok(&self) {
         self.failing_since.store(0, Ordering::Relaxed);
+        self.failure.store(0, Ordering::Relaxed);
     }
 
     fn since(&self, stamp: &AtomicU64) -> Option<Duration> {
@@ -71,7 +94,11 @@ impl Heartbeat {
 pub struct HealthReport {
     /// The store answered within the bound.
     pub database: bool,
-    /// The scheduler's loop turned recently (it has started and is not stuck).
+    /// The scheduler's loop turned recently (it has started and is not stuck). It
+    /// stays true while the loop only backs off from a failing store: backing off is
+    /// the loop working as designed (it turns at least once a renewal period, and no
+    /// retry waits longer than a quarter of the ttl); `store_failing_for` and
+    /// `store_problem` say why.
     pub scheduler: bool,
     /// How long the loop's own store operations (takes, renewals, releases) have been
     /// failing, if they are; `None` while they succeed. A database that answers the
@@ -81,6 +108,10 @@ pub struct HealthReport {
     /// because the scheduler cannot take leases would stop the app too; alert on it
     /// (or on the `scheduler.store.errors` metric) instead.
     pub store_failing_for: Option<Duration>,
+    /// What the loop's failing store operations met, while they fail: the database
+    /// unreachable, the database read-only (a standby, or an old primary back after
+    /// a failover: `database` is true, it answers reads), or something else.
+    pub store_problem: Option<StoreFailure>,
 }
 
 impl HealthReport {
@@ -98,6 +129,7 @@ impl Health {
                 origin: Instant::now(),
                 last: AtomicU64::new(0),
                 failing_since: AtomicU64::new(0),
+                failure: AtomicU8::new(0),
             }),
             period,
         }
@@ -118,10 +150,13 @@ impl Health {
             .beat
             .since(&self.beat.last)
             .is_some_and(|age| age <= self.period.saturating_mul(2) + Duration::from_secs(1));
+        let store_failing_for = self.beat.since(&self.beat.failing_since);
         HealthReport {
             database,
             scheduler,
-            store_failing_for: self.beat.since(&self.beat.failing_since),
+            store_failing_for,
+            store_problem: store_failing_for
+                .and_then(|_| failure_of(self.beat.failure.load(Ordering::Relaxed))),
         }
     }
 }

@@ -46,7 +46,7 @@ impl Drop for TempDir {
 /// The store's own error inside the `scheduler_core::Error` the `Store` trait returns.
 pub fn sqlite_error(err: &scheduler_core::Error) -> &scheduler_sqlite::Error {
     match err {
-        scheduler_core::Error::Store { source } => source
+        scheduler_core::Error::Store { source, .. } => source
             .downcast_ref::<scheduler_sqlite::Error>()
             .unwrap_or_else(|| panic!("not a SQLite store error: {source:?}")),
         other => panic!("not a store error: {other:?}"),

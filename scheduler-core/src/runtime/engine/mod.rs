@@ -32,7 +32,7 @@ use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
 use super::ticks::{JobTicks, Polling, TickEvent};
 use super::{Outcome, Scheduler};
-use crate::error::{BoxError, Error};
+use crate::error::{BoxError, Error, StoreFailure};
 use crate::job::Duplicate;
 use crate::lease::{LeaseKey, Release};
 
@@ -128,7 +128,8 @@ impl Engine {
     }
 
     fn store_failed(&self, what: &str, err: &Error, retry_in: Duration) {
-        self.beat.store_failed();
+        self.beat
+            .store_failed(err.store_failure().unwrap_or(StoreFailure::Other));
         warn!(error = %err, retry_in = ?retry_in, "{what} failed; retrying");
     }
 
@@ -202,7 +203,7 @@ impl Engine {
                 self.sync_clock().await;
                 break;
             }
-            self.beat.store_failed();
+            self.beat.store_failed(StoreFailure::Unreachable);
             let wait = startup.next_delay();
             warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
             tokio::select! {
