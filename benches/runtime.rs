@@ -41,6 +41,16 @@ const PERIOD_US: i64 = 1_000_000;
 /// How long after the window closes its last ticks' runs may still start.
 const GRACE: Duration = Duration::from_secs(15);
 
+/// The tick outcomes the engine's [`Stats`] count.
+const OUTCOMES: [Outcome; 6] = [
+    Outcome::Ran,
+    Outcome::Failed,
+    Outcome::HeldElsewhere,
+    Outcome::SkippedOverlap,
+    Outcome::Missed,
+    Outcome::LeaseLost,
+];
+
 /// One run as its body saw it on starting.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -206,12 +216,16 @@ impl Instance {
         self.probe.runs.load(Ordering::Relaxed)
     }
 
-    /// Ticks the engine itself counted as missed (not attempted within their
-    /// catch-up window), over all jobs.
-    fn engine_missed(&self) -> u64 {
-        (0..self.jobs)
-            .map(|i| self.stats.count(&format!("job-{i:05}"), Outcome::Missed))
-            .sum()
+    /// The tick outcomes the engine itself counted, over all jobs, by [`OUTCOMES`].
+    fn outcomes(&self) -> [u64; OUTCOMES.len()] {
+        let mut counts = [0; OUTCOMES.len()];
+        for i in 0..self.jobs {
+            let job = format!("job-{i:05}");
+            for (count, outcome) in counts.iter_mut().zip(OUTCOMES) {
+                *count += self.stats.count(&job, outcome);
+            }
+        }
+        counts
     }
 
     /// Waits until the runs counter has advanced by `ticks` whole ticks.
@@ -320,9 +334,9 @@ struct Case {
     calls: Calls,
     cpu_ns: u64,
     runs: Runs,
-    /// Missed ticks as the engine's [`Stats`] counted them, from just before the
-    /// window opened to after it settled: a cross-check of `runs.missed`.
-    engine_missed: u64,
+    /// Tick outcomes as the engine's [`Stats`] counted them, from just before the
+    /// window opened to after it settled: a cross-check of `runs`.
+    outcomes: [u64; OUTCOMES.len()],
 }
 
 fn overhead(c: &mut Criterion) {
@@ -351,7 +365,7 @@ fn overhead(c: &mut Criterion) {
         let url = rt.block_on(scheduler_benches::database());
         let instance = start(url, jobs, metrics, schedule);
         instance.wait_ticks(2); // past start-up and the first catch-up
-        let missed_before = instance.engine_missed();
+        let outcomes_before = instance.outcomes();
         let (mut elapsed, mut calls_total, mut cpu_ns) = (Duration::ZERO, [0u64; 4], 0u64);
         let mut window: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
         let label = format!(
@@ -388,7 +402,10 @@ fn overhead(c: &mut Criterion) {
         let (from, to) = window.expect("criterion ran the case");
         instance.settle(to.timestamp_micros().div_euclid(PERIOD_US) * PERIOD_US);
         let runs = judge(&instance.probe, jobs, from, to);
-        let engine_missed = instance.engine_missed() - missed_before;
+        let mut outcomes = instance.outcomes();
+        for (after, before) in outcomes.iter_mut().zip(outcomes_before) {
+            *after -= before;
+        }
         instance.stop();
         summary.push(Case {
             label,
@@ -397,7 +414,7 @@ fn overhead(c: &mut Criterion) {
             calls: calls_total,
             cpu_ns,
             runs,
-            engine_missed,
+            outcomes,
         });
     }
     group.finish();
@@ -438,10 +455,13 @@ fn overhead(c: &mut Criterion) {
         "(one instance; every job ticks each second; statements = its store calls: takes, renewals, releases, clock reads;\n \
          ticks = measured wall time over the 1 s period; lateness = tick instant to the run body's start; runs/expected = runs / (jobs × the window's tick instants))"
     );
-    for case in summary
-        .iter()
-        .filter(|c| !c.runs.gaps.is_empty() || c.engine_missed > 0)
-    {
+    for case in &summary {
+        let outcomes: Vec<String> = OUTCOMES
+            .iter()
+            .zip(case.outcomes)
+            .filter(|(_, n)| *n > 0)
+            .map(|(outcome, n)| format!("{} {n}", outcome.as_str()))
+            .collect();
         let gaps: Vec<String> = case
             .runs
             .gaps
@@ -449,11 +469,12 @@ fn overhead(c: &mut Criterion) {
             .map(|(tick, jobs)| format!("tick {tick}: {jobs} jobs"))
             .collect();
         println!(
-            "{}: the engine counted {} missed; runs missing at {} of {} ticks: {}",
+            "{}: engine's Stats from start of window to settled: {}; runs missing at {} of {} ticks{}{}",
             case.label,
-            case.engine_missed,
+            outcomes.join(", "),
             case.runs.gaps.len(),
             case.runs.ticks,
+            if gaps.is_empty() { "" } else { ": " },
             gaps.join(", ")
         );
     }
