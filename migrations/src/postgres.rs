@@ -6,13 +6,20 @@
 
 use crate::{HistoryTable, TableName};
 
-/// Takes the migrations' lock of a lease table: a transaction-level advisory lock on
-/// the hash of [`lock_key`], bound as `$1`.
+/// Takes one of the migrations' locks: a transaction-level advisory lock on the hash
+/// of a key ([`lock_key`], [`schema_lock_key`]), bound as `$1`.
 ///
 /// Whatever creates schema objects for a lease table (its migrations, its run
-/// history) takes this lock first in its transaction, so instances starting together
-/// create each object once. The lock vanishes at commit or rollback: it never
-/// outlives the transaction and nothing leaks into the pool.
+/// history) takes the lease table's lock first in its transaction, so instances
+/// starting together create each object once; whatever creates the lease table's
+/// schema takes the schema's lock too. The lock vanishes at commit or rollback: it
+/// never outlives the transaction and nothing leaks into the pool.
+///
+/// Whoever decides what to create from what exists must look *after* the lock is
+/// granted, in a snapshot taken then: under `READ COMMITTED`, in a later statement.
+/// This statement takes its own snapshot before it waits, and under `REPEATABLE READ`
+/// or `SERIALIZABLE` that first snapshot is the transaction's, so it would never see
+/// what the previous holder committed.
 pub const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// The key [`LOCK`] takes for the lease table `table`: one per lease table, so two
@@ -21,12 +28,27 @@ pub fn lock_key(table: &TableName) -> String {
     format!("scheduler-migrations:{table}")
 }
 
+/// The key [`LOCK`] takes before creating the schema of a qualified lease table
+/// (`None` for an unqualified one): one per schema, so the migrations of two lease
+/// tables in one new schema create it one after the other.
+///
+/// Taken after [`lock_key`]'s lock, never before, and only to create the schema.
+/// It cannot be a table's key: a table name holds no `:`.
+pub fn schema_lock_key(table: &TableName) -> Option<String> {
+    let schema = table.schema()?;
+    Some(format!("scheduler-migrations:schema:{schema}"))
+}
+
 /// Creates the schema of a qualified lease table (`None` for an unqualified one,
 /// which lives in the first existing schema of the `search_path`).
 ///
-/// `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even when the schema
-/// exists: run it only when the schema is missing, so a user with CREATE on an
-/// existing schema alone can migrate.
+/// `IF NOT EXISTS` does not make it safe to run twice at once: of two transactions
+/// creating the schema, the second waits for the first and then fails on the unique
+/// index of `pg_namespace` (SQLSTATE 23505). Run it under [`schema_lock_key`]'s lock,
+/// after checking there that the schema is still missing: `CREATE SCHEMA IF NOT
+/// EXISTS` needs CREATE on the database even when the schema exists, so running it
+/// only when the schema is missing lets a user with CREATE on an existing schema
+/// alone migrate.
 pub fn create_schema(table: &TableName) -> Option<String> {
     let schema = table.schema()?;
     Some(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
@@ -138,6 +160,15 @@ mod tests {
             lock_key(&table("app_a.leases")),
             "scheduler-migrations:app_a.leases"
         );
+    }
+
+    #[test]
+    fn the_schema_lock_key_names_the_schema() {
+        assert_eq!(schema_lock_key(&TableName::default()), None);
+        let key = schema_lock_key(&table("app_a.leases"));
+        assert_eq!(key.as_deref(), Some("scheduler-migrations:schema:app_a"));
+        // No table's key is a schema's: that would take a table named `schema:app_a`.
+        assert!(TableName::new("schema:app_a").is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Runs the migrations under a transaction-level advisory lock.
 //!
-//! The statements (schema, bookkeeping table, lease table) and the lock are
+//! The statements (schema, bookkeeping table, lease table) and the locks are
 //! `scheduler_migrations`'; this runner decides what is pending, applies it and says
 //! which right is missing when the server refuses.
 //!
@@ -12,51 +12,66 @@
 //! work behind PgBouncer's transaction pooling at all). PostgreSQL's DDL is
 //! transactional: a failed migration leaves no trace.
 //!
+//! What exists is read **after** the lock is granted, in a snapshot taken then, so a
+//! migrator that waited sees everything the previous holder committed. The
+//! transaction is `READ COMMITTED` whatever the database's or role's default: under
+//! `REPEATABLE READ` or `SERIALIZABLE` its snapshot would be taken by its first
+//! statement, and the statement that takes the lock takes its snapshot before it
+//! waits, so even a transaction that took the lock first would read the state as it
+//! was before the previous holder committed, and apply its migrations again. Taking
+//! the lock in a transaction of its own would not help either (a transaction-level
+//! lock ends with its transaction; a session lock is what this crate avoids). What
+//! exists is read from the catalogs as tables (`pg_class`, `pg_namespace`) in the
+//! statement's snapshot, not with `to_regclass`: that answers from the server
+//! process's catalog cache, which is brought up to date when a transaction starts or
+//! locks a relation, not after it waited for an advisory lock, so a connection that
+//! had looked the tables up before they existed could still find them missing.
+//!
+//! A qualified lease table's schema, when missing, is created under a second lock,
+//! the schema's, taken after the table's and checked again once held: two lease
+//! tables in one new schema have different table locks, and two `CREATE SCHEMA IF
+//! NOT EXISTS` at once fail (SQLSTATE 23505).
+//!
 //! A database that is fully migrated needs no `CREATE` right: what exists is looked
-//! up first (`to_regclass`), and only what is missing is created. Opening the store
-//! then needs `SELECT` on the bookkeeping table (or `migrate(false)`). A read-only
-//! server (a hot standby) is refused up front, even when nothing is pending: the store
-//! could open there but never take a lease.
+//! up first, and only what is missing is created. Opening the store then needs
+//! `SELECT` on the bookkeeping table (or `migrate(false)`). A read-only server (a hot
+//! standby) is refused up front, even when nothing is pending: the store could open
+//! there but never take a lease.
 
 use scheduler_migrations::{MIGRATIONS, TableName, postgres as ddl};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 
 use crate::error::{Error, Result, sqlstate};
 use crate::store::PostgresStore;
 
+/// Makes the migration transaction `READ COMMITTED`: each statement after the lock
+/// sees what was committed before it was granted. A `SET` takes no snapshot, so it
+/// can come after `BEGIN`'s own settings.
+const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
 /// Applies every pending migration of the store's lease table.
 pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     let table: &TableName = store.table();
-    let txn = store
-        .begin()
-        .await
-        .map_err(|source| Error::Connect { source })?;
-    let setup = |source: DbErr| Error::Migrate {
-        hint: generic_hint(&source).to_owned(),
-        migration: "setup".to_owned(),
-        source,
-    };
+    let txn = begin(store).await?;
     let server = Server::read(&txn, table).await.map_err(setup)?;
     server.check_writable()?;
-    txn.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        ddl::LOCK,
-        [ddl::lock_key(table).into()],
-    ))
-    .await
-    .map_err(setup)?;
-    let found = Found::read(&txn, table)
-        .await
-        .map_err(|source| server.fail("setup", source, Server::usage_hint))?;
+    lock(&txn, ddl::lock_key(table)).await.map_err(setup)?;
+    let found = Found::read(&txn, table).await.map_err(setup)?;
+    if !found.usable {
+        return Err(Error::Migrate {
+            migration: "setup".to_owned(),
+            source: DbErr::Custom(format!(
+                "permission denied for schema {}: the user may not look up the tables in it",
+                table.schema().unwrap_or_default()
+            )),
+            hint: server.usage_hint("setup"),
+        });
+    }
     // Without a bookkeeping table every migration is pending: a missing right to
     // create it is the first migration's.
     let first = MIGRATIONS.first().map_or("setup", |m| m.name());
-    if let Some(create_schema) = ddl::create_schema(table)
-        && !found.schema
-    {
-        txn.execute_unprepared(&create_schema)
-            .await
-            .map_err(|source| server.fail(first, source, Server::create_hint))?;
+    if !found.schema {
+        create_schema(&txn, table, &server, first).await?;
     }
     if !found.book {
         txn.execute_unprepared(&ddl::create_bookkeeping(table))
@@ -110,6 +125,94 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
         .map_err(|source| server.fail(name, source, Server::insert_hint))?;
     }
     txn.commit().await.map_err(setup)?;
+    Ok(())
+}
+
+/// Begins the migration transaction, `READ COMMITTED`.
+///
+/// The level can only be set before the transaction's first snapshot. Behind a
+/// transaction pooler [`PostgresStore::begin`] has already taken one (its `DEALLOCATE
+/// ALL` does); under a stricter default level that snapshot is the transaction's, and
+/// the server refuses the change (SQLSTATE 25001). The migrations then run at the
+/// default level, as they did before they asked for `READ COMMITTED`: alone they
+/// succeed, but one that waits for another may find its migrations missing and fail.
+async fn begin(store: &PostgresStore) -> Result<DatabaseTransaction> {
+    let connect = |source| Error::Connect { source };
+    let txn = store.begin().await.map_err(connect)?;
+    let refused = match txn.execute_unprepared(READ_COMMITTED).await {
+        Ok(_) => return Ok(txn),
+        Err(source) if sqlstate(&source).as_deref() == Some("25001") => source,
+        Err(source) => return Err(setup(source)),
+    };
+    tracing::warn!(
+        table = %store.table(),
+        error = %refused,
+        "the migrations run at the default isolation level, not READ COMMITTED: \
+         a migrator that waits for another may fail (start it again); \
+         set default_transaction_isolation to 'read committed' for the migrating role, \
+         or migrate without the transaction pooler"
+    );
+    txn.rollback().await.map_err(setup)?;
+    store.begin().await.map_err(connect)
+}
+
+/// [`Error::Migrate`] for a step before any migration.
+fn setup(source: DbErr) -> Error {
+    Error::Migrate {
+        hint: generic_hint(&source).to_owned(),
+        migration: "setup".to_owned(),
+        source,
+    }
+}
+
+/// Takes [`ddl::LOCK`] on `key`, waiting for its holder's transaction to end.
+async fn lock(txn: &DatabaseTransaction, key: String) -> Result<(), DbErr> {
+    txn.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        ddl::LOCK,
+        [key.into()],
+    ))
+    .await
+    .map(drop)
+}
+
+/// Creates the schema of a qualified lease table, found missing, under the schema's
+/// lock; nothing for an unqualified one.
+///
+/// Each lease table has its own lock, so the migrations of two tables in one new
+/// schema would both find it missing. Whoever gets the schema's lock second finds it
+/// created (read in a snapshot taken once the lock is held) and leaves it; creating it
+/// again would fail, `IF NOT EXISTS` or not, and would need CREATE on the database.
+/// A missing right is `migration`'s.
+async fn create_schema(
+    txn: &DatabaseTransaction,
+    table: &TableName,
+    server: &Server,
+    migration: &str,
+) -> Result<()> {
+    let (Some(schema), Some(key), Some(create)) = (
+        table.schema(),
+        ddl::schema_lock_key(table),
+        ddl::create_schema(table),
+    ) else {
+        return Ok(());
+    };
+    lock(txn, key).await.map_err(setup)?;
+    let exists = txn
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::name) AS found",
+            [schema.into()],
+        ))
+        .await
+        .and_then(|row| row.ok_or_else(|| DbErr::Custom("the server returned no row".to_owned())))
+        .and_then(|row| row.try_get::<bool>("", "found"))
+        .map_err(setup)?;
+    if !exists {
+        txn.execute_unprepared(&create)
+            .await
+            .map_err(|source| server.fail(migration, source, Server::create_hint))?;
+    }
     Ok(())
 }
 
@@ -256,29 +359,49 @@ impl Server {
 /// What of the schema exists already.
 #[derive(Debug)]
 struct Found {
+    /// The schema of a qualified lease table; always true for an unqualified one (its
+    /// schema is the search_path's).
     schema: bool,
+    /// Whether the user may look up tables in the schema of a qualified lease table
+    /// (USAGE on it), when it exists; always true for an unqualified one.
+    usable: bool,
     book: bool,
     table: bool,
 }
 
 impl Found {
+    /// Reads what exists in the statement's snapshot, from the catalogs as tables,
+    /// not from the server process's catalog cache (see the module docs). An
+    /// unqualified name is looked for in the schemas of the search_path, as
+    /// `to_regclass` would.
     async fn read(txn: &DatabaseTransaction, table: &TableName) -> Result<Self, DbErr> {
-        let schema: Value = table.schema().map(|s| format!("\"{s}\"")).into();
+        let book = format!("{}_migrations", table.table());
         let row = txn
             .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                "SELECT to_regnamespace($1) IS NOT NULL AS schema, \
-                        to_regclass($2) IS NOT NULL AS book, to_regclass($3) IS NOT NULL AS leases",
+                "WITH search AS (\
+                     SELECT oid FROM pg_catalog.pg_namespace \
+                     WHERE nspname = ANY (CASE WHEN $1::text IS NULL \
+                         THEN pg_catalog.current_schemas(true) ELSE ARRAY[$1::name] END)\
+                 ) \
+                 SELECT $1::text IS NULL OR EXISTS (SELECT FROM search) AS schema, \
+                        coalesce((SELECT pg_catalog.has_schema_privilege(oid, 'USAGE') \
+                                  FROM search WHERE $1::text IS NOT NULL), true) AS usable, \
+                        EXISTS (SELECT FROM pg_catalog.pg_class \
+                                WHERE relname = $2::name AND relnamespace IN (SELECT oid FROM search)) AS book, \
+                        EXISTS (SELECT FROM pg_catalog.pg_class \
+                                WHERE relname = $3::name AND relnamespace IN (SELECT oid FROM search)) AS leases",
                 [
-                    schema,
-                    table.migrations_table().into(),
-                    table.quoted().into(),
+                    table.schema().map(str::to_owned).into(),
+                    book.into(),
+                    table.table().into(),
                 ],
             ))
             .await?
             .ok_or_else(|| DbErr::Custom("the server returned no row".to_owned()))?;
         Ok(Self {
             schema: row.try_get("", "schema")?,
+            usable: row.try_get("", "usable")?,
             book: row.try_get("", "book")?,
             table: row.try_get("", "leases")?,
         })
