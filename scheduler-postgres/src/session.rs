@@ -192,7 +192,7 @@ impl Session {
 
     /// Runs one statement outside any transaction of the caller's and returns its rows.
     ///
-    /// Directly on PostgreSQL this is sea-orm's cached prepared statement. Behind a
+    /// Directly on PostgreSQL this is a prepared statement, cached, in autocommit. Behind a
     /// transaction pooler a prepared statement may not outlive a transaction (the
     /// next one can run on another server connection), and sqlx's parse and execute
     /// steps are two round trips with a sync between them where the pooler may
@@ -208,10 +208,7 @@ impl Session {
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>> {
         let rows = match self.pooling {
-            Pooling::Direct => {
-                let stmt = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
-                self.db.query_all_raw(stmt).await
-            }
+            Pooling::Direct => self.autocommit(sql, values).await,
             Pooling::Transaction => self
                 .in_own_transaction(sql, values, Returns::Rows, None)
                 .await
