@@ -5,9 +5,10 @@
 //! One transaction per chunk of keys:
 //!
 //! 1. `BEGIN`;
-//! 2. one statement sets the store's `idle_in_transaction_session_timeout` for the
-//!    transaction and takes `pg_advisory_xact_lock` on every distinct key hash of the
-//!    chunk, **in ascending order of the hash**;
+//! 2. one statement gives the transaction the settings the store's transactions carry
+//!    (`idle_in_transaction_session_timeout`, `statement_timeout`) and takes
+//!    `pg_advisory_xact_lock` on every distinct key hash of the chunk, **in ascending
+//!    order of the hash**;
 //! 3. the caller's work runs on the transaction, for that chunk's keys only: typically
 //!    "which of these keys are new?" and then the writes for the new ones
 //!    (`INSERT … ON CONFLICT (key) DO NOTHING`, counters, derived rows);
@@ -29,14 +30,22 @@
 //!
 //! Besides the work's own statements a chunk costs three round trips: `BEGIN`, the
 //! locking statement and `COMMIT`. The locking statement carries the transaction's
-//! setting itself (`set_config('idle_in_transaction_session_timeout', …, true)`, which
-//! is `SET LOCAL`), with the keys as a bound array, never spliced into SQL text; the
-//! value is the one the store's own transactions set ([`PostgresStore::begin`]), read
-//! back once per handle. Between `BEGIN` and that statement the transaction holds no
-//! lock and no snapshot. Behind a transaction pooler the transaction starts as
-//! [`PostgresStore::begin`] starts it (`DEALLOCATE ALL` and the setting, one round trip
-//! more), since the statements after it are prepared under names that must not clash
-//! with other clients'.
+//! settings itself (`set_config(…, true)`, which is `SET LOCAL`), with the keys as a
+//! bound array, never spliced into SQL text; the values are those the store's own
+//! transactions run with ([`PostgresStore::begin`]), read back once per handle. Between
+//! `BEGIN` and that statement the transaction holds no lock and no snapshot.
+//!
+//! That statement itself still runs under the connection's own `statement_timeout`:
+//! on a pool the store opened, the lease-statement bound
+//! ([`PostgresOptions::statement_timeout`](crate::PostgresOptions::statement_timeout)).
+//! When a key is held longer than that, the chunk rolls back and waits again in a
+//! transaction that starts as [`PostgresStore::begin`] starts it (settings first, one
+//! round trip more), where the wait is bounded only as the store's transactions are
+//! (on such a pool, by the server's default). So waits are never cut short by the
+//! lease bound; only a wait that long pays a second `BEGIN`. Behind a transaction
+//! pooler every chunk starts that way (`DEALLOCATE ALL` and the settings), since the
+//! statements after it are prepared under names that must not clash with other
+//! clients'.
 //!
 //! # The hash
 //!
@@ -105,11 +114,12 @@ use crate::error::{Error, sqlstate};
 use crate::fenced::FencedFuture;
 use crate::store::PostgresStore;
 
-/// The locking statement of per-key locks: `$1` the chunk's keys, `$2` the idle guard.
-/// The locking call is an output expression of the sorting query, not referenced by
-/// its `ORDER BY`: PostgreSQL evaluates it after the sort, row by row.
+/// The locking statement of per-key locks: `$1` the chunk's keys, `$2` and `$3` the
+/// transaction's settings ([`Settings`]). The locking call is an output expression of
+/// the sorting query, not referenced by its `ORDER BY`: PostgreSQL evaluates it after
+/// the sort, row by row.
 const LOCK_KEYS: &str = "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
-        count(*) AS locks FROM ( \
+        set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
        SELECT pg_advisory_xact_lock(s.id) FROM ( \
          SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k \
        ) AS s ORDER BY s.id \
@@ -136,9 +146,27 @@ impl<T> Processed<T> {
 #[derive(Debug, Clone)]
 struct Server {
     lock_table: LockTable,
-    /// `idle_in_transaction_session_timeout` as the store's transactions set it, in the
-    /// server's own text form (`10s`), for `set_config`.
-    idle_guard: String,
+    settings: Settings,
+}
+
+/// The settings a transaction the store opens runs with, in the server's own text
+/// form (`10s`), for `set_config`.
+#[derive(Debug, Clone)]
+struct Settings {
+    /// `idle_in_transaction_session_timeout`: the store's idle guard.
+    idle: String,
+    /// `statement_timeout`: on a pool the store opened, the server's default rather
+    /// than the connections' lease bound.
+    statement: String,
+}
+
+/// Which step of starting a chunk failed.
+#[derive(Debug)]
+enum Start {
+    /// `BEGIN`, or the settings after it.
+    Begin(DbErr),
+    /// The locking statement.
+    Lock(DbErr),
 }
 
 /// Processes batches of keyed items exactly once per key. Made by
@@ -159,12 +187,12 @@ impl PostgresStore {
     pub fn keyed(&self, options: KeyedOptions) -> Keyed {
         let lock_sql: Arc<str> = match options.stripes {
             None => LOCK_KEYS.into(),
-            // `$1` the keys, `$2` the stripe count, `$3` the idle guard.
+            // `$1` the keys, `$2` and `$3` the settings, `$4` the stripe count.
             Some(_) => format!(
-                "SELECT set_config('idle_in_transaction_session_timeout', $3, true) AS idle, \
-                        count(*) AS locks FROM ( \
+                "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+                        set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
                    SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id) FROM ( \
-                     SELECT DISTINCT ((hashtextextended(k, 0) % $2 + $2) % $2)::int4 AS id \
+                     SELECT DISTINCT ((hashtextextended(k, 0) % $4 + $4) % $4)::int4 AS id \
                      FROM unnest($1::text[]) AS k \
                    ) AS s ORDER BY s.id \
                  ) AS l"
@@ -319,16 +347,10 @@ impl Keyed {
         for part in keys.chunks(per_transaction) {
             let committed = batch.done_through(done);
             let statement = |source| Error::statement("process keyed items", source);
-            let txn = self
-                .begin()
-                .await
-                .map_err(|e| store(committed)(statement(e)))?;
-            let locks = match self.lock(&txn, part, &server.idle_guard).await {
-                Ok(locks) => locks,
-                Err(source) => {
-                    // The locks (if any) vanish with the rollback; if the rollback fails
-                    // the connection is broken and they vanish with its session.
-                    let _ = txn.rollback().await;
+            let (txn, locks) = match self.start(part, &server.settings).await {
+                Ok(started) => started,
+                Err(Start::Begin(source)) => return Err(store(committed)(statement(source))),
+                Err(Start::Lock(source)) => {
                     return Err(match sqlstate(&source).as_deref() {
                         Some("53200") => KeyedError::OutOfLockSlots {
                             chunk: part.len(),
@@ -361,35 +383,69 @@ impl Keyed {
         Ok(processed)
     }
 
-    /// Begins a chunk's transaction. Directly on PostgreSQL that is a bare `BEGIN`: the
-    /// locking statement sets the idle guard. Behind a transaction pooler it is
-    /// [`PostgresStore::begin`], whose `DEALLOCATE ALL` must come before the named
-    /// statements that follow.
-    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
-        if self.store.transaction_pooling() {
-            self.store.begin().await
-        } else {
-            self.store.connection().begin().await
+    /// Begins a chunk's transaction and takes its locks; returns how many. Directly on
+    /// PostgreSQL that is a bare `BEGIN` and the locking statement, which sets the
+    /// transaction's settings; if that statement hits the connection's own
+    /// `statement_timeout` (a key held longer than the lease bound), the chunk starts
+    /// again as below. Behind a transaction pooler, and after such a timeout, it is
+    /// [`PostgresStore::begin`] (whose `DEALLOCATE ALL` must come before the named
+    /// statements that follow) and then the locking statement. A failed start is
+    /// rolled back: the locks taken, if any, vanish with it (or, if the rollback fails,
+    /// with the broken connection's session).
+    async fn start<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        settings: &Settings,
+    ) -> Result<(DatabaseTransaction, u64), Start> {
+        if !self.store.transaction_pooling() {
+            let txn = self
+                .store
+                .connection()
+                .begin()
+                .await
+                .map_err(Start::Begin)?;
+            match self.lock(&txn, keys, settings).await {
+                Ok(locks) => return Ok((txn, locks)),
+                Err(source) => {
+                    let _ = txn.rollback().await;
+                    if sqlstate(&source).as_deref() != Some("57014") {
+                        return Err(Start::Lock(source));
+                    }
+                    tracing::debug!(
+                        keys = keys.len(),
+                        "keyed locks held longer than the connection's statement_timeout; \
+                         waiting again in a transaction with the store's settings"
+                    );
+                }
+            }
+        }
+        let txn = self.store.begin().await.map_err(Start::Begin)?;
+        match self.lock(&txn, keys, settings).await {
+            Ok(locks) => Ok((txn, locks)),
+            Err(source) => {
+                let _ = txn.rollback().await;
+                Err(Start::Lock(source))
+            }
         }
     }
 
-    /// Sets the idle guard on `txn` and takes the advisory locks of `keys`, in sorted
+    /// Sets `settings` on `txn` and takes the advisory locks of `keys`, in sorted
     /// order; returns how many.
     async fn lock<K: AsRef<str>>(
         &self,
         txn: &DatabaseTransaction,
         keys: &[K],
-        idle_guard: &str,
+        settings: &Settings,
     ) -> Result<u64, DbErr> {
         let names: Vec<String> = keys.iter().map(|k| k.as_ref().to_owned()).collect();
-        let values: Vec<Value> = match self.options.stripes {
-            None => vec![names.into(), idle_guard.into()],
-            Some(stripes) => vec![
-                names.into(),
-                i64::from(stripes.max(1)).into(),
-                idle_guard.into(),
-            ],
-        };
+        let mut values: Vec<Value> = vec![
+            names.into(),
+            settings.idle.as_str().into(),
+            settings.statement.as_str().into(),
+        ];
+        if let Some(stripes) = self.options.stripes {
+            values.push(i64::from(stripes.max(1)).into());
+        }
         let statement =
             Statement::from_sql_and_values(DbBackend::Postgres, self.lock_sql.as_ref(), values);
         let row = txn
@@ -401,8 +457,8 @@ impl Keyed {
     }
 }
 
-/// Reads the lock table's settings, and the idle guard as the store's transactions
-/// set it: in such a transaction ([`PostgresStore::begin`]), rolled back after.
+/// Reads the lock table's settings, and the [`Settings`] the store's transactions run
+/// with: in such a transaction ([`PostgresStore::begin`]), rolled back after.
 async fn read_server(store: &PostgresStore) -> Result<Server, Error> {
     const OP: &str = "read the lock table settings";
     let txn = store
@@ -415,7 +471,8 @@ async fn read_server(store: &PostgresStore) -> Result<Server, Error> {
             "SELECT current_setting('max_locks_per_transaction')::int4 AS max_locks_per_transaction, \
                     current_setting('max_connections')::int4 AS max_connections, \
                     current_setting('max_prepared_transactions')::int4 AS max_prepared_transactions, \
-                    current_setting('idle_in_transaction_session_timeout') AS idle_guard",
+                    current_setting('idle_in_transaction_session_timeout') AS idle, \
+                    current_setting('statement_timeout') AS statement",
         ))
         .await
         .map_err(|source| Error::statement(OP, source))?;
@@ -440,6 +497,9 @@ async fn read_server(store: &PostgresStore) -> Result<Server, Error> {
             max_connections: get("max_connections")?,
             max_prepared_transactions: get("max_prepared_transactions")?,
         },
-        idle_guard: row.try_get("", "idle_guard").map_err(bad_row)?,
+        settings: Settings {
+            idle: row.try_get("", "idle").map_err(bad_row)?,
+            statement: row.try_get("", "statement").map_err(bad_row)?,
+        },
     })
 }
