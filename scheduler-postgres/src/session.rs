@@ -282,12 +282,15 @@ impl Session {
     /// Runs `sql` alone on a connection of the pool, in autocommit: its rows.
     async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
         use sea_orm::sqlx;
+        let pool = self.db.get_postgres_connection_pool();
+        let mut conn = pool.acquire().await.map_err(driver)?;
         let rows = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
         )
-        .fetch_all(self.db.get_postgres_connection_pool())
+        .fetch_all(&mut *conn)
         .await
+        .inspect_err(|e| discard_if_read_only(&mut conn, e))
         .map_err(driver)?;
         Ok(rows.into_iter().map(QueryResult::from).collect())
     }
@@ -314,29 +317,50 @@ impl Session {
             }
             None => format!("BEGIN; {}", self.idle_guard),
         };
-        let mut txn = self
-            .db
-            .get_postgres_connection_pool()
-            .begin_with(sqlx::AssertSqlSafe(begin))
-            .await
-            .map_err(driver)?;
+        let pool = self.db.get_postgres_connection_pool();
+        let mut conn = pool.acquire().await.map_err(driver)?;
         let query = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
         )
         .persistent(self.pooling == Pooling::Direct);
-        let done = match returns {
-            Returns::Rows => {
-                let rows = query.fetch_all(&mut *txn).await.map_err(driver)?;
-                (rows.into_iter().map(QueryResult::from).collect(), 0)
-            }
-            Returns::Count => {
-                let done = query.execute(&mut *txn).await.map_err(driver)?;
-                (Vec::new(), done.rows_affected())
-            }
-        };
-        txn.commit().await.map_err(driver)?;
+        let done = async {
+            use sqlx::Connection;
+            let mut txn = conn.begin_with(sqlx::AssertSqlSafe(begin)).await?;
+            let done = match returns {
+                Returns::Rows => {
+                    let rows = query.fetch_all(&mut *txn).await?;
+                    (rows.into_iter().map(QueryResult::from).collect(), 0)
+                }
+                Returns::Count => {
+                    let done = query.execute(&mut *txn).await?;
+                    (Vec::new(), done.rows_affected())
+                }
+            };
+            txn.commit().await?;
+            Ok(done)
+        }
+        .await
+        .inspect_err(|e| discard_if_read_only(&mut conn, e))
+        .map_err(driver)?;
         Ok(done)
+    }
+}
+
+/// A connection whose statement was refused as a write on a read-only server
+/// (SQLSTATE 25006: a standby, or an old primary back as one after a failover
+/// behind the same address) is closed instead of going back to the pool, so the pool
+/// reconnects, and reaches the new primary, instead of reusing it forever. (A
+/// database read-only by default costs a reconnect per refused call: the runtime
+/// backs off between them.)
+fn discard_if_read_only(
+    conn: &mut sea_orm::sqlx::pool::PoolConnection<sea_orm::sqlx::Postgres>,
+    err: &sea_orm::sqlx::Error,
+) {
+    if let sea_orm::sqlx::Error::Database(db) = err
+        && db.code().as_deref() == Some("25006")
+    {
+        conn.close_on_drop();
     }
 }
 
