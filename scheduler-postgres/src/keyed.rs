@@ -99,6 +99,7 @@
 mod batch;
 mod error;
 mod options;
+mod server;
 
 use std::sync::Arc;
 
@@ -110,6 +111,7 @@ use tokio::sync::OnceCell;
 use self::batch::{Batch, NulAt};
 pub use self::error::KeyedError;
 pub use self::options::{KeyedOptions, LockTable, MAX_DEFAULT_CHUNK, STRIPE_LOCK_CLASS};
+use self::server::{Server, Settings, read_server};
 use crate::error::{Error, sqlstate};
 use crate::fenced::FencedFuture;
 use crate::store::PostgresStore;
@@ -140,24 +142,6 @@ impl<T> Processed<T> {
     pub fn transactions(&self) -> usize {
         self.values.len()
     }
-}
-
-/// What a handle reads from the server once.
-#[derive(Debug, Clone)]
-struct Server {
-    lock_table: LockTable,
-    settings: Settings,
-}
-
-/// The settings a transaction the store opens runs with, in the server's own text
-/// form (`10s`), for `set_config`.
-#[derive(Debug, Clone)]
-struct Settings {
-    /// `idle_in_transaction_session_timeout`: the store's idle guard.
-    idle: String,
-    /// `statement_timeout`: on a pool the store opened, the server's default rather
-    /// than the connections' lease bound.
-    statement: String,
 }
 
 /// Which step of starting a chunk failed.
@@ -455,51 +439,4 @@ impl Keyed {
         let locks: i64 = row.try_get("", "locks")?;
         Ok(u64::try_from(locks).unwrap_or(0))
     }
-}
-
-/// Reads the lock table's settings, and the [`Settings`] the store's transactions run
-/// with: in such a transaction ([`PostgresStore::begin`]), rolled back after.
-async fn read_server(store: &PostgresStore) -> Result<Server, Error> {
-    const OP: &str = "read the lock table settings";
-    let txn = store
-        .begin()
-        .await
-        .map_err(|source| Error::statement(OP, source))?;
-    let row = txn
-        .query_one_raw(Statement::from_string(
-            DbBackend::Postgres,
-            "SELECT current_setting('max_locks_per_transaction')::int4 AS max_locks_per_transaction, \
-                    current_setting('max_connections')::int4 AS max_connections, \
-                    current_setting('max_prepared_transactions')::int4 AS max_prepared_transactions, \
-                    current_setting('idle_in_transaction_session_timeout') AS idle, \
-                    current_setting('statement_timeout') AS statement",
-        ))
-        .await
-        .map_err(|source| Error::statement(OP, source))?;
-    txn.rollback()
-        .await
-        .map_err(|source| Error::statement(OP, source))?;
-    let row = row.ok_or_else(|| Error::BadRow {
-        operation: OP,
-        source: DbErr::Custom("no row returned".to_owned()),
-    })?;
-    let bad_row = |source| Error::BadRow {
-        operation: OP,
-        source,
-    };
-    let get = |column: &str| -> Result<u32, Error> {
-        let value: i32 = row.try_get("", column).map_err(bad_row)?;
-        u32::try_from(value).map_err(|e| bad_row(DbErr::Custom(format!("{column} = {value}: {e}"))))
-    };
-    Ok(Server {
-        lock_table: LockTable {
-            max_locks_per_transaction: get("max_locks_per_transaction")?,
-            max_connections: get("max_connections")?,
-            max_prepared_transactions: get("max_prepared_transactions")?,
-        },
-        settings: Settings {
-            idle: row.try_get("", "idle").map_err(bad_row)?,
-            statement: row.try_get("", "statement").map_err(bad_row)?,
-        },
-    })
 }
