@@ -49,6 +49,16 @@ use crate::store::PostgresStore;
 /// can come after `BEGIN`'s own settings.
 const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
+/// Why a hot standby is refused (see [`in_recovery`]).
+const STANDBY: &str = "the server is read-only: it is a hot standby (pg_is_in_recovery() is true)";
+
+/// Whether `err` refused a server for being a hot standby: one that may be being
+/// promoted this very moment (a failover), so opening is worth retrying for a while.
+pub(crate) fn in_recovery(err: &Error) -> bool {
+    matches!(err, Error::Migrate { migration, source: DbErr::Custom(why), .. }
+        if migration == "setup" && why == STANDBY)
+}
+
 /// Applies every pending migration of the store's lease table.
 pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     let table: &TableName = store.table();
@@ -273,7 +283,7 @@ impl Server {
     fn check_writable(&self) -> Result<()> {
         let (why, hint) = if self.standby {
             (
-                "the server is read-only: it is a hot standby (pg_is_in_recovery() is true)",
+                STANDBY,
                 "; point the URL at the primary: the store writes a lease row for every tick",
             )
         } else if self.read_only {

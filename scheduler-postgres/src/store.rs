@@ -127,7 +127,24 @@ impl PostgresStore {
             table: options.table,
         };
         if options.migrate {
-            migrate::run(&store).await?;
+            // A hot standby may be mid-promotion (a failover): it is asked again until
+            // the connect timeout, then refused.
+            let deadline = tokio::time::Instant::now() + options.connect_timeout;
+            let mut wait = Duration::from_millis(100);
+            loop {
+                match migrate::run(&store).await {
+                    Err(err)
+                        if migrate::in_recovery(&err)
+                            && tokio::time::Instant::now() + wait < deadline =>
+                    {
+                        tracing::warn!(error = %err, retry_in = ?wait,
+                            "the database is a hot standby; asking again in case it is being promoted");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(1));
+                    }
+                    done => break done?,
+                }
+            }
         }
         Ok(store)
     }

@@ -320,6 +320,27 @@ async fn a_hot_standby_is_refused_at_open_and_its_writes_name_the_primary() {
     .await
     .expect("opens without migrating");
     assert_writes_refused(&replica, &keys).await;
+
+    // Promoted while a store opens on it (a failover): the store asks again until its
+    // connect timeout and opens once the server is writable.
+    let url = standby.url(migrated);
+    let opening = tokio::spawn(async move {
+        connect(
+            &url,
+            PostgresOptions::default().connect_timeout(Duration::from_secs(30)),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    exec(&conn, "SELECT pg_promote()").await;
+    let promoted = opening
+        .await
+        .expect("join")
+        .expect("opens once the standby is promoted");
+    let t = tick(&promoted, 10).await;
+    take(&promoted, &["after the promotion"], t)
+        .await
+        .expect("writable");
 }
 
 #[tokio::test]
