@@ -95,7 +95,10 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
-    /// server cannot be reached, [`Error::Migrate`] if a migration fails.
+    /// server cannot be reached, [`Error::Migrate`] if a migration fails — or if the
+    /// server is still a hot standby at the end of
+    /// [`PostgresOptions::connect_timeout`] (it is asked again until then: a standby
+    /// may be being promoted).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
         let (options, _) = options.with_url(url);
         let mut connect = connect_options(url, &options)?;
