@@ -150,18 +150,30 @@ pub struct RecordedJob {
     spec: JobSpec,
     period: Duration,
     instance: Arc<str>,
+    /// The lease store, where the fenced writes go.
     store: PostgresStore,
+    /// Where `runs` is written: the lease store unless told otherwise.
+    record: PostgresStore,
 }
 
 impl RecordedJob {
-    /// The job `spec`, ticking every `period`, run by `instance`.
+    /// The job `spec`, ticking every `period`, run by `instance`, its leases, fenced
+    /// writes and record in `store`.
     pub fn new(spec: JobSpec, period: Duration, instance: &str, store: PostgresStore) -> Self {
         Self {
             spec,
             period,
             instance: instance.into(),
+            record: store.clone(),
             store,
         }
+    }
+
+    /// Records runs into `record` instead (a database that a failover of the lease
+    /// database does not touch); the fenced writes stay in the lease database.
+    pub fn recording_to(mut self, record: PostgresStore) -> Self {
+        self.record = record;
+        self
     }
 
     async fn work(&self, ctx: &JobContext) -> bool {
@@ -219,7 +231,7 @@ impl RecordedJob {
         let deadline = tokio::time::Instant::now() + FINISH_RETRY_FOR;
         loop {
             let recorded = execute(
-                &self.store,
+                &self.record,
                 "UPDATE runs SET finished = clock_timestamp(), outcome = $2 WHERE id = $1",
                 vec![id.into(), outcome.into()],
             )
@@ -263,7 +275,7 @@ impl Idempotent for RecordedJob {
 
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
         let rows = query(
-            &self.store,
+            &self.record,
             "INSERT INTO runs (job, tick, node, instance, token) VALUES ($1, $2, $3, $4, $5) \
              RETURNING id",
             vec![

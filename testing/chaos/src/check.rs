@@ -72,6 +72,13 @@ pub struct Expectations {
     /// Instances that must show they recovered, each with the instant after which
     /// they must have made progress (the end of the last fault window).
     pub recover: Vec<(String, DateTime<Utc>)>,
+    /// Whether the lease database may lose writes it acknowledged during a fault (a
+    /// failover to an asynchronous replica): then a tick of a window run twice
+    /// concurrently, a run recorded as paid whose write is gone while the run
+    /// overlapped a window, and a write committed under a smaller token than a run
+    /// of a window had, are counted and noted instead of violations. The record
+    /// must then be kept apart from the lease database.
+    pub lossy: bool,
 }
 
 /// The numbers a check found, and every violation of the invariants.
@@ -100,6 +107,20 @@ pub struct Findings {
     /// What is allowed but worth knowing: each tick run twice, or started early, in
     /// a fault window.
     pub notes: Vec<String>,
+    /// Every tick run more than once: the series, the tick, and its runs.
+    pub duplicated: Vec<(String, DateTime<Utc>, Vec<Run>)>,
+    /// Ticks of a window run twice at the same time, allowed when the lease database
+    /// may lose writes ([`Expectations::lossy`]).
+    pub concurrent_in_window: usize,
+    /// Runs recorded as paid whose fenced write the lease database no longer has,
+    /// allowed in a window when it may lose writes ([`Expectations::lossy`]).
+    pub lost_writes: usize,
+    /// Fenced writes committed under a token smaller than one a run of their job
+    /// started with before them, in a window: the lease database lost the take of
+    /// the larger token and handed the smaller ones out again. Allowed when it may
+    /// lose writes ([`Expectations::lossy`]); a resource that checks tokens itself
+    /// would refuse the new holder's writes until its tokens caught up.
+    pub tokens_backwards: usize,
 }
 
 /// How many violations of one kind are spelled out.
@@ -118,9 +139,9 @@ pub fn check(record: &Record, expect: &Expectations) -> Findings {
     for series in &expect.series {
         check_series(record, expect, series, &mut findings, &mut violations);
     }
-    check_overlaps(record, expect, &mut violations);
+    check_overlaps(record, expect, &mut findings, &mut violations);
     check_early(record, expect, &mut findings, &mut violations);
-    check_payouts(record, &mut violations);
+    check_payouts(record, expect, &mut findings, &mut violations);
     check_recovery(record, expect, &mut violations);
     findings.violations = violations.into_list();
     findings
@@ -168,6 +189,10 @@ fn check_series(
         findings.expected += 1;
         let runs = by_tick.get(&tick).map_or(&[][..], Vec::as_slice);
         findings.recorded += runs.len();
+        if runs.len() > 1 {
+            let runs = runs.iter().map(|r| (*r).clone()).collect();
+            findings.duplicated.push((series.name(), tick, runs));
+        }
         match runs.len() {
             0 if in_window(tick) => {
                 findings.misses += 1;
@@ -243,8 +268,14 @@ fn check_series(
     }
 }
 
-/// No two runs of one tick of one series overlap in time, anywhere in the record.
-fn check_overlaps(record: &Record, expect: &Expectations, violations: &mut Violations) {
+/// No two runs of one tick of one series overlap in time, anywhere in the record
+/// (in a window of a lossy lease database: counted and noted).
+fn check_overlaps(
+    record: &Record,
+    expect: &Expectations,
+    findings: &mut Findings,
+    violations: &mut Violations,
+) {
     for series in &expect.series {
         let mut by_tick: BTreeMap<DateTime<Utc>, Vec<&Run>> = BTreeMap::new();
         for run in record.runs.iter().filter(|r| series.matches(r)) {
@@ -255,6 +286,17 @@ fn check_overlaps(record: &Record, expect: &Expectations, violations: &mut Viola
                 for b in &runs[i + 1..] {
                     let (a_end, b_end) = (run_end(a, expect), run_end(b, expect));
                     if a.started < b_end && b.started < a_end {
+                        let in_window = expect.windows.iter().any(|w| w.contains(*tick));
+                        if expect.lossy && in_window {
+                            findings.concurrent_in_window += 1;
+                            findings.notes.push(format!(
+                                "{} ran tick {} twice concurrently in a fault window: {}",
+                                series.name(),
+                                time(*tick),
+                                describe(&[a, b])
+                            ));
+                            continue;
+                        }
                         violations.add(
                             "ran one tick twice concurrently",
                             format!(
@@ -314,8 +356,15 @@ fn run_end(run: &Run, expect: &Expectations) -> DateTime<Utc> {
 
 /// No tick's fenced write committed twice, none committed after a run with a newer
 /// token of its job had started, every committed write belongs to a run that
-/// recorded it as paid, and no run whose write was refused has one.
-fn check_payouts(record: &Record, violations: &mut Violations) {
+/// recorded it as paid, and no run whose write was refused has one; every run
+/// recorded as paid has its write (in a window of a lossy lease database: a missing
+/// one is counted and noted).
+fn check_payouts(
+    record: &Record,
+    expect: &Expectations,
+    findings: &mut Findings,
+    violations: &mut Violations,
+) {
     let mut by_tick: HashMap<(&str, DateTime<Utc>), Vec<i64>> = HashMap::new();
     for payout in &record.payouts {
         by_tick
@@ -344,6 +393,22 @@ fn check_payouts(record: &Record, violations: &mut Violations) {
             .iter()
             .find(|r| r.job == payout.job && r.token > payout.token && r.started < payout.written);
         if let Some(newer) = newer {
+            let in_window = |at| expect.windows.iter().any(|w: &Window| w.contains(at));
+            if expect.lossy && in_window(newer.started) {
+                // The newer token's take was lost with the old primary: the new
+                // one handed out smaller tokens again.
+                findings.tokens_backwards += 1;
+                findings.notes.push(format!(
+                    "tokens went backwards in a fault window: {} tick {} token {} written {} \
+                     after {}",
+                    payout.job,
+                    time(payout.tick),
+                    payout.token,
+                    time(payout.written),
+                    describe(&[newer])
+                ));
+                continue;
+            }
             violations.add(
                 "fenced write committed after a takeover",
                 format!(
@@ -357,13 +422,20 @@ fn check_payouts(record: &Record, violations: &mut Violations) {
             );
         }
     }
-    let runs: HashMap<(&str, DateTime<Utc>, i64), &Run> = record
+    // By instance too: a failover that lost a take can hand its token out again.
+    let runs: HashMap<(&str, DateTime<Utc>, i64, &str), &Run> = record
         .runs
         .iter()
-        .map(|r| ((r.job.as_str(), r.tick, r.token), r))
+        .map(|r| ((r.job.as_str(), r.tick, r.token, r.instance.as_str()), r))
         .collect();
     for payout in &record.payouts {
-        match runs.get(&(payout.job.as_str(), payout.tick, payout.token)) {
+        let key = (
+            payout.job.as_str(),
+            payout.tick,
+            payout.token,
+            payout.instance.as_str(),
+        );
+        match runs.get(&key) {
             Some(run) if run.refused() => violations.add(
                 "refused fenced write committed",
                 format!(
@@ -385,13 +457,27 @@ fn check_payouts(record: &Record, violations: &mut Violations) {
             ),
         }
     }
-    let paid: std::collections::HashSet<(&str, DateTime<Utc>, i64)> = record
+    let paid: std::collections::HashSet<(&str, DateTime<Utc>, i64, &str)> = record
         .payouts
         .iter()
-        .map(|p| (p.job.as_str(), p.tick, p.token))
+        .map(|p| (p.job.as_str(), p.tick, p.token, p.instance.as_str()))
         .collect();
     for run in record.runs.iter().filter(|r| r.paid()) {
-        if !paid.contains(&(run.job.as_str(), run.tick, run.token)) {
+        let key = (run.job.as_str(), run.tick, run.token, run.instance.as_str());
+        if !paid.contains(&key) {
+            let end = run_end(run, expect);
+            let overlaps = expect
+                .windows
+                .iter()
+                .any(|w| run.started <= w.to && w.from <= end);
+            if expect.lossy && overlaps {
+                findings.lost_writes += 1;
+                findings.notes.push(format!(
+                    "a write acknowledged in a fault window is gone: {}",
+                    describe(&[run])
+                ));
+                continue;
+            }
             violations.add(
                 "run recorded as paid without a committed write",
                 describe(&[run]),
@@ -501,6 +587,7 @@ mod tests {
             ended: BTreeMap::new(),
             end: at(6000),
             recover: vec![],
+            lossy: false,
         }
     }
 

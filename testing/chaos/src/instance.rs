@@ -18,6 +18,8 @@ pub struct InstanceSpec {
     pub name: String,
     /// The database URL it connects to (maybe through a proxy or PgBouncer).
     pub url: String,
+    /// Where it records runs and heartbeats, if not in that database.
+    pub record_url: Option<String>,
     /// Its node id.
     pub node: String,
     /// The lease ttl.
@@ -37,6 +39,7 @@ impl InstanceSpec {
         Self {
             name: name.to_owned(),
             url: url.to_owned(),
+            record_url: None,
             node: "node-a".to_owned(),
             ttl: Duration::from_secs(2),
             period: Duration::from_secs(1),
@@ -101,7 +104,11 @@ impl Instance {
         let err = out
             .try_clone()
             .map_err(Error::io(format!("reopen {}", log.display())))?;
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if let Some(record) = &spec.record_url {
+            command.arg("--record-url").arg(record);
+        }
+        let mut child = command
             .arg("--url")
             .arg(&spec.url)
             .arg("--instance")

@@ -13,17 +13,23 @@
 //! when it ends (`ok` / `cancelled`, then for `payout` `+paid` / `+refused` /
 //! `+error`). Every instance writes a heartbeat row four times a second. All times
 //! are the database's `clock_timestamp()`. `SIGTERM` shuts an instance down
-//! gracefully; it exits by itself when the driver goes away.
+//! gracefully; it exits by itself when the driver goes away. With `--record-url`,
+//! runs and heartbeats go to another database (fenced writes stay in the lease
+//! database): a failover of the lease database may lose what it acknowledged last,
+//! and the record of what ran must not go with it.
 //!
 //! # The driver
 //!
 //! A [`Scenario`] starts [`Instance`]s (processes of `chaos-app`, their output in a
 //! log file each), signals them with the `kill` command (`SIGKILL`, `SIGSTOP`,
 //! `SIGCONT`, `SIGTERM`), can put a [`Proxy`] between an instance and the server
-//! (switched to a blackhole: a connection cut without a close), reads the record
-//! with an [`Inspector`], and at the end shuts everything down gracefully and checks
-//! the record: [`check::check`], plus what the scenario asserts itself. The
-//! scenarios are in `tests/scenarios.rs`.
+//! (switched to a blackhole: a connection cut without a close; or pointed at another
+//! server, as a failover moves a VIP or a DNS name), reads the record with an
+//! [`Inspector`], and at the end shuts everything down gracefully and checks the
+//! record: [`check::check`], plus what the scenario asserts itself. The scenarios
+//! are in `tests/scenarios.rs`; the failover ones run a primary and its streaming
+//! replica (`test_postgres::TestServer::start_replica`), crash the primary, promote
+//! the replica and point the instances' proxy at it.
 //!
 //! # What is checked, exactly
 //!
@@ -71,6 +77,12 @@
 //!   loaded cores); and a holder hit after winning a tick but before recording its
 //!   start stretches the gap from the tick before by how late after its tick the
 //!   fault landed, which the driver keeps under `2 × MID_RUN` (300 ms).
+//! - **A lease database that loses writes.** After a failover to an asynchronous
+//!   replica ([`Scenario::lossy`]), what the old primary acknowledged last may be
+//!   gone: inside a window, a tick run twice concurrently, a run recorded as paid
+//!   whose write is missing, and a write committed under a smaller token than a run
+//!   before it held (the larger one's take was lost) are counted and noted, not
+//!   violations. Everything else holds as above.
 //! - **No panic**: no instance's output contains `panicked`.
 //! - **Recovered without a restart**: every instance alive at the end (neither killed
 //!   nor restarted) wrote heartbeats after the last window ended (or after it became

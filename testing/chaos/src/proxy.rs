@@ -1,4 +1,5 @@
-//! A TCP proxy on `127.0.0.1` that can cut its connections without closing them.
+//! A TCP proxy on `127.0.0.1` that can cut its connections without closing them, and
+//! be pointed at another server (a moved VIP, a changed DNS name).
 
 use std::net::Ipv4Addr;
 
@@ -18,11 +19,19 @@ use crate::error::{Error, Result};
 /// [restored](Self::restore), everything flows again, as TCP retransmission would
 /// deliver it once a partition heals.
 ///
+/// It can also be [redirected](Self::redirect) to another server, standing in for the
+/// name or address clients use for "the database" when a failover moves it: new
+/// connections go to the new server, open ones stay with the old one (a DNS name
+/// changed under a pool) unless they are [reset](Self::reset) (a moved VIP: the old
+/// host's connections are gone).
+///
 /// Dropping the proxy closes every connection through it.
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
     open: watch::Sender<bool>,
+    upstream: watch::Sender<(String, u16)>,
+    generation: watch::Sender<u64>,
     accept: JoinHandle<()>,
 }
 
@@ -40,8 +49,16 @@ impl Proxy {
             .map_err(Error::io("read the proxy's port"))?
             .port();
         let (open, gate) = watch::channel(true);
-        let accept = tokio::spawn(accept(listener, upstream, gate));
-        Ok(Proxy { port, open, accept })
+        let (upstream, target) = watch::channel(upstream);
+        let (generation, resets) = watch::channel(0);
+        let accept = tokio::spawn(accept(listener, target, gate, resets));
+        Ok(Proxy {
+            port,
+            open,
+            upstream,
+            generation,
+            accept,
+        })
     }
 
     /// The port it listens on.
@@ -63,6 +80,23 @@ impl Proxy {
     pub fn is_open(&self) -> bool {
         *self.open.borrow()
     }
+
+    /// Connects new connections to `upstream` (`host`, `port`) from now on; open ones
+    /// stay with the server they reached.
+    pub fn redirect(&self, upstream: (String, u16)) {
+        self.upstream.send_replace(upstream);
+    }
+
+    /// The server new connections go to.
+    pub fn upstream(&self) -> (String, u16) {
+        self.upstream.borrow().clone()
+    }
+
+    /// Closes every connection open through it now (both sides see the close); later
+    /// ones are not affected.
+    pub fn reset(&self) {
+        self.generation.send_modify(|generation| *generation += 1);
+    }
 }
 
 impl Drop for Proxy {
@@ -71,7 +105,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept(listener: TcpListener, upstream: (String, u16), gate: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    upstream: watch::Receiver<(String, u16)>,
+    gate: watch::Receiver<bool>,
+    resets: watch::Receiver<u64>,
+) {
     // Dropped with this task (when the proxy is), which aborts every connection.
     let mut connections = JoinSet::new();
     loop {
@@ -79,18 +118,33 @@ async fn accept(listener: TcpListener, upstream: (String, u16), gate: watch::Rec
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
-        connections.spawn(connect(client, upstream.clone(), gate.clone()));
+        let mut resets = resets.clone();
+        resets.mark_unchanged();
+        let connection = connect(client, upstream.clone(), gate.clone());
+        connections.spawn(async move {
+            tokio::select! {
+                () = connection => {}
+                // Reset: dropping both sockets closes them.
+                _ = resets.changed() => {}
+            }
+        });
         while connections.try_join_next().is_some() {}
     }
 }
 
-/// Connects `client` upstream once the proxy is open, then pumps both ways.
-async fn connect(client: TcpStream, upstream: (String, u16), mut gate: watch::Receiver<bool>) {
+/// Connects `client` upstream (where the proxy points once it is open), then pumps
+/// both ways.
+async fn connect(
+    client: TcpStream,
+    upstream: watch::Receiver<(String, u16)>,
+    mut gate: watch::Receiver<bool>,
+) {
     if gate.wait_for(|open| *open).await.is_err() {
         return;
     }
+    let (host, port) = upstream.borrow().clone();
     // A refused upstream connection drops the client's: the server is down.
-    let Ok(server) = TcpStream::connect((upstream.0.as_str(), upstream.1)).await else {
+    let Ok(server) = TcpStream::connect((host.as_str(), port)).await else {
         return;
     };
     let _ = client.set_nodelay(true);
@@ -245,5 +299,51 @@ mod tests {
         accepted.write_all(b"pong").await.unwrap();
         client.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"pong");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_moves_new_connections_and_a_reset_closes_the_old_ones() {
+        let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let second = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = |l: &TcpListener| ("127.0.0.1".to_owned(), l.local_addr().unwrap().port());
+        let proxy = Proxy::start(port(&first)).await.unwrap();
+        let mut old = TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port()))
+            .await
+            .unwrap();
+        let (mut on_first, _) = first.accept().await.unwrap();
+
+        proxy.redirect(port(&second));
+        assert_eq!(proxy.upstream(), port(&second));
+        let mut new = TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port()))
+            .await
+            .unwrap();
+        let (mut on_second, _) = second.accept().await.unwrap();
+        let mut buf = [0u8; 3];
+        // The open connection still reaches the first server, the new one the second.
+        old.write_all(b"old").await.unwrap();
+        on_first.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"old");
+        new.write_all(b"new").await.unwrap();
+        on_second.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"new");
+
+        proxy.reset();
+        let closed =
+            tokio::time::timeout(std::time::Duration::from_secs(5), on_second.read(&mut buf))
+                .await
+                .expect("a reset closes the server's side");
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(5), old.read(&mut buf))
+            .await
+            .expect("a reset closes the client's side");
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+        // Later connections are not affected.
+        let mut later = TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port()))
+            .await
+            .unwrap();
+        let (mut on_second, _) = second.accept().await.unwrap();
+        later.write_all(b"hey").await.unwrap();
+        on_second.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hey");
     }
 }

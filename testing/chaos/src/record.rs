@@ -98,9 +98,14 @@ pub struct Record {
 
 /// The driver's own connection to the database the instances record into: always
 /// straight to the server, never through the proxy or PgBouncer.
+///
+/// When the instances record runs and heartbeats apart from the lease database (see
+/// [`Inspector::apart`]), it has a second connection, to the lease database, for
+/// the fenced writes in `payouts`.
 #[derive(Debug, Clone)]
 pub struct Inspector {
     db: DatabaseConnection,
+    leases: Option<DatabaseConnection>,
 }
 
 const RUN_COLUMNS: &str = "id, job, tick, node, instance, token, started, finished, outcome";
@@ -111,49 +116,47 @@ impl Inspector {
     /// # Errors
     /// [`Error::Database`] if no connection could be made by then.
     pub async fn connect(url: &str) -> Result<Inspector> {
-        let mut options = ConnectOptions::new(url.to_owned());
-        options
-            .max_connections(2)
-            .min_connections(0)
-            .connect_timeout(Duration::from_secs(2))
-            .acquire_timeout(Duration::from_secs(5))
-            .sqlx_logging(false);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            match Database::connect(options.clone()).await {
-                Ok(db) => return Ok(Inspector { db }),
-                Err(_) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(source) => {
-                    return Err(Error::Database {
-                        operation: "connect the driver",
-                        source,
-                    });
-                }
-            }
-        }
+        Ok(Inspector {
+            db: connect(url).await?,
+            leases: None,
+        })
+    }
+
+    /// Connects to `record_url`, where the instances record runs and heartbeats (and
+    /// whose clock the driver reads), and to `lease_url`, the lease database, where
+    /// the fenced writes are; each retried for up to 30 s.
+    ///
+    /// # Errors
+    /// [`Error::Database`] if either cannot be reached by then.
+    pub async fn apart(record_url: &str, lease_url: &str) -> Result<Inspector> {
+        Ok(Inspector {
+            db: connect(record_url).await?,
+            leases: Some(connect(lease_url).await?),
+        })
+    }
+
+    /// Reads the fenced writes from `lease_url` from now on (the lease database moved:
+    /// a failover), retrying for up to 30 s.
+    ///
+    /// # Errors
+    /// [`Error::Database`] if it cannot be reached by then.
+    pub async fn lease_database_moved(&mut self, lease_url: &str) -> Result<()> {
+        self.leases = Some(connect(lease_url).await?);
+        Ok(())
     }
 
     /// Creates the app's tables ([`SCHEMA`](crate::app::SCHEMA)) unless they exist,
-    /// under the same lock as the app.
+    /// under the same lock as the app, in the record's database and, if apart, in the
+    /// lease database.
     ///
     /// # Errors
     /// [`Error::Database`] if a statement fails.
     pub async fn prepare(&self) -> Result<()> {
-        let failed = Error::database;
-        let txn = self
-            .db
-            .begin()
-            .await
-            .map_err(failed("begin creating the tables"))?;
-        txn.execute_unprepared(crate::app::SCHEMA_LOCK)
-            .await
-            .map_err(failed("lock the schema"))?;
-        txn.execute_unprepared(crate::app::SCHEMA)
-            .await
-            .map_err(failed("create the tables"))?;
-        txn.commit().await.map_err(failed("commit the tables"))
+        prepare(&self.db).await?;
+        match &self.leases {
+            Some(leases) => prepare(leases).await,
+            None => Ok(()),
+        }
     }
 
     /// The database's clock, retried for up to 30 s (the server may be restarting).
@@ -257,7 +260,7 @@ impl Inspector {
         run_from_row(row)
     }
 
-    /// Every session of the database waiting for a lock, with the session it waits
+    /// Every session of the lease database waiting for a lock, with the session it waits
     /// on: its state (`idle in transaction`: a client stopped mid-transaction) and
     /// its last statement. Empty when nothing waits.
     ///
@@ -266,7 +269,7 @@ impl Inspector {
     pub async fn blocked(&self) -> Result<Vec<String>> {
         const OP: &str = "read blocked sessions";
         let rows = self
-            .query(
+            .query_leases(
                 "SELECT w.pid AS waiting, left(regexp_replace(w.query, '\\s+', ' ', 'g'), 60) AS query, \
                         b.pid AS blocker, coalesce(b.state, '?') AS state, \
                         left(regexp_replace(b.query, '\\s+', ' ', 'g'), 80) AS blocker_query \
@@ -274,7 +277,6 @@ impl Inspector {
                  CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocking(pid) \
                  JOIN pg_stat_activity b ON b.pid = blocking.pid \
                  WHERE w.datname = current_database() ORDER BY w.pid",
-                vec![],
                 OP,
             )
             .await?;
@@ -309,9 +311,8 @@ impl Inspector {
             .collect::<Result<_>>()?;
         const OP: &str = "read payouts";
         let payouts = self
-            .query(
+            .query_leases(
                 "SELECT job, tick, token, instance, written FROM payouts ORDER BY job, tick, token",
-                vec![],
                 OP,
             )
             .await?
@@ -351,6 +352,16 @@ impl Inspector {
         })
     }
 
+    /// Runs `sql` on the lease database.
+    async fn query_leases(&self, sql: &str, operation: &'static str) -> Result<Vec<QueryResult>> {
+        self.leases
+            .as_ref()
+            .unwrap_or(&self.db)
+            .query_all_raw(Statement::from_string(DbBackend::Postgres, sql))
+            .await
+            .map_err(Error::database(operation))
+    }
+
     async fn query(
         &self,
         sql: &str,
@@ -366,6 +377,48 @@ impl Inspector {
             .await
             .map_err(Error::database(operation))
     }
+}
+
+/// Connects to `url`, retrying for up to 30 s (the server may be restarting).
+async fn connect(url: &str) -> Result<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(2)
+        .min_connections(0)
+        .connect_timeout(Duration::from_secs(2))
+        .acquire_timeout(Duration::from_secs(5))
+        .sqlx_logging(false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match Database::connect(options.clone()).await {
+            Ok(db) => return Ok(db),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(source) => {
+                return Err(Error::Database {
+                    operation: "connect the driver",
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// Creates the app's tables unless they exist, under the app's lock.
+async fn prepare(db: &DatabaseConnection) -> Result<()> {
+    let failed = Error::database;
+    let txn = db
+        .begin()
+        .await
+        .map_err(failed("begin creating the tables"))?;
+    txn.execute_unprepared(crate::app::SCHEMA_LOCK)
+        .await
+        .map_err(failed("lock the schema"))?;
+    txn.execute_unprepared(crate::app::SCHEMA)
+        .await
+        .map_err(failed("create the tables"))?;
+    txn.commit().await.map_err(failed("commit the tables"))
 }
 
 fn get<T: sea_orm::TryGetable>(

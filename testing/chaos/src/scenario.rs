@@ -35,6 +35,11 @@ pub struct ScenarioConfig {
     pub url: String,
     /// The URL the driver reads the record from: the server itself.
     pub direct_url: String,
+    /// Where the instances record runs and heartbeats, and the driver reads them and
+    /// the clock, when not in the lease database (`direct_url` then only serves the
+    /// fenced writes): a failover of the lease database may lose what it
+    /// acknowledged last, the record of what ran must not.
+    pub record_url: Option<String>,
     /// Where the instances' logs go (emptied first).
     pub log_dir: PathBuf,
     /// A file each report row is appended to, if any.
@@ -56,6 +61,7 @@ impl ScenarioConfig {
             bin: PathBuf::from(bin),
             url: url.to_owned(),
             direct_url: direct_url.to_owned(),
+            record_url: None,
             log_dir: PathBuf::from(log_root).join(name),
             report: None,
             ttl: Duration::from_secs(2),
@@ -67,6 +73,7 @@ impl ScenarioConfig {
     /// The spec of an instance `name` of this scenario, on `node-a`, its clock right.
     pub fn spec(&self, name: &str) -> InstanceSpec {
         InstanceSpec {
+            record_url: self.record_url.clone(),
             ttl: self.ttl,
             period: self.period,
             grace: self.grace,
@@ -105,6 +112,7 @@ pub struct Scenario {
     takeover: Option<TimeDelta>,
     violations: Vec<String>,
     events: Vec<(DateTime<Utc>, String)>,
+    lossy: bool,
     wall: Instant,
 }
 
@@ -124,6 +132,8 @@ pub struct Verdict {
     pub notes: Vec<String>,
     /// Where the instances' logs are.
     pub logs: PathBuf,
+    /// Everything the checks found.
+    pub findings: Findings,
 }
 
 impl Verdict {
@@ -161,7 +171,10 @@ impl Scenario {
     /// not ready within 30 s.
     pub async fn start(config: ScenarioConfig, specs: Vec<InstanceSpec>) -> Result<Scenario> {
         let _ = std::fs::remove_dir_all(&config.log_dir);
-        let db = Inspector::connect(&config.direct_url).await?;
+        let db = match &config.record_url {
+            Some(record) => Inspector::apart(record, &config.direct_url).await?,
+            None => Inspector::connect(&config.direct_url).await?,
+        };
         db.prepare().await?;
         let began = db.now().await?;
         let mut scenario = Scenario {
@@ -178,6 +191,7 @@ impl Scenario {
             takeover: None,
             violations: Vec::new(),
             events: Vec::new(),
+            lossy: false,
             wall: Instant::now(),
         };
         for spec in &specs {
@@ -401,6 +415,25 @@ impl Scenario {
         Ok(())
     }
 
+    /// The lease database moved to `direct_url` (a failover): the fenced writes are
+    /// read there from now on. Only with a record apart
+    /// ([`ScenarioConfig::record_url`]).
+    ///
+    /// # Errors
+    /// [`Error::Database`] if it cannot be reached within 30 s.
+    pub async fn lease_database_moved(&mut self, direct_url: &str) -> Result<()> {
+        self.config.direct_url = direct_url.to_owned();
+        self.db.lease_database_moved(direct_url).await
+    }
+
+    /// Declares that the lease database may lose writes it acknowledged in a fault
+    /// window (a failover to an asynchronous replica): a tick run twice concurrently
+    /// there, and a run recorded as paid whose write is gone, are counted and noted
+    /// rather than violations (see [`Expectations::lossy`]).
+    pub fn lossy(&mut self) {
+        self.lossy = true;
+    }
+
     /// Sets the longest gap allowed between consecutive runs (default: graceful).
     pub fn set_gap_bound(&mut self, bound: TimeDelta) {
         self.gap_bound = bound;
@@ -587,6 +620,7 @@ impl Scenario {
             ended: self.ended.clone(),
             end,
             recover,
+            lossy: self.lossy,
         };
         let findings: Findings = check::check(&record, &expectations);
         let mut violations = findings.violations.clone();
@@ -619,6 +653,7 @@ impl Scenario {
                 self.events.drain(..).map(|(_, event)| event).collect()
             },
             logs: self.config.log_dir.clone(),
+            findings,
         };
         println!("{verdict}");
         if let Some(path) = &self.config.report {

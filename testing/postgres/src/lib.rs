@@ -8,6 +8,11 @@
 //! - [`TestServer::start`] gives a test a server of its own, which it may
 //!   [stop](TestServer::stop) and [restart](TestServer::restart) to play a database
 //!   restart.
+//! - [`TestServer::start_replica`] gives it a streaming replica (a server of its own,
+//!   from `pg_basebackup -R`), [`TestServer::replicate`] makes the primary wait for it
+//!   ([`Replication::Synchronous`]) or not, and [`TestServer::crash`],
+//!   [`TestServer::promote`] and [`TestServer::restart_as_standby`] play a failover
+//!   and the old primary's return as a read-only node.
 //! - [`PgBouncer::start`] puts PgBouncer (transaction pooling) in front of a server.
 //!   [`TestDb::through_pgbouncer`] and [`TestServer::start_through_pgbouncer`] ask for
 //!   one explicitly; [`TestDb::new`] and [`TestServer::start`] go through one when the
@@ -53,9 +58,11 @@
 #![warn(missing_docs)]
 
 mod pgbouncer;
+mod replication;
 pub mod through_pgbouncer;
 
 pub use pgbouncer::{PGBOUNCER_ENV, PgBouncer, direct_url, inspect, pgbouncer_mode};
+pub use replication::Replication;
 
 use std::collections::hash_map::RandomState;
 use std::env;
@@ -80,13 +87,23 @@ const START_ATTEMPTS: u32 = 5;
 /// How many lines of the server log an error message quotes.
 const LOG_TAIL_LINES: usize = 40;
 
-/// The watchdog: `sh -c WATCHDOG test-postgres-watchdog DIR`, run as the user that
-/// owns DIR. It runs `initdb`, then answers one line per command read from stdin:
+/// The watchdog: `sh -c WATCHDOG test-postgres-watchdog DIR [SOURCE_PORT]`, run as the
+/// user that owns DIR. It runs `initdb` (or, given `SOURCE_PORT`, takes a base backup
+/// of the server on `127.0.0.1:SOURCE_PORT` with `pg_basebackup -R`: a streaming
+/// replica of it), replies `initialized` or `failed`, then answers one line per
+/// command read from stdin:
 ///
 /// - `start PORT` → `started`, `exited` (the server stopped during start-up, e.g. the
 ///   port was taken) or `timeout` (not ready after 60 s of polling: generous, as a
 ///   loaded machine may take several seconds to start a server);
-/// - `stop` → `stopped`, once the server has exited after a fast shutdown.
+/// - `standby PORT` → as `start`, the server started as a read-only standby
+///   (`standby.signal`; it follows nobody unless it already did);
+/// - `stop` → `stopped`, once the server has exited after a fast shutdown;
+/// - `crash` → `stopped`, once the server has exited after an immediate shutdown
+///   (`SIGQUIT`, what `pg_ctl stop -m immediate` sends: no checkpoint, connections
+///   dropped, as a crash of the machine would leave it apart from the page cache);
+/// - `promote` → `promoted` once a standby has left recovery (`pg_ctl promote -w`),
+///   else `failed`.
 ///
 /// On end of input (the test process closed the pipe or exited) or a termination
 /// signal, it stops the server and removes DIR. PostgreSQL runs as a child of a
@@ -100,10 +117,11 @@ log=$dir/postgres.log
 runner=
 exec 2>>"$log"
 
+# stop [SIGNAL]: INT (fast shutdown) by default, QUIT for an immediate one.
 stop() {
     if [ -n "$runner" ]; then
         pid=$(sed -n 1p "$data/postmaster.pid" 2>/dev/null)
-        if [ -n "$pid" ]; then kill -INT "$pid" 2>/dev/null; fi
+        if [ -n "$pid" ]; then kill -"${1:-INT}" "$pid" 2>/dev/null; fi
         wait "$runner"
         runner=
     fi
@@ -130,7 +148,7 @@ start() {
             return
         fi
         case $(sed -n 8p "$data/postmaster.pid" 2>/dev/null) in
-            ready*) echo started; return ;;
+            ready* | standby*) echo started; return ;;
         esac
         sleep 0.02
         i=$((i + 1))
@@ -138,7 +156,17 @@ start() {
     echo timeout
 }
 
-if initdb -D "$data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync \
+if [ -n "${2:-}" ]; then
+    # A replica: the source's configuration comes with the backup; -R writes
+    # standby.signal and primary_conninfo (to the source, as reached here).
+    if pg_basebackup -h 127.0.0.1 -p "$2" -U postgres -D "$data" -R -X stream \
+        --no-sync --checkpoint=fast </dev/null >>"$log" 2>&1
+    then
+        echo initialized
+    else
+        echo failed
+    fi
+elif initdb -D "$data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync \
     </dev/null >>"$log" 2>&1
 then
     cat >>"$data/postgresql.conf" <<'EOF'
@@ -157,7 +185,16 @@ fi
 while read -r command argument; do
     case $command in
         start) start "$argument" ;;
+        standby) stop; touch "$data/standby.signal"; start "$argument" ;;
         stop) stop; echo stopped ;;
+        crash) stop QUIT; echo stopped ;;
+        promote)
+            if pg_ctl promote -w -t 60 -D "$data" >>"$log" 2>&1; then
+                echo promoted
+            else
+                echo failed
+            fi
+            ;;
     esac
 done
 shutdown
@@ -289,7 +326,7 @@ impl TestServer {
     }
 
     fn launch(route: Route) -> io::Result<TestServer> {
-        let (watchdog, port) = launch()?;
+        let (watchdog, port) = launch(None)?;
         let bouncer = match route {
             Route::ThroughPgBouncer => Some(PgBouncer::start(port)?),
             Route::Direct => None,
@@ -455,7 +492,7 @@ async fn shared_server() -> &'static SharedServer {
 }
 
 fn start_shared_server() -> &'static SharedServer {
-    SHARED.get_or_init(|| match launch() {
+    SHARED.get_or_init(|| match launch(None) {
         Ok((watchdog, port)) => SharedServer {
             _watchdog: watchdog,
             port,
@@ -480,12 +517,12 @@ struct Watchdog {
 
 impl Watchdog {
     /// Creates a fresh directory, spawns the watchdog in it and waits until `initdb`
-    /// has finished.
-    fn spawn() -> io::Result<Watchdog> {
+    /// has finished (or, given a `source` port, the base backup of that server).
+    fn spawn(source: Option<u16>) -> io::Result<Watchdog> {
         let bin = postgres_bin_dir()?;
         let owner = postgres_owner()?;
         let dir = fresh_dir(owner)?;
-        let child = match spawn_watchdog(&dir, &bin, owner) {
+        let child = match spawn_watchdog(&dir, &bin, owner, source) {
             Ok(child) => child,
             Err(error) => {
                 let _ = fs::remove_dir_all(&dir);
@@ -496,7 +533,12 @@ impl Watchdog {
         match watchdog.read_reply()?.as_str() {
             "initialized" => Ok(watchdog),
             reply => Err(io::Error::other(format!(
-                "test-postgres: initdb failed ({reply}) in {}; server log:\n{}",
+                "test-postgres: {} failed ({reply}) in {}; server log:\n{}",
+                if source.is_some() {
+                    "pg_basebackup"
+                } else {
+                    "initdb"
+                },
                 watchdog.dir.display(),
                 watchdog.log_tail()
             ))),
@@ -522,7 +564,13 @@ impl Watchdog {
 
     /// Starts the server on `port` and waits until it accepts connections.
     fn start(&mut self, port: u16) -> io::Result<()> {
-        let reply = self.request(&format!("start {port}"))?;
+        self.start_as("start", port)
+    }
+
+    /// Sends `command PORT` (`start`, or `standby`: read-only) and waits until the
+    /// server accepts connections.
+    fn start_as(&mut self, command: &str, port: u16) -> io::Result<()> {
+        let reply = self.request(&format!("{command} {port}"))?;
         if reply == "started" {
             return Ok(());
         }
@@ -585,9 +633,10 @@ impl Drop for Watchdog {
 }
 
 /// Spawns a watchdog, on a free port (retrying with another one when the server
-/// exits during start-up).
-fn launch() -> io::Result<(Watchdog, u16)> {
-    let mut watchdog = Watchdog::spawn()?;
+/// exits during start-up): a fresh server, or given a `source` port, a streaming
+/// replica of the server there.
+fn launch(source: Option<u16>) -> io::Result<(Watchdog, u16)> {
+    let mut watchdog = Watchdog::spawn(source)?;
     let mut attempt = 1;
     loop {
         let port = free_port()?;
@@ -601,8 +650,22 @@ fn launch() -> io::Result<(Watchdog, u16)> {
     }
 }
 
-fn spawn_watchdog(dir: &Path, bin: &Path, owner: Option<(u32, u32)>) -> io::Result<Child> {
+fn spawn_watchdog(
+    dir: &Path,
+    bin: &Path,
+    owner: Option<(u32, u32)>,
+    source: Option<u16>,
+) -> io::Result<Child> {
     let mut path = vec![bin.to_path_buf()];
+    // `initdb` may be a link into the installation's own directory, which also
+    // holds `pg_basebackup` and `pg_ctl`.
+    if let Some(real) = fs::canonicalize(bin.join("initdb"))
+        .ok()
+        .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+        .filter(|real| real != bin)
+    {
+        path.push(real);
+    }
     path.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
     let path: OsString = env::join_paths(path).map_err(io::Error::other)?;
 
@@ -612,6 +675,7 @@ fn spawn_watchdog(dir: &Path, bin: &Path, owner: Option<(u32, u32)>) -> io::Resu
         .arg(WATCHDOG)
         .arg("test-postgres-watchdog")
         .arg(dir)
+        .args(source.map(|port| port.to_string()))
         .current_dir(dir)
         .env("PATH", path)
         .stdin(Stdio::piped())

@@ -32,6 +32,11 @@ struct Args {
     /// The database (`pgbouncer=true` for PgBouncer in transaction pooling mode).
     #[arg(long, env = "DATABASE_URL")]
     url: String,
+    /// Where to record runs and heartbeats, if not in the lease database: a record
+    /// that must outlive a failover of the lease database (which can lose what it
+    /// acknowledged last) is kept on another server.
+    #[arg(long)]
+    record_url: Option<String>,
     /// This instance's name, as recorded in `runs` and `heartbeats`.
     #[arg(long)]
     instance: String,
@@ -96,10 +101,20 @@ async fn run(args: Args) -> Result<()> {
         .max_connections(args.pool)
         .connect_timeout(Duration::from_secs(2))
         .idle_transaction_timeout(Duration::from_millis(args.ttl_ms / 2));
-    let store = PostgresStore::connect(&args.url, options)
+    let store = PostgresStore::connect(&args.url, options.clone())
         .await
         .map_err(|source| Error::Store { source })?;
     app::prepare(&store).await?;
+    let record = match &args.record_url {
+        Some(url) => {
+            let record = PostgresStore::connect(url, options)
+                .await
+                .map_err(|source| Error::Store { source })?;
+            app::prepare(&record).await?;
+            record
+        }
+        None => store.clone(),
+    };
     let mut builder = Scheduler::builder(store.clone())
         .node_id(args.node.clone())
         .lease_ttl(Duration::from_millis(args.ttl_ms))
@@ -112,18 +127,16 @@ async fn run(args: Args) -> Result<()> {
             args.clock_offset_ms,
         )));
     for spec in JOBS {
-        builder = builder.job(RecordedJob::new(
-            spec,
-            period,
-            &args.instance,
-            store.clone(),
-        ));
+        builder = builder.job(
+            RecordedJob::new(spec, period, &args.instance, store.clone())
+                .recording_to(record.clone()),
+        );
     }
     let scheduler = builder
         .build()
         .map_err(|source| Error::Scheduler { source })?;
     tokio::spawn(app::heartbeat(
-        store.clone(),
+        record,
         args.instance.clone(),
         scheduler.stats(),
         scheduler.health(),
