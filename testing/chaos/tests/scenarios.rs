@@ -1,11 +1,14 @@
-//! The chaos scenarios: three `chaos-app` processes against one PostgreSQL, one
-//! fault each, then the record checked (the exact definitions are in the crate
-//! documentation of `scheduler_chaos`).
+//! The chaos scenarios: three `chaos-app` processes against one PostgreSQL (for the
+//! failover ones, a primary and its streaming replica), one fault each, then the
+//! record checked (the exact definitions are in the crate documentation of
+//! `scheduler_chaos`).
 //!
-//! `cargo test -p scheduler-chaos -- --nocapture` shows each scenario's report row;
-//! the rows are also appended to `$CHAOS_REPORT`, or `target/tmp/chaos-report.txt`.
-//! The instances' logs are under `target/tmp/chaos/SCENARIO/`. `CHAOS_SOAK_SECS=N`
-//! makes the soak scenario inject faults for N seconds (without it: one round).
+//! `cargo test -p scheduler-chaos -- --nocapture` shows each scenario's report row
+//! (and each failover's numbers: ticks run twice, fenced writes lost, down time);
+//! they are also appended to `$CHAOS_REPORT`, or `target/tmp/chaos-report.txt`.
+//! The instances' logs are under `target/tmp/chaos/SCENARIO/`, with the servers'
+//! after a failover. `CHAOS_SOAK_SECS=N` makes the soak scenario inject faults for N
+//! seconds (without it: one round).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::PathBuf;
