@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use tokio::task::Id;
+use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span};
 
 use super::{Engine, RunResult};
@@ -34,8 +35,11 @@ impl Engine {
             cancel: running.cancel.clone(),
             state: self.s.state.clone(),
         };
-        // A take answered ahead of the tick's fire time: the run waits for it.
+        // A take answered ahead of the tick's fire time: the run waits for it, until
+        // an instant fixed now (the task may first be polled much later, when the
+        // loop is done with a big round of takes).
         let wait = (running.started - now).to_std().unwrap_or_default();
+        let begin_at = Instant::now() + wait;
         let lateness = (running.started - lease.tick.at())
             .to_std()
             .unwrap_or_default();
@@ -47,7 +51,7 @@ impl Engine {
         let run = async move {
             if !wait.is_zero() {
                 tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
+                    () = tokio::time::sleep_until(begin_at) => {}
                     () = ctx.cancel.cancelled() => return (i, Err(Interrupted.into())),
                 }
             }
