@@ -169,7 +169,7 @@ impl JobTicks {
     /// place and drops those that can no longer run, reporting each in `events`.
     ///
     /// `ahead`: a tick that fires within this much of `now` may be taken already
-    /// (at most a quarter of its window ahead), so that a big tick's takes are
+    /// (at most half its window ahead), so that a big tick's takes are
     /// answered by the time it fires; its run still begins at the fire time. Only
     /// the job's next tick is taken ahead, never past a tick still pending, and never
     /// while the job's previous run still holds its lease (that decision waits for
@@ -183,7 +183,7 @@ impl JobTicks {
     ) -> Option<(Tick, Holder)> {
         let mut superseded: Option<(Tick, u64)> = None;
         while let Some((tick, at, window)) = self.next {
-            let early = ahead.min(window / 4).max(TimeDelta::zero());
+            let early = ahead.min(window / 2).max(TimeDelta::zero());
             let ready = if self.pending.is_none() && self.running.is_none() {
                 at - early <= now
             } else {
@@ -360,7 +360,7 @@ impl JobTicks {
         });
         let next = self.next.map(|(_, at, window)| {
             if self.pending.is_none() && self.running.is_none() {
-                at - ahead.min(window / 4).max(TimeDelta::zero())
+                at - ahead.min(window / 2).max(TimeDelta::zero())
             } else {
                 at
             }
@@ -701,15 +701,15 @@ mod tests {
     }
 
     #[test]
-    fn taking_ahead_is_bounded_by_a_quarter_of_the_window() {
+    fn taking_ahead_is_bounded_by_half_the_window() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510));
         j.on_finished();
-        // A 10 s window: at most 2.5 s ahead, whatever the engine asks.
+        // A 10 s window: at most 5 s ahead, whatever the engine asks.
         let ahead = TimeDelta::seconds(60);
-        assert_eq!(j.next_wake(ahead), Some(ms(1_007_500)));
-        assert!(j.due(&c, ms(1_007_499), ahead, &mut ev).is_none());
-        assert!(j.due(&c, ms(1_007_500), ahead, &mut ev).is_some());
+        assert_eq!(j.next_wake(ahead), Some(ms(1_005_000)));
+        assert!(j.due(&c, ms(1_004_999), ahead, &mut ev).is_none());
+        assert!(j.due(&c, ms(1_005_000), ahead, &mut ev).is_some());
     }
 }

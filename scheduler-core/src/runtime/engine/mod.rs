@@ -52,7 +52,7 @@ const TAKE_CHUNK: usize = 100;
 /// out first.
 const RELEASE_LINGER: Duration = Duration::from_millis(20);
 
-/// The most a tick is taken ahead of its fire time (and at most a quarter of its
+/// The most a tick is taken ahead of its fire time (and at most half its
 /// window, see `JobTicks::due`).
 const MAX_AHEAD: Duration = Duration::from_secs(1);
 
