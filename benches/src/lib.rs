@@ -53,6 +53,42 @@ impl Ratios {
         }
         println!("(floor: `{baseline}`, measured on the same pool in the same run)\n");
     }
+
+    /// Prints each pair's means and the ratio of the first to the second, against
+    /// its goal: `pairs` is (operation, baseline, goal).
+    pub fn print_pairs(&self, pairs: &[(&str, &str, f64)]) {
+        let rows = self.rows.lock().unwrap();
+        let mean = |name: &str| {
+            rows.iter()
+                .find(|r| r.0 == name)
+                .map(|r| (r.1.as_secs_f64() / r.2.max(1) as f64, r.3))
+        };
+        println!(
+            "\n{:<40} {:>10} {:>10} {:>8} {:>6} {:>12}",
+            "operation", "mean", "baseline", "ratio", "goal", "items/s"
+        );
+        for (name, baseline, goal) in pairs {
+            let (Some((m, items)), Some((base, _))) = (mean(name), mean(baseline)) else {
+                continue;
+            };
+            let ratio = m / base;
+            println!(
+                "{:<40} {:>8.3}ms {:>8.3}ms {:>7.2}× {:>5.1}× {:>12.0}{}",
+                name,
+                m * 1e3,
+                base * 1e3,
+                ratio,
+                goal,
+                items as f64 / m,
+                if ratio <= *goal {
+                    ""
+                } else {
+                    "  over the goal"
+                }
+            );
+        }
+        println!("(baseline: the row named in `pairs`, measured in the same run)\n");
+    }
 }
 
 /// A database for one benchmark run: on `DATABASE_URL`'s server, or a throwaway one.
