@@ -1,20 +1,33 @@
 //! Idempotent keyed ingestion against a real PostgreSQL server: a stream of events
 //! with UUID-like ids, 10% of them redeliveries of a recent event (often to another
-//! writer), in batches of 100, by 1, 4 and 16 concurrent writers, three ways:
+//! writer, sometimes within one batch), in batches of 100, by 1, 4 and 16 concurrent
+//! writers, four ways:
 //!
-//! - `keyed`: [`Keyed::process`]: one transaction per batch that takes the batch's
-//!   advisory locks in hash order, then `INSERT … ON CONFLICT (id) DO NOTHING`;
-//! - `plain`: the same `INSERT … ON CONFLICT (id) DO NOTHING` alone, one autocommit
-//!   statement on the unique column (the baseline); its rows sorted by id, without
-//!   which concurrent batches with shared ids deadlock;
-//! - `for update`: a transaction that first locks the batch's existing rows with
+//! - `plain` (the baseline): a sorted `INSERT … SELECT … ORDER BY id ON CONFLICT (id)
+//!   DO NOTHING`, one autocommit statement sent through **plain sqlx** (a `PgPool` of
+//!   its own, not the store's; it pings connections on acquire exactly when the
+//!   store's pool does, so both pay the same for a checkout). Its rows are sorted: without
+//!   that, concurrent batches with shared ids deadlock;
+//! - `keyed_insert`: [`Keyed::process`] running that same insert under the batch's
+//!   advisory locks ("the same insert under the locks");
+//! - `keyed_check`: [`Keyed::process`] running a check-then-insert under the locks: the
+//!   ids already stored (`SELECT … WHERE id = ANY($1)`), then a plain `INSERT` (no
+//!   `ON CONFLICT`) of the others, which would fail on a duplicate if the locks or the
+//!   batch's deduplication let one through;
+//! - `for_update`: a sqlx transaction that first locks the batch's existing rows with
 //!   `SELECT … FOR UPDATE` (the pre-check cannot lock the missing ones, so the insert
 //!   still needs `ON CONFLICT`), then inserts.
 //!
-//! Reports events per second and the mean and p99 latency of a batch, and, per 100,000
-//! events, the WAL written (`pg_current_wal_lsn()` before and after, over the whole
-//! configuration) and the dead tuples left (`n_dead_tup`; each configuration writes a
-//! table of its own, seeded with 20,000 rows and analyzed, with autovacuum off). A summary table is printed at the end.
+//! The four run **in turn**: each of criterion's samples is a round that runs the same
+//! number of batches with every strategy (starting with another one each round), so
+//! that whatever else loads the machine meanwhile weighs on all of them alike. Reports
+//! events per second, its ratio to `plain` with as many writers (the median over the
+//! rounds of each round's ratio, measured moments apart on the same server, and the
+//! lowest and highest), the mean and p99 latency of a batch, and, per 100,000 events,
+//! the WAL written (`pg_current_wal_lsn()` around each strategy's turn) and the dead
+//! tuples left (`n_dead_tup`; each strategy writes a table of its own, seeded with
+//! 20,000 rows and analyzed, with autovacuum off, and an event stream of its own). A
+//! summary table is printed at the end.
 //!
 //! `cargo bench -p scheduler-benches --bench keyed`
 
@@ -27,6 +40,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use scheduler_benches::database;
 use scheduler_postgres::{Keyed, KeyedOptions, PostgresOptions, PostgresStore};
+use sea_orm::sqlx::{self, PgPool, postgres::PgPoolOptions};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
 const BATCH: usize = 100;
@@ -40,26 +54,34 @@ const REDELIVERY_WINDOW: u64 = 400;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Strategy {
-    Keyed,
     Plain,
+    KeyedInsert,
+    KeyedCheck,
     ForUpdate,
 }
 
 impl Strategy {
-    const ALL: [Strategy; 3] = [Strategy::Keyed, Strategy::Plain, Strategy::ForUpdate];
+    const ALL: [Strategy; 4] = [
+        Strategy::Plain,
+        Strategy::KeyedInsert,
+        Strategy::KeyedCheck,
+        Strategy::ForUpdate,
+    ];
 
     fn name(self) -> &'static str {
         match self {
-            Strategy::Keyed => "keyed (advisory locks + ON CONFLICT)",
-            Strategy::Plain => "plain ON CONFLICT DO NOTHING",
-            Strategy::ForUpdate => "SELECT FOR UPDATE pre-check",
+            Strategy::Plain => "plain ON CONFLICT DO NOTHING (sqlx)",
+            Strategy::KeyedInsert => "keyed: same insert under the locks",
+            Strategy::KeyedCheck => "keyed: check-then-insert",
+            Strategy::ForUpdate => "SELECT FOR UPDATE pre-check (sqlx)",
         }
     }
 
     fn slug(self) -> &'static str {
         match self {
-            Strategy::Keyed => "keyed",
             Strategy::Plain => "plain",
+            Strategy::KeyedInsert => "keyed_insert",
+            Strategy::KeyedCheck => "keyed_check",
             Strategy::ForUpdate => "for_update",
         }
     }
@@ -70,19 +92,13 @@ impl Strategy {
 struct Measured {
     events: u64,
     elapsed: Duration,
+    /// Each round (criterion call): batches per writer, wall time.
+    rounds: Vec<(u64, Duration)>,
     batches: Vec<Duration>,
     wal_bytes: u64,
     dead_tuples: u64,
     rows: u64,
 }
-
-struct Row {
-    strategy: Strategy,
-    writers: usize,
-    measured: Measured,
-}
-
-static ROWS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
 
 /// A stable 64-bit mix (splitmix64).
 fn mix(mut x: u64) -> u64 {
@@ -124,10 +140,10 @@ fn statement(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
 }
 
-/// The insert of all three strategies. Its rows are sorted by id: concurrent batched
-/// inserts of overlapping ids in different orders deadlock (a speculative insert waits
-/// for the transaction that inserted the same id first), as the first run of this
-/// benchmark found with plain `ON CONFLICT` and 4 writers.
+/// The insert of `plain`, `keyed_insert` and `for_update`. Its rows are sorted by id:
+/// concurrent batched inserts of overlapping ids in different orders deadlock (a
+/// speculative insert waits for the transaction that inserted the same id first), as
+/// the first run of this benchmark found with plain `ON CONFLICT` and 4 writers.
 fn insert_sql(table: &str) -> String {
     format!(
         "INSERT INTO {table} (id, payload) SELECT k, 'event payload, about forty bytes long' \
@@ -135,22 +151,34 @@ fn insert_sql(table: &str) -> String {
     )
 }
 
+/// Where each strategy sends its statements.
+#[derive(Clone)]
+struct Writer {
+    /// Plain sqlx, for `plain` and `for_update`.
+    pool: PgPool,
+    /// The store's keyed handle, for `keyed_*`.
+    keyed: Keyed,
+}
+
 async fn write(
     strategy: Strategy,
-    conn: &DatabaseConnection,
-    keyed: &Keyed,
+    writer: &Writer,
     table: &str,
     ids: Vec<String>,
 ) -> Result<(), String> {
     let insert = insert_sql(table);
+    let sqlx_error = |e: sqlx::Error| e.to_string();
     match strategy {
         Strategy::Plain => {
-            conn.execute_raw(statement(&insert, vec![ids.into()]))
+            sqlx::query(sqlx::AssertSqlSafe(insert))
+                .bind(ids)
+                .execute(&writer.pool)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(sqlx_error)?;
         }
-        Strategy::Keyed => {
-            keyed
+        Strategy::KeyedInsert => {
+            writer
+                .keyed
                 .process(&ids, |txn, chunk| {
                     let ids = chunk.to_vec();
                     let insert = insert.clone();
@@ -163,21 +191,51 @@ async fn write(
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        Strategy::ForUpdate => {
-            use sea_orm::TransactionTrait;
-            let txn = conn.begin().await.map_err(|e| e.to_string())?;
-            txn.query_all_raw(statement(
-                &format!(
-                    "SELECT id FROM {table} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
-                ),
-                vec![ids.clone().into()],
-            ))
-            .await
-            .map_err(|e| e.to_string())?;
-            txn.execute_raw(statement(&insert, vec![ids.into()]))
+        Strategy::KeyedCheck => {
+            let select = format!("SELECT id FROM {table} WHERE id = ANY($1::text[])");
+            let insert = format!(
+                "INSERT INTO {table} (id, payload) \
+                 SELECT k, 'event payload, about forty bytes long' FROM unnest($1::text[]) AS k"
+            );
+            writer
+                .keyed
+                .process(&ids, |txn, chunk| {
+                    let ids = chunk.to_vec();
+                    let (select, insert) = (select.clone(), insert.clone());
+                    Box::pin(async move {
+                        let stored = txn
+                            .query_all_raw(statement(&select, vec![ids.clone().into()]))
+                            .await?
+                            .iter()
+                            .map(|row| row.try_get::<String>("", "id"))
+                            .collect::<Result<std::collections::HashSet<_>, DbErr>>()?;
+                        let new: Vec<String> =
+                            ids.into_iter().filter(|id| !stored.contains(id)).collect();
+                        if !new.is_empty() {
+                            txn.execute_raw(statement(&insert, vec![new.into()]))
+                                .await?;
+                        }
+                        Ok::<_, DbErr>(())
+                    })
+                })
                 .await
                 .map_err(|e| e.to_string())?;
-            txn.commit().await.map_err(|e| e.to_string())?;
+        }
+        Strategy::ForUpdate => {
+            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM {table} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
+            )))
+            .bind(&ids)
+            .fetch_all(&mut *txn)
+            .await
+            .map_err(sqlx_error)?;
+            sqlx::query(sqlx::AssertSqlSafe(insert))
+                .bind(ids)
+                .execute(&mut *txn)
+                .await
+                .map_err(sqlx_error)?;
+            txn.commit().await.map_err(sqlx_error)?;
         }
     }
     Ok(())
@@ -192,11 +250,28 @@ async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {
         .unwrap()
 }
 
+async fn wal_lsn(conn: &DatabaseConnection) -> i64 {
+    scalar(
+        conn,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 AS v",
+    )
+    .await
+}
+
+/// One strategy with a number of writers: its table, its own event stream (so that a
+/// redelivery refers to an event of the same table), and what it measured.
+struct Config {
+    strategy: Strategy,
+    writers: usize,
+    table: String,
+    next_event: AtomicU64,
+    measured: Mutex<Measured>,
+}
+
 struct Bench {
     rt: tokio::runtime::Runtime,
     store: PostgresStore,
-    keyed: Keyed,
-    next_event: AtomicU64,
+    writer: Writer,
 }
 
 impl Bench {
@@ -207,36 +282,64 @@ impl Bench {
             .build()
             .unwrap();
         let max_writers = WRITERS.iter().copied().max().unwrap_or(1) as u32;
-        let store = rt.block_on(async {
+        let (store, pool) = rt.block_on(async {
             let url = database().await;
-            PostgresStore::connect(
+            let store = PostgresStore::connect(
                 &url,
                 PostgresOptions::default().max_connections(max_writers + 1),
             )
             .await
-            .unwrap()
+            .unwrap();
+            // Plain sqlx, with the checkout the store's pool has (ping or not).
+            let ping = store
+                .connection()
+                .get_postgres_connection_pool()
+                .options()
+                .get_test_before_acquire();
+            let pool = PgPoolOptions::new()
+                .max_connections(max_writers + 1)
+                .test_before_acquire(ping)
+                .connect(&url)
+                .await
+                .unwrap();
+            (store, pool)
         });
         let keyed = store.keyed(KeyedOptions::default());
         Self {
             rt,
             store,
-            keyed,
-            next_event: AtomicU64::new(0),
+            writer: Writer { pool, keyed },
         }
     }
 
-    /// Runs `iters` batches on each of `writers` concurrent writers; returns the wall
-    /// time and each batch's latency.
-    async fn run(
-        &self,
-        strategy: Strategy,
-        table: &str,
-        writers: usize,
-        iters: u64,
-    ) -> (Duration, Vec<Duration>) {
+    /// A table of its own for `strategy` with `writers`, seeded and analyzed.
+    fn config(&self, strategy: Strategy, writers: usize) -> Config {
+        let table = format!("events_{}_{writers}", strategy.slug());
+        self.rt
+            .block_on(self.store.connection().execute_unprepared(&format!(
+                "CREATE TABLE {table} (id text PRIMARY KEY, payload text NOT NULL, \
+                 received_at timestamptz NOT NULL DEFAULT now()) WITH (autovacuum_enabled = false); \
+                 INSERT INTO {table} (id, payload) \
+                 SELECT 'seed-' || i, 'seed' FROM generate_series(1, {SEED_ROWS}) AS i; \
+                 ANALYZE {table}"
+            )))
+            .unwrap();
+        Config {
+            strategy,
+            writers,
+            table,
+            next_event: AtomicU64::new(0),
+            measured: Mutex::new(Measured::default()),
+        }
+    }
+
+    /// Runs `iters` batches on each of `config.writers` concurrent writers; returns the
+    /// wall time (also recorded, with each batch's latency and the WAL written).
+    async fn run(&self, config: &Config, iters: u64) -> Duration {
+        let writers = config.writers;
         // Batches are handed out round-robin, as a queue would: a redelivered event
         // usually lands on another writer, often while the first delivery is in flight.
-        let first = self
+        let first = config
             .next_event
             .fetch_add(iters * (writers * BATCH) as u64, Ordering::Relaxed);
         let mut plans: Vec<Vec<Vec<String>>> = vec![Vec::new(); writers];
@@ -247,18 +350,18 @@ impl Bench {
                 ));
             }
         }
+        let wal_start = wal_lsn(self.store.connection()).await;
         let start = Instant::now();
         let tasks: Vec<_> = plans
             .into_iter()
             .map(|plan| {
-                let conn = self.store.connection().clone();
-                let keyed = self.keyed.clone();
-                let table = table.to_owned();
+                let writer = self.writer.clone();
+                let (strategy, table) = (config.strategy, config.table.clone());
                 tokio::spawn(async move {
                     let mut latencies = Vec::with_capacity(plan.len());
                     for ids in plan {
                         let t = Instant::now();
-                        write(strategy, &conn, &keyed, &table, ids).await.unwrap();
+                        write(strategy, &writer, &table, ids).await.unwrap();
                         latencies.push(t.elapsed());
                     }
                     latencies
@@ -269,127 +372,154 @@ impl Bench {
         for task in tasks {
             latencies.extend(task.await.unwrap());
         }
-        (start.elapsed(), latencies)
+        let elapsed = start.elapsed();
+        let wal_end = wal_lsn(self.store.connection()).await;
+        let mut m = config.measured.lock().unwrap();
+        m.events += iters * (writers * BATCH) as u64;
+        m.elapsed += elapsed;
+        m.rounds.push((iters, elapsed));
+        m.batches.extend(latencies);
+        m.wal_bytes += u64::try_from(wal_end - wal_start).unwrap_or(0);
+        elapsed
+    }
+
+    /// The dead tuples and new rows of `config`'s table, once it is measured.
+    async fn finish(&self, config: &Config) {
+        let conn = self.store.connection();
+        let table = &config.table;
+        let dead = scalar(
+            conn,
+            &format!("SELECT n_dead_tup AS v FROM pg_stat_user_tables WHERE relname = '{table}'"),
+        )
+        .await;
+        let rows = scalar(conn, &format!("SELECT count(*) AS v FROM {table}")).await;
+        let mut m = config.measured.lock().unwrap();
+        m.dead_tuples = dead as u64;
+        m.rows = (rows as u64).saturating_sub(SEED_ROWS as u64);
     }
 }
 
+/// Criterion's samples are rounds: each call runs the same number of batches with
+/// every strategy in turn (starting with another one each round), so that whatever
+/// else loads the machine meanwhile weighs on all of them alike, and each round gives
+/// every strategy a ratio to `plain` measured moments apart.
 fn keyed_ingest(c: &mut Criterion) {
     let b = Bench::new();
-    let conn = b.store.connection().clone();
     let mut group = c.benchmark_group("keyed");
     group
-        .sample_size(10)
+        .sample_size(30)
         .sampling_mode(SamplingMode::Flat)
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
+        .measurement_time(Duration::from_secs(15))
+        .warm_up_time(Duration::from_secs(1));
 
+    let mut all = Vec::new();
     for writers in WRITERS {
-        for strategy in Strategy::ALL {
-            let table = format!("events_{}_{writers}", strategy.slug());
-            b.rt.block_on(conn.execute_unprepared(&format!(
-                "CREATE TABLE {table} (id text PRIMARY KEY, payload text NOT NULL, \
-                 received_at timestamptz NOT NULL DEFAULT now()) WITH (autovacuum_enabled = false); \
-                 INSERT INTO {table} (id, payload) \
-                 SELECT 'seed-' || i, 'seed' FROM generate_series(1, {SEED_ROWS}) AS i; \
-                 ANALYZE {table}"
-            )))
-            .unwrap();
-            let wal_start = b.rt.block_on(scalar(
-                &conn,
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 AS v",
-            ));
-            let measured = Mutex::new(Measured::default());
-            group.throughput(Throughput::Elements((writers * BATCH) as u64));
-            group.bench_function(format!("{}/{writers}_writers", strategy.slug()), |bench| {
-                bench.iter_custom(|iters| {
-                    let (elapsed, latencies) =
-                        b.rt.block_on(b.run(strategy, &table, writers, iters));
-                    let mut m = measured.lock().unwrap();
-                    m.events += iters * (writers * BATCH) as u64;
-                    m.elapsed += elapsed;
-                    m.batches.extend(latencies);
-                    elapsed
-                })
-            });
-            let mut measured = measured.into_inner().unwrap();
-            b.rt.block_on(async {
-                let wal_end = scalar(
-                    &conn,
-                    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 AS v",
-                )
-                .await;
-                measured.wal_bytes = u64::try_from(wal_end - wal_start).unwrap_or(0);
-                // Backends flush their table statistics at most once a second.
-                tokio::time::sleep(Duration::from_millis(1_100)).await;
-                measured.dead_tuples = scalar(
-                    &conn,
-                    &format!(
-                        "SELECT n_dead_tup AS v FROM pg_stat_user_tables WHERE relname = '{table}'"
-                    ),
-                )
-                .await as u64;
-                let rows = scalar(&conn, &format!("SELECT count(*) AS v FROM {table}")).await;
-                measured.rows = (rows as u64).saturating_sub(SEED_ROWS as u64);
-            });
-            ROWS.lock().unwrap().push(Row {
-                strategy,
-                writers,
-                measured,
-            });
-        }
+        let configs: Vec<Config> = Strategy::ALL
+            .iter()
+            .map(|&strategy| b.config(strategy, writers))
+            .collect();
+        let mut round = 0;
+        group.throughput(Throughput::Elements(
+            (Strategy::ALL.len() * writers * BATCH) as u64,
+        ));
+        group.bench_function(format!("all_four_in_turn/{writers}_writers"), |bench| {
+            bench.iter_custom(|iters| {
+                round += 1;
+                let mut total = Duration::ZERO;
+                for i in 0..configs.len() {
+                    let config = &configs[(round + i) % configs.len()];
+                    total += b.rt.block_on(b.run(config, iters));
+                }
+                total
+            })
+        });
+        b.rt.block_on(async {
+            // Backends flush their table statistics at most once a second.
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            for config in &configs {
+                b.finish(config).await;
+            }
+        });
+        all.extend(configs);
     }
     group.finish();
-    print_summary();
+    print_summary(&all);
 }
 
-fn print_summary() {
-    let rows = ROWS.lock().unwrap();
+/// The `p`-th percentile of `values` (sorted in place).
+fn percentile<T: Copy + PartialOrd + Default>(values: &mut [T], p: usize) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    values
+        .get((values.len() * p).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn print_summary(configs: &[Config]) {
     let rate = |m: &Measured| m.events as f64 / m.elapsed.as_secs_f64().max(1e-9);
     let per_100k = |x: u64, m: &Measured| x as f64 * 100_000.0 / m.events.max(1) as f64;
     println!(
-        "\n{:<38} {:>7} {:>10} {:>8} {:>9} {:>9} {:>11} {:>10} {:>9}",
+        "\n{:<38} {:>7} {:>10} {:>8} {:>13} {:>9} {:>9} {:>11} {:>10} {:>9}",
         "strategy (batches of 100, 10% dup)",
         "writers",
         "events/s",
         "× plain",
+        "rounds' range",
         "mean ms",
         "p99 ms",
         "WAL/100k",
         "dead/100k",
         "dup rate"
     );
-    for row in rows.iter().filter(|r| r.measured.events > 0) {
-        let m = &row.measured;
-        let plain = rows
+    for config in configs {
+        let plain = configs
             .iter()
-            .find(|r| r.strategy == Strategy::Plain && r.writers == row.writers)
-            .map(|r| rate(&r.measured))
-            .unwrap_or(f64::NAN);
-        let mut sorted = m.batches.clone();
-        sorted.sort();
-        let p99 = sorted
-            .get((sorted.len() * 99).div_ceil(100).saturating_sub(1))
-            .copied()
+            .find(|c| c.strategy == Strategy::Plain && c.writers == config.writers)
+            .map(|c| c.measured.lock().unwrap().rounds.clone())
             .unwrap_or_default();
+        let m = config.measured.lock().unwrap();
+        if m.events == 0 {
+            continue;
+        }
+        // Each measured round's ratio: the same batches' time with plain over this
+        // strategy's. (Criterion's samples all run as many batches; its warm-up calls,
+        // fewer.)
+        let sample = m.rounds.last().map_or(0, |r| r.0);
+        let mut ratios: Vec<f64> = m
+            .rounds
+            .iter()
+            .zip(&plain)
+            .filter(|(own, _)| own.0 == sample)
+            .map(|(own, plain)| plain.1.as_secs_f64() / own.1.as_secs_f64().max(1e-9))
+            .collect();
+        let median = percentile(&mut ratios, 50);
+        let (low, high) = (
+            ratios.first().copied().unwrap_or(f64::NAN),
+            ratios.last().copied().unwrap_or(f64::NAN),
+        );
+        let mut batches = m.batches.clone();
+        let p99 = percentile(&mut batches, 99);
         let mean = m.batches.iter().sum::<Duration>().as_secs_f64() / m.batches.len().max(1) as f64;
         println!(
-            "{:<38} {:>7} {:>10.0} {:>8.2} {:>9.2} {:>9.2} {:>9.1}MB {:>10.0} {:>8.1}%",
-            row.strategy.name(),
-            row.writers,
-            rate(m),
-            rate(m) / plain,
+            "{:<38} {:>7} {:>10.0} {:>8.2} {:>13} {:>9.2} {:>9.2} {:>9.1}MB {:>10.0} {:>8.1}%",
+            config.strategy.name(),
+            config.writers,
+            rate(&m),
+            median,
+            format!("{low:.2}–{high:.2}"),
             mean * 1e3,
             p99.as_secs_f64() * 1e3,
-            per_100k(m.wal_bytes, m) / 1e6,
-            per_100k(m.dead_tuples, m),
+            per_100k(m.wal_bytes, &m) / 1e6,
+            per_100k(m.dead_tuples, &m),
             100.0 * (1.0 - m.rows as f64 / m.events.max(1) as f64),
         );
     }
     println!(
-        "(events/s over all of criterion's runs, warm-up included; × plain: ratio to plain \
-         ON CONFLICT with as many writers, measured in the same run; WAL and dead tuples \
-         per 100,000 events offered, duplicates included; dup rate: share of events that \
-         found their id already stored)\n"
+        "(events/s over all of criterion's rounds, warm-up included; × plain: the median over \
+         criterion's samples (rounds) of the ratio to plain ON CONFLICT through sqlx with as \
+         many writers, run moments apart on the same server, and its lowest–highest; WAL and \
+         dead tuples per 100,000 events offered, duplicates included; dup rate: share of \
+         events that found their id already stored)\n"
     );
 }
 

@@ -42,10 +42,12 @@
 //! transaction that starts as [`PostgresStore::begin`] starts it (settings first, one
 //! round trip more), where the wait is bounded only as the store's transactions are
 //! (on such a pool, by the server's default). So waits are never cut short by the
-//! lease bound; only a wait that long pays a second `BEGIN`. Behind a transaction
-//! pooler every chunk starts that way (`DEALLOCATE ALL` and the settings), since the
-//! statements after it are prepared under names that must not clash with other
-//! clients'.
+//! lease bound; only a wait that long pays a second `BEGIN`. (The retry follows
+//! SQLSTATE 57014, which a cancel by `pg_cancel_backend` shares: such a cancel of the
+//! first locking statement is followed by one more attempt, whose cancel then ends the
+//! batch.) Behind a transaction pooler every chunk starts that way (`DEALLOCATE ALL`
+//! and the settings), since the statements after it are prepared under names that must
+//! not clash with other clients'.
 //!
 //! # The hash
 //!
