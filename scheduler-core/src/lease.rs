@@ -291,9 +291,11 @@ impl Lease {
 pub struct Taken {
     /// The leases won.
     pub won: Vec<Lease>,
-    /// For requests not won, the lease's state as the take saw it (a name may be
-    /// missing if the row changed under the statement). The runtime uses it to know
-    /// when a retry could succeed; it never decides ownership.
+    /// For requests not won, the lease's state as the take saw it. A name may be
+    /// missing if the row was free (or absent) when the statement read it and
+    /// another taker won it meanwhile: the runtime reads a missing name as a race
+    /// just lost. It uses these rows to know when a retry could succeed; they never
+    /// decide ownership.
     pub held: Vec<Held>,
     /// The store's clock while the take ran, when the store reports it: the runtime
     /// estimates its offset to the store from it instead of reading the clock

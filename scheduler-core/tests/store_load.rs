@@ -207,8 +207,10 @@ impl Store for SlowTakes {
 
 #[tokio::test(start_paused = true)]
 async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
+    // Half a second into a minute: the next tick is a minute away.
+    let (_, _, clock) = counted();
     let store = Arc::new(SlowTakes {
-        inner: MemoryStore::new(),
+        inner: MemoryStore::with_clock(clock),
         takes: Mutex::default(),
     });
     let clock = store.inner.clock();

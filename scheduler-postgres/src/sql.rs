@@ -37,6 +37,12 @@ impl Sql {
         // they tell the runtime when a retry could succeed, never who owns what —
         // except a row this very holder took for this tick (an earlier take whose
         // answer was lost), which is reported as won: holders are fresh per tick.
+        // Only rows that were not free in the snapshot are reported (they were never
+        // inserted, so they cannot be among the won; `IS NOT TRUE` keeps a row whose
+        // columns were nulled by hand, which then fails to decode, loudly): a free row that lost a race to
+        // another taker is left out, which `Taken::held` allows. (Reporting "every
+        // row not won" took a join against `won` that a generic plan turned into a
+        // filtered nested loop: quadratic for a big takeover.)
         let take = format!(
             "WITH req AS ( \
                SELECT r.name, r.tick, r.holder \
@@ -63,7 +69,7 @@ impl Sql {
              SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
                     h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, now() \
              FROM {t} h JOIN req ON h.name = req.name \
-             WHERE NOT EXISTS (SELECT 1 FROM won WHERE won.name = h.name)",
+             WHERE ({pre}) IS NOT TRUE",
             pre = free("h", "req.tick"),
             decide = free("l", "excluded.tick"),
         );

@@ -242,3 +242,52 @@ async fn renew_and_release_stay_linear_under_a_generic_plan() {
         failures.join("\n\n")
     );
 }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_stays_linear_under_a_generic_plan() {
+    let mut failures = Vec::new();
+    for analyzed in [Analyzed::WhileReleased, Analyzed::WhileHeld] {
+        let db = TestDb::new().await;
+        let (store, mut conn) = held_leases(&db, analyzed).await;
+        let [take, _, _] = store.lease_sql();
+        let (names, _) = arrays(&mut conn).await;
+        let row = sqlx::query(
+            "SELECT quote_literal(array_agg(now() + interval '1 hour')::text) AS ticks, \
+                    quote_literal(array_agg('gp-new-' || n)::text) AS holders \
+             FROM generate_series(1, $1) AS n",
+        )
+        .bind(i32::try_from(NAMES).expect("count"))
+        .fetch_one(&mut conn)
+        .await
+        .expect("arrays");
+        let (ticks, holders): (String, String) = (row.get("ticks"), row.get("holders"));
+        let arguments =
+            format!("{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000");
+        // Every name held by another holder: the take wins nothing and writes nothing.
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("losing take 1000, analyzed {analyzed:?}"),
+                take,
+                &arguments,
+                "",
+            )
+            .await,
+        );
+        // Every lease expired (in the rolled-back transaction): the take wins all 1,000.
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("winning take 1000, analyzed {analyzed:?}"),
+                take,
+                &arguments,
+                "UPDATE scheduler_leases SET expires_at = now() - interval '1 second'",
+            )
+            .await,
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "nested loops with a join filter:\n{}",
+        failures.join("\n\n")
+    );
+}
