@@ -44,11 +44,6 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement}
 use crate::error::{Error, Result, sqlstate};
 use crate::store::PostgresStore;
 
-/// Makes the migration transaction `READ COMMITTED`: each statement after the lock
-/// sees what was committed before it was granted. A `SET` takes no snapshot, so it
-/// can come after `BEGIN`'s own settings.
-const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-
 /// Why a hot standby is refused (see [`in_recovery`]).
 const STANDBY: &str = "the server is read-only: it is a hot standby (pg_is_in_recovery() is true)";
 
@@ -138,32 +133,15 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     Ok(())
 }
 
-/// Begins the migration transaction, `READ COMMITTED`.
-///
-/// The level can only be set before the transaction's first snapshot. Behind a
-/// transaction pooler [`PostgresStore::begin`] has already taken one (its `DEALLOCATE
-/// ALL` does); under a stricter default level that snapshot is the transaction's, and
-/// the server refuses the change (SQLSTATE 25001). The migrations then run at the
-/// default level, as they did before they asked for `READ COMMITTED`: alone they
-/// succeed, but one that waits for another may find its migrations missing and fail.
+/// Begins the migration transaction at `READ COMMITTED`, whatever the database's
+/// default: each statement after the lock sees what was committed before it was
+/// granted. The level is the transaction's first statement, before anything (behind
+/// a pooler, `DEALLOCATE ALL`) could take a snapshot.
 async fn begin(store: &PostgresStore) -> Result<DatabaseTransaction> {
-    let connect = |source| Error::Connect { source };
-    let txn = store.begin().await.map_err(connect)?;
-    let refused = match txn.execute_unprepared(READ_COMMITTED).await {
-        Ok(_) => return Ok(txn),
-        Err(source) if sqlstate(&source).as_deref() == Some("25001") => source,
-        Err(source) => return Err(setup(source)),
-    };
-    tracing::warn!(
-        table = %store.table(),
-        error = %refused,
-        "the migrations run at the default isolation level, not READ COMMITTED: \
-         a migrator that waits for another may fail (start it again); \
-         set default_transaction_isolation to 'read committed' for the migrating role, \
-         or migrate without the transaction pooler"
-    );
-    txn.rollback().await.map_err(setup)?;
-    store.begin().await.map_err(connect)
+    store
+        .begin_read_committed()
+        .await
+        .map_err(|source| Error::Connect { source })
 }
 
 /// [`Error::Migrate`] for a step before any migration.

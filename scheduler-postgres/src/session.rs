@@ -176,6 +176,20 @@ impl Session {
     /// transaction gets the server's default back. See
     /// [`PostgresStore::begin`](crate::PostgresStore::begin).
     pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+        self.begin_with("").await
+    }
+
+    /// [`Session::begin`] at `READ COMMITTED`, whatever the database's default: each
+    /// statement sees what was committed before it started (the migrations read
+    /// their state after waiting for their lock). The level is set first, before
+    /// anything can take the transaction's snapshot (behind a pooler, `DEALLOCATE
+    /// ALL` does).
+    pub(crate) async fn begin_read_committed(&self) -> Result<DatabaseTransaction, DbErr> {
+        self.begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; ")
+            .await
+    }
+
+    async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
         // One simple-protocol round trip: no prepared statement involved.
         let setup = match (self.pooling, self.bounded_connections) {
@@ -186,7 +200,7 @@ impl Session {
             ),
             (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {}", self.idle_guard),
         };
-        txn.execute_unprepared(&setup).await?;
+        txn.execute_unprepared(&format!("{first}{setup}")).await?;
         Ok(txn)
     }
 

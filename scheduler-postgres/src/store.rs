@@ -152,6 +152,11 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// [`PostgresStore::begin`] at `READ COMMITTED` (the migrations).
+    pub(crate) async fn begin_read_committed(&self) -> Result<DatabaseTransaction, DbErr> {
+        self.session.begin_read_committed().await
+    }
+
     /// The pool the store borrows connections from.
     pub fn connection(&self) -> &DatabaseConnection {
         self.session.connection()

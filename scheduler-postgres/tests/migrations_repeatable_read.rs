@@ -228,10 +228,8 @@ async fn stores_queued_on_the_lock_under_repeatable_read_all_start() {
     );
 }
 
-/// Behind a transaction pooler the store's `BEGIN` takes the transaction's snapshot
-/// before the migrations can ask for READ COMMITTED (its `DEALLOCATE ALL` does), so
-/// the server refuses the level there: the migrations then run at the default level,
-/// and a store starting alone still opens.
+/// Behind a transaction pooler too (its `BEGIN` sets the level before `DEALLOCATE
+/// ALL` could take a snapshot), a store starting alone opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_pgbouncer_a_store_alone_migrates_under_repeatable_read() {
     let db = TestDb::through_pgbouncer().await;
@@ -249,6 +247,59 @@ async fn through_pgbouncer_a_store_alone_migrates_under_repeatable_read() {
     }
     assert_eq!(
         recorded(&admin).await,
+        every_migration(),
+        "each migration recorded once"
+    );
+}
+
+/// Behind a transaction pooler, four stores queued on the lock all start: the
+/// migration transaction is `READ COMMITTED` there too. (Before the level was set
+/// first, the server refused it after `DEALLOCATE ALL`, the migrations ran at the
+/// default level, and the migrators that waited failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_pgbouncer_stores_queued_on_the_lock_under_repeatable_read_all_start() {
+    const STORES: usize = 4;
+    let db = TestDb::through_pgbouncer().await;
+    let conn = Database::connect(db.direct_url()).await.expect("connect");
+    conn.execute_unprepared(&format!(
+        "ALTER DATABASE \"{}\" SET default_transaction_isolation TO 'repeatable read'",
+        db.name()
+    ))
+    .await
+    .expect("set the default isolation");
+    let gate = conn.begin().await.expect("begin");
+    gate.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        ddl::LOCK,
+        [ddl::lock_key(&TableName::default()).into()],
+    ))
+    .await
+    .expect("take the migration lock");
+
+    let mut starts = tokio::task::JoinSet::new();
+    for _ in 0..STORES {
+        let url = db.url().to_owned();
+        starts.spawn(
+            async move { PostgresStore::connect(&url, PostgresOptions::for_url(&url)).await },
+        );
+    }
+    until_waiting_for_the_lock(&conn, STORES as i64).await;
+    gate.rollback().await.expect("let the migrators go");
+
+    let results = tokio::time::timeout(LIMIT, starts.join_all())
+        .await
+        .expect("every migrator finishes");
+    let failures: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {STORES} stores failed to migrate: {failures:#?}",
+        failures.len()
+    );
+    assert_eq!(
+        recorded(&conn).await,
         every_migration(),
         "each migration recorded once"
     );
