@@ -20,8 +20,11 @@ struct Timed {
     every: Duration,
     body: Duration,
     clock: LocalClock,
-    starts: Arc<Mutex<Vec<(Instant, TimeDelta)>>>,
+    starts: Starts,
 }
+
+/// When each run of a job started, and how late after its tick.
+type Starts = Arc<Mutex<Vec<(Instant, TimeDelta)>>>;
 
 impl Timed {
     fn new(name: impl Into<String>, every: Duration, body: Duration, clock: LocalClock) -> Self {
@@ -54,11 +57,16 @@ impl Idempotent for Timed {
     }
 }
 
-/// A memory store (counted) whose clock starts half a second into a minute, so that
-/// every test sees its ticks fall at the same instants.
-fn counted() -> (Arc<Counted<MemoryStore>>, CallCounts, LocalClock) {
+/// A clock that starts half a second into a minute, so that every test sees its
+/// ticks fall at the same instants.
+fn clock() -> LocalClock {
     let start = chrono::DateTime::from_timestamp_millis(1_800_000_000_500).unwrap_or_default();
-    let clock = LocalClock::starting_at(start);
+    LocalClock::starting_at(start)
+}
+
+/// A memory store (counted) on [`clock`].
+fn counted() -> (Arc<Counted<MemoryStore>>, CallCounts, LocalClock) {
+    let clock = clock();
     let memory = MemoryStore::with_clock(clock);
     let store = Arc::new(Counted::new(memory));
     let calls = store.calls();
@@ -205,15 +213,13 @@ impl Store for SlowTakes {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
-    // Half a second into a minute: the next tick is a minute away.
-    let (_, _, clock) = counted();
+/// 250 jobs a minute, 1 ms each, on a store whose takes take 50 ms, its clock half a
+/// second into a minute (the next tick is a minute away); with each job's starts.
+fn big_tick() -> (Arc<SlowTakes>, Scheduler, Vec<Starts>) {
     let store = Arc::new(SlowTakes {
-        inner: MemoryStore::with_clock(clock),
+        inner: MemoryStore::with_clock(clock()),
         takes: Mutex::default(),
     });
-    let clock = store.inner.clock();
     let mut builder = Scheduler::builder(store.clone()).node_id("a");
     let mut starts = Vec::new();
     for i in 0..250 {
@@ -221,12 +227,18 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
             format!("job-{i:03}"),
             Duration::from_secs(60),
             Duration::from_millis(1),
-            clock,
+            store.inner.clock(),
         );
         starts.push(job.starts.clone());
         builder = builder.job(job);
     }
     let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
+    (store, scheduler, starts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
+    let (store, scheduler, starts) = big_tick();
     let stats = scheduler.stats();
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(5)))
@@ -261,24 +273,7 @@ async fn a_big_tick_is_taken_ahead_so_its_runs_start_on_time() {
     // 250 jobs a minute, takes of 50 ms each: the tick at start-up is taken late, in
     // three chunks; the next ones are taken that long ahead of their instant, and
     // every run waits for its instant.
-    let (_, _, clock) = counted();
-    let store = Arc::new(SlowTakes {
-        inner: MemoryStore::with_clock(clock),
-        takes: Mutex::default(),
-    });
-    let mut builder = Scheduler::builder(store.clone()).node_id("a");
-    let mut starts = Vec::new();
-    for i in 0..250 {
-        let job = Timed::new(
-            format!("job-{i:03}"),
-            Duration::from_secs(60),
-            Duration::from_millis(1),
-            clock,
-        );
-        starts.push(job.starts.clone());
-        builder = builder.job(job);
-    }
-    let scheduler = builder.build().unwrap_or_else(|e| panic!("{e}"));
+    let (_store, scheduler, starts) = big_tick();
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(150)))
         .await;

@@ -298,20 +298,16 @@ impl JobTicks {
             Some(h) if h.tick == p.tick => {
                 Some(same_tick_poll.map_or(h.expires_at, |at| at.min(h.expires_at)))
             }
+            // The previous tick still runs elsewhere: this one may start when it ends.
+            Some(h) if h.expires_at > now => Some(h.expires_at.min(overlap_poll)),
             // The row the statement read was already free for this tick, yet the take
             // lost (or the store reports no row: it was free, or did not exist, when
             // the statement read it): another instance won this tick in the same
             // instant. Its lease lasts about a ttl.
-            Some(h) if h.expires_at <= now => {
+            _ => {
                 let expires = now + delta(polling.ttl);
                 Some(same_tick_poll.map_or(expires, |at| at.min(expires)))
             }
-            None => {
-                let expires = now + delta(polling.ttl);
-                Some(same_tick_poll.map_or(expires, |at| at.min(expires)))
-            }
-            // The previous tick still runs elsewhere: this one may start when it ends.
-            Some(h) => Some(h.expires_at.min(overlap_poll)),
         };
         match retry_at {
             Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
