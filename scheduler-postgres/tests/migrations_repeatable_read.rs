@@ -190,42 +190,8 @@ async fn a_migrator_that_waited_sees_what_the_holder_applied_under_serializable(
 /// others must find them applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stores_queued_on_the_lock_under_repeatable_read_all_start() {
-    const STORES: usize = 4;
     let (db, conn) = database_defaulting_to("repeatable read").await;
-    let gate = conn.begin().await.expect("begin");
-    gate.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        ddl::LOCK,
-        [ddl::lock_key(&TableName::default()).into()],
-    ))
-    .await
-    .expect("take the migration lock");
-
-    let mut starts = tokio::task::JoinSet::new();
-    for _ in 0..STORES {
-        let url = db.direct_url().to_owned();
-        starts.spawn(async move { PostgresStore::connect(&url, PostgresOptions::default()).await });
-    }
-    until_waiting_for_the_lock(&conn, STORES as i64).await;
-    gate.rollback().await.expect("let the migrators go");
-
-    let results = tokio::time::timeout(LIMIT, starts.join_all())
-        .await
-        .expect("every migrator finishes");
-    let failures: Vec<String> = results
-        .into_iter()
-        .filter_map(|r| r.err().map(|e| e.to_string()))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {STORES} stores failed to migrate: {failures:#?}",
-        failures.len()
-    );
-    assert_eq!(
-        recorded(&conn).await,
-        every_migration(),
-        "each migration recorded once"
-    );
+    queued_stores_all_start(&conn, db.direct_url(), PostgresOptions::default()).await;
 }
 
 /// Behind a transaction pooler too (its `BEGIN` sets the level before `DEALLOCATE
@@ -258,7 +224,6 @@ async fn through_pgbouncer_a_store_alone_migrates_under_repeatable_read() {
 /// default level, and the migrators that waited failed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn through_pgbouncer_stores_queued_on_the_lock_under_repeatable_read_all_start() {
-    const STORES: usize = 4;
     let db = TestDb::through_pgbouncer().await;
     let conn = Database::connect(db.direct_url()).await.expect("connect");
     conn.execute_unprepared(&format!(
@@ -267,6 +232,14 @@ async fn through_pgbouncer_stores_queued_on_the_lock_under_repeatable_read_all_s
     ))
     .await
     .expect("set the default isolation");
+    queued_stores_all_start(&conn, db.url(), PostgresOptions::for_url(db.url())).await;
+}
+
+/// Starts four stores on `url` with `options` while a gate (on `conn`) holds the
+/// migration lock, so all of them queue on it, then lets go: every store must start,
+/// and each migration be recorded once.
+async fn queued_stores_all_start(conn: &DatabaseConnection, url: &str, options: PostgresOptions) {
+    const STORES: usize = 4;
     let gate = conn.begin().await.expect("begin");
     gate.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
@@ -278,12 +251,10 @@ async fn through_pgbouncer_stores_queued_on_the_lock_under_repeatable_read_all_s
 
     let mut starts = tokio::task::JoinSet::new();
     for _ in 0..STORES {
-        let url = db.url().to_owned();
-        starts.spawn(
-            async move { PostgresStore::connect(&url, PostgresOptions::for_url(&url)).await },
-        );
+        let (url, options) = (url.to_owned(), options.clone());
+        starts.spawn(async move { PostgresStore::connect(&url, options).await });
     }
-    until_waiting_for_the_lock(&conn, STORES as i64).await;
+    until_waiting_for_the_lock(conn, STORES as i64).await;
     gate.rollback().await.expect("let the migrators go");
 
     let results = tokio::time::timeout(LIMIT, starts.join_all())
@@ -299,7 +270,7 @@ async fn through_pgbouncer_stores_queued_on_the_lock_under_repeatable_read_all_s
         failures.len()
     );
     assert_eq!(
-        recorded(&conn).await,
+        recorded(conn).await,
         every_migration(),
         "each migration recorded once"
     );
