@@ -112,6 +112,10 @@ pub(crate) struct Session {
     /// `SET LOCAL idle_in_transaction_session_timeout = …`, run first in every
     /// transaction the store opens.
     idle_guard: String,
+    /// What [`Session::begin`] runs after `BEGIN`, decided once: the idle guard, plus
+    /// `DEALLOCATE ALL` behind a transaction pooler, or the server's default
+    /// `statement_timeout` back on bounded connections.
+    begin_setup: String,
     /// [`PostgresOptions::statement_timeout`].
     statement_timeout: Duration,
     /// The `statement_timeout` every connection of the pool carries, when the store
@@ -150,10 +154,20 @@ impl Session {
             .idle_transaction_timeout
             .as_millis()
             .min(i32::MAX.unsigned_abs().into());
+        let idle_guard = format!("SET LOCAL idle_in_transaction_session_timeout = {idle_ms}");
+        let pooling = Pooling::of(options);
+        let begin_setup = match (pooling, bounded_connections) {
+            (Pooling::Direct, None) => idle_guard.clone(),
+            (Pooling::Direct, Some(_)) => {
+                format!("{idle_guard}; SET LOCAL statement_timeout TO DEFAULT")
+            }
+            (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {idle_guard}"),
+        };
         Ok(Self {
             db,
-            pooling: Pooling::of(options),
-            idle_guard: format!("SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"),
+            pooling,
+            idle_guard,
+            begin_setup,
             statement_timeout: options.statement_timeout,
             bounded_connections,
         })
@@ -192,15 +206,8 @@ impl Session {
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
         // One simple-protocol round trip: no prepared statement involved.
-        let setup = match (self.pooling, self.bounded_connections) {
-            (Pooling::Direct, None) => self.idle_guard.clone(),
-            (Pooling::Direct, Some(_)) => format!(
-                "{}; SET LOCAL statement_timeout TO DEFAULT",
-                self.idle_guard
-            ),
-            (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {}", self.idle_guard),
-        };
-        txn.execute_unprepared(&format!("{first}{setup}")).await?;
+        txn.execute_unprepared(&format!("{first}{}", self.begin_setup))
+            .await?;
         Ok(txn)
     }
 
