@@ -206,7 +206,7 @@ impl Session {
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
         // One simple-protocol round trip: no prepared statement involved.
-        txn.execute_unprepared(&format!("{first}{}", self.begin_setup))
+        txn.execute_unprepared(&[first, &self.begin_setup].concat())
             .await?;
         Ok(txn)
     }

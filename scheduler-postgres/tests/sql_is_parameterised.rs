@@ -48,6 +48,10 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "session.rs: the SET LOCAL statement built from `{idle_ms}` only",
     ),
     (
+        "idle_guard",
+        "session.rs: the same SET LOCAL statement, before it is stored",
+    ),
+    (
         "bound_ms",
         "session.rs: an integer of milliseconds from a Duration (statement_timeout)",
     ),
