@@ -1,7 +1,5 @@
 //! The CLI's error type: every message says what to do.
 
-use sea_orm::DbErr;
-
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -10,8 +8,8 @@ pub enum Error {
     #[error("no database URL: pass --database-url or set DATABASE_URL")]
     NoUrl,
     /// The URL does not parse or the server cannot be reached.
-    #[error(transparent)]
-    Connect(#[from] scheduler_postgres::Error),
+    #[error("{0}")]
+    Connect(scheduler_postgres::Error),
     /// The database has no lease table of that name.
     #[error(
         "no lease table `{table}` here: has the scheduler run against this database? (--table)"
@@ -20,27 +18,30 @@ pub enum Error {
         /// The table looked for.
         table: String,
     },
-    /// A query failed.
-    #[error("cannot {what}: {source}")]
-    Query {
-        /// What the query was for.
-        what: &'static str,
-        /// The driver's error.
-        #[source]
-        source: DbErr,
-    },
+    /// A query failed. The message names the query and says what to do.
+    #[error("{0}")]
+    Query(scheduler_postgres::Error),
     /// A row did not have the expected shape (a table altered by hand?).
-    #[error("unexpected row while trying to {what}: {source}; was the table altered by hand?")]
-    BadRow {
-        /// What the query was for.
-        what: &'static str,
-        /// The decoding error.
-        #[source]
-        source: DbErr,
-    },
+    #[error("{0}")]
+    BadRow(scheduler_postgres::Error),
     /// The JSON output could not be written.
     #[error("cannot write the JSON output: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
+}
+
+// Each message above is whole (it says its cause once), so none is also returned as
+// a `source`: a report walking the chain would print it twice.
+
+impl From<scheduler_postgres::Error> for Error {
+    fn from(err: scheduler_postgres::Error) -> Self {
+        Error::Connect(err)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(err: serde_json::Error) -> Self {
+        Error::Json(err)
+    }
 }
 
 impl Error {
@@ -48,16 +49,8 @@ impl Error {
     /// [`Error::Query`], a row it could not read a [`Error::BadRow`].
     pub(crate) fn read(err: scheduler_postgres::Error) -> Self {
         match err {
-            scheduler_postgres::Error::Statement {
-                operation, source, ..
-            } => Error::Query {
-                what: operation,
-                source,
-            },
-            scheduler_postgres::Error::BadRow { operation, source } => Error::BadRow {
-                what: operation,
-                source,
-            },
+            scheduler_postgres::Error::Statement { .. } => Error::Query(err),
+            scheduler_postgres::Error::BadRow { .. } => Error::BadRow(err),
             other => Error::Connect(other),
         }
     }

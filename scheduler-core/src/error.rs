@@ -7,6 +7,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong in `scheduler-core`, and in a store as seen through the
 /// [`Store`](crate::Store) trait.
+///
+/// Each message is whole and says every cause once (`lease store failed: take leases
+/// failed: …`), so `{err}` in a log line is enough; the cause is a field, not a
+/// [`source`](std::error::Error::source), so a report walking the chain does not
+/// print it twice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -41,13 +46,12 @@ pub enum Error {
         name: String,
     },
     /// A job's schedule is invalid.
-    #[error("job {job:?} has an invalid schedule: {source}")]
+    #[error("job {job:?} has an invalid schedule: {cause}")]
     InvalidSchedule {
         /// The job.
         job: String,
         /// What is wrong with the schedule.
-        #[source]
-        source: crate::schedule::ScheduleError,
+        cause: crate::schedule::ScheduleError,
     },
     /// The lease ttl leaves no room for renewals.
     #[error(
@@ -62,11 +66,10 @@ pub enum Error {
     /// The store's backend failed (database unreachable, statement failed, …).
     ///
     /// The runtime treats this as transient: it logs it and retries with backoff.
-    #[error("lease store failed: {source}")]
+    #[error("lease store failed: {}", error_chain(.cause.as_ref()))]
     Store {
-        /// What the backend reported.
-        #[source]
-        source: BoxError,
+        /// What the backend reported (a store crate's own error: downcast it).
+        cause: BoxError,
         /// What kind of trouble it is, as far as the store can tell.
         failure: StoreFailure,
     },
@@ -108,9 +111,9 @@ impl Error {
     }
 
     /// Wraps a backend error as [`Error::Store`] of kind `failure`.
-    pub fn store_as(failure: StoreFailure, source: impl Into<BoxError>) -> Self {
+    pub fn store_as(failure: StoreFailure, cause: impl Into<BoxError>) -> Self {
         Error::Store {
-            source: source.into(),
+            cause: cause.into(),
             failure,
         }
     }
@@ -128,13 +131,22 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `err` and every source below it, as one line: `a: b: c`.
-pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+///
+/// For a log line or a `main` that reports an error: each cause is printed once,
+/// also when a message already ends with its cause's text (a habit of many error
+/// types that also return that cause as their source).
+///
+/// ```
+/// let err = std::io::Error::other("disk full");
+/// assert_eq!(scheduler_core::error_chain(&err), "disk full");
+/// ```
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(e) = source {
         let next = e.to_string();
-        // A message that already ends with its cause's text is not repeated.
-        if !text.ends_with(&next) {
+        // A cause the text already says is not repeated.
+        if !text.contains(&next) {
             text.push_str(": ");
             text.push_str(&next);
         }

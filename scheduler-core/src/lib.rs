@@ -41,7 +41,7 @@ pub mod schedule;
 pub mod store;
 
 pub use clock::LocalClock;
-pub use error::{BoxError, Error, Result, StoreFailure};
+pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
 pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope};
 pub use lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,

@@ -499,7 +499,7 @@ fn read_time<T: sea_orm::TryGetable>(
         };
         return Err(Error::BadRow {
             operation: READ_LEASES,
-            source: DbErr::Custom(format!("lease {lease:?}: {label} holds {value}")),
+            cause: DbErr::Custom(format!("lease {lease:?}: {label} holds {value}")),
         });
     }
     get(row, col, READ_LEASES)
@@ -552,7 +552,7 @@ fn lock_from_row(row: &QueryResult) -> Result<AdvisoryLock> {
         let v: i64 = get(row, col, READ_LOCKS)?;
         u32::try_from(v).map_err(|e| Error::BadRow {
             operation: READ_LOCKS,
-            source: DbErr::Custom(format!("{col} = {v}: {e}")),
+            cause: DbErr::Custom(format!("{col} = {v}: {e}")),
         })
     };
     let classid = oid("classid")?;
@@ -599,7 +599,7 @@ fn advisory_key(classid: u32, objid: u32, objsubid: i32) -> (Option<i64>, Option
 fn first<'r>(rows: &'r [QueryResult], operation: &'static str) -> Result<&'r QueryResult> {
     rows.first().ok_or_else(|| Error::BadRow {
         operation,
-        source: DbErr::RecordNotFound("no row".to_owned()),
+        cause: DbErr::RecordNotFound("no row".to_owned()),
     })
 }
 

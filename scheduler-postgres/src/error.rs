@@ -6,6 +6,12 @@ use sea_orm::DbErr;
 use crate::hints;
 
 /// Everything that can go wrong in the PostgreSQL store.
+///
+/// Each message is whole: it says the driver's error once, in words (the server's
+/// message and SQLSTATE, not the server's source line), followed by what to do, so
+/// `{err}` in a log line is enough. The driver's error is a field
+/// ([`Error::database_error`]), not a [`source`](std::error::Error::source): a
+/// report walking the chain would print it a second time.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -27,49 +33,50 @@ pub enum Error {
     InvalidTableName(#[from] scheduler_migrations::InvalidTableName),
     /// The server could not be reached or refused the connection.
     #[error(
-        "cannot connect to the database: {source}; check that the server runs and the URL's host, port and credentials"
+        "cannot connect to the database{}: {}; check that the server runs and the URL's host, port and credentials",
+        at(.server), describe(.cause)
     )]
     Connect {
-        /// The driver's error.
-        #[source]
-        source: DbErr,
+        /// The server asked for (`host:port`), when known.
+        server: Option<String>,
+        /// The driver's error: the server's refusal or the network's, not only that
+        /// the pool timed out.
+        cause: DbErr,
     },
     /// A migration failed. Nothing of it was applied (migrations run in one transaction).
     ///
     /// `migration` is `setup` for the steps before any migration (the read-only
     /// check, the bookkeeping table); a missing right is named in the hint, with the
     /// `GRANT` that gives it.
-    #[error("migration {migration} failed: {source}{hint}")]
+    #[error("migration {migration} failed: {}{hint}", describe(.cause))]
     Migrate {
         /// The migration's name.
         migration: String,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
         /// What to do about it, when known (`; …`, or empty).
         hint: String,
     },
     /// A statement failed.
-    #[error("{operation} failed: {source}{hint}")]
+    #[error("{operation} failed: {}{hint}", describe(.cause))]
     Statement {
         /// What the statement was for (`take leases`, `renew leases`, …).
         operation: &'static str,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
         /// What to do about it, known from the SQLSTATE (`; …`, or empty).
         hint: &'static str,
     },
     /// A row of the lease table does not have the expected shape (altered by hand?).
     #[error(
-        "unexpected row in the lease table while trying to {operation}: {source}; was the table altered by hand?"
+        "unexpected row in the lease table while trying to {operation}: {}; was the table altered by hand?",
+        describe(.cause)
     )]
     BadRow {
         /// What the statement was for.
         operation: &'static str,
         /// The decoding error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
     },
     /// Invalid input, as `scheduler-core` reports it.
     #[error(transparent)]
@@ -79,12 +86,80 @@ pub enum Error {
 impl Error {
     /// [`Error::Statement`] for `source`, with the hint the crate's table has for its
     /// SQLSTATE.
-    pub(crate) fn statement(operation: &'static str, source: DbErr) -> Error {
+    pub(crate) fn statement(operation: &'static str, cause: DbErr) -> Error {
         Error::Statement {
             operation,
-            hint: hints::for_error(&source),
-            source,
+            hint: hints::for_error(&cause),
+            cause,
         }
+    }
+
+    /// [`Error::Connect`] with the server unnamed (a pool that failed to hand out a
+    /// connection after the store was opened).
+    pub(crate) fn connect(cause: DbErr) -> Error {
+        Error::Connect {
+            server: None,
+            cause,
+        }
+    }
+
+    /// The driver's error behind this one, if any: to read its SQLSTATE or downcast
+    /// it to sqlx's.
+    pub fn database_error(&self) -> Option<&DbErr> {
+        match self {
+            Error::Connect { cause, .. }
+            | Error::Migrate { cause, .. }
+            | Error::Statement { cause, .. }
+            | Error::BadRow { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+/// ` at host:port`, or nothing.
+fn at(server: &Option<String>) -> String {
+    server
+        .as_deref()
+        .map(|server| format!(" at {server}"))
+        .unwrap_or_default()
+}
+
+/// A driver error in words, once: a server's error as its message and SQLSTATE
+/// (sqlx's own text appends the line of the *server's* C source that raised it,
+/// and sea-orm prefixes its variant's name), anything else as sqlx says it.
+pub(crate) fn describe(err: &DbErr) -> String {
+    use sea_orm::sqlx::postgres::PgDatabaseError;
+    let Some(sqlx) = sqlx_error(err) else {
+        return err.to_string();
+    };
+    let sea_orm::sqlx::Error::Database(db) = sqlx else {
+        return sqlx.to_string();
+    };
+    let mut text = db.message().to_owned();
+    if let Some(detail) = db
+        .try_downcast_ref::<PgDatabaseError>()
+        .and_then(PgDatabaseError::detail)
+    {
+        text.push_str(" (");
+        text.push_str(detail);
+        text.push(')');
+    }
+    if let Some(code) = db.code() {
+        text.push_str(" [SQLSTATE ");
+        text.push_str(&code);
+        text.push(']');
+    }
+    text
+}
+
+/// sqlx's error inside a sea-orm one.
+pub(crate) fn sqlx_error(err: &DbErr) -> Option<&sea_orm::sqlx::Error> {
+    use sea_orm::RuntimeErr;
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e)) => Some(e),
+        _ => None,
     }
 }
 
@@ -111,7 +186,7 @@ impl Error {
     pub fn failure(&self) -> StoreFailure {
         let source = match self {
             Error::Connect { .. } => return StoreFailure::Unreachable,
-            Error::Statement { source, .. } | Error::Migrate { source, .. } => source,
+            Error::Statement { cause, .. } | Error::Migrate { cause, .. } => cause,
             _ => return StoreFailure::Other,
         };
         match sqlstate(source).as_deref() {
@@ -146,14 +221,8 @@ impl Error {
 
 /// The SQLSTATE of a database error, if the error came from the server.
 pub(crate) fn sqlstate(err: &DbErr) -> Option<String> {
-    use sea_orm::RuntimeErr;
-    match err {
-        DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e))
-        | DbErr::Conn(RuntimeErr::SqlxError(e)) => match &**e {
-            sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-            _ => None,
-        },
+    match sqlx_error(err)? {
+        sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
         _ => None,
     }
 }

@@ -209,7 +209,7 @@ async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
             .try_get::<bool>("", "present")
             .map_err(|source| Error::BadRow {
                 operation: OP,
-                source,
+                cause: source,
             }),
         None => Ok(false),
     }
@@ -229,14 +229,11 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
         };
         Error::Migrate {
             migration: format!("create run history table {table}"),
-            source,
+            cause: source,
             hint: hint.to_owned(),
         }
     };
-    let txn = store
-        .begin()
-        .await
-        .map_err(|source| Error::Connect { source })?;
+    let txn = store.begin().await.map_err(Error::connect)?;
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
         ddl::LOCK,

@@ -310,7 +310,12 @@ impl Keyed {
         if keys.is_empty() {
             return Ok(processed);
         }
-        let store = |committed| move |source| KeyedError::Store { source, committed };
+        let store = |committed| {
+            move |source| KeyedError::Store {
+                cause: source,
+                committed,
+            }
+        };
         let server = self.server().await.map_err(store(0))?;
         let lock_table = server.lock_table;
         let chunk = self
@@ -343,7 +348,7 @@ impl Keyed {
                             max_locks_per_transaction: lock_table.max_locks_per_transaction,
                             slots: lock_table.slots(),
                             committed,
-                            source,
+                            cause: source,
                         },
                         _ => {
                             store(committed)(Error::statement("take keyed advisory locks", source))

@@ -50,7 +50,7 @@ const STANDBY: &str = "the server is read-only: it is a hot standby (pg_is_in_re
 /// Whether `err` refused a server for being a hot standby: one that may be being
 /// promoted this very moment (a failover), so opening is worth retrying for a while.
 pub(crate) fn in_recovery(err: &Error) -> bool {
-    matches!(err, Error::Migrate { migration, source: DbErr::Custom(why), .. }
+    matches!(err, Error::Migrate { migration, cause: DbErr::Custom(why), .. }
         if migration == "setup" && why == STANDBY)
 }
 
@@ -65,7 +65,7 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     if !found.usable {
         return Err(Error::Migrate {
             migration: "setup".to_owned(),
-            source: DbErr::Custom(format!(
+            cause: DbErr::Custom(format!(
                 "permission denied for schema {}: the user may not look up the tables in it",
                 table.schema().unwrap_or_default()
             )),
@@ -99,7 +99,7 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     if !applied.is_empty() && !found.table {
         return Err(Error::Migrate {
             migration: "setup".to_owned(),
-            source: DbErr::Custom(format!(
+            cause: DbErr::Custom(format!(
                 "the bookkeeping table {} records {} as applied, but the lease table {table} does not exist",
                 server.book,
                 applied.join(", ")
@@ -138,10 +138,7 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
 /// granted. The level is the transaction's first statement, before anything (behind
 /// a pooler, `DEALLOCATE ALL`) could take a snapshot.
 async fn begin(store: &PostgresStore) -> Result<DatabaseTransaction> {
-    store
-        .begin_read_committed()
-        .await
-        .map_err(|source| Error::Connect { source })
+    store.begin_read_committed().await.map_err(Error::connect)
 }
 
 /// [`Error::Migrate`] for a step before any migration.
@@ -149,7 +146,7 @@ fn setup(source: DbErr) -> Error {
     Error::Migrate {
         hint: generic_hint(&source).to_owned(),
         migration: "setup".to_owned(),
-        source,
+        cause: source,
     }
 }
 
@@ -274,7 +271,7 @@ impl Server {
         };
         Err(Error::Migrate {
             migration: "setup".to_owned(),
-            source: DbErr::Custom(why.to_owned()),
+            cause: DbErr::Custom(why.to_owned()),
             hint: hint.to_owned(),
         })
     }
@@ -288,7 +285,7 @@ impl Server {
         };
         Error::Migrate {
             migration: migration.to_owned(),
-            source,
+            cause: source,
             hint,
         }
     }

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use scheduler_migrations::TableName;
-use sea_orm::ConnectOptions;
+use sea_orm::{ConnectOptions, DbErr, RuntimeErr};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, sqlx_error};
 use crate::session::Pooling;
 
 /// How a [`PostgresStore`](crate::PostgresStore) connects and where it keeps its
@@ -167,6 +167,39 @@ pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOp
         .sqlx_logging(false);
     Pooling::of(&options).configure(&mut connect);
     Ok(connect)
+}
+
+/// The error of a pool that could not connect to `url`, saying why.
+///
+/// sqlx's pool retries a refused or unreachable server until its timeout, then
+/// reports only `pool timed out while waiting for an open connection`; the cause
+/// (connection refused, an unknown host, a wrong password) is lost. When that is
+/// all the pool says, one direct connection is tried, within `timeout`, and its
+/// error is reported instead.
+pub(crate) async fn connect_failed(url: &str, timeout: Duration, cause: DbErr) -> Error {
+    use std::str::FromStr;
+
+    use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sea_orm::sqlx::{Connection, Error as SqlxError};
+
+    let Ok(target) = PgConnectOptions::from_str(url) else {
+        return Error::connect(cause);
+    };
+    let server = Some(format!("{}:{}", target.get_host(), target.get_port()));
+    let timed_out = matches!(sqlx_error(&cause), Some(SqlxError::PoolTimedOut));
+    if !timed_out {
+        return Error::Connect { server, cause };
+    }
+    let cause = match tokio::time::timeout(timeout, PgConnection::connect_with(&target)).await {
+        Ok(Err(real)) => DbErr::Conn(RuntimeErr::SqlxError(std::sync::Arc::new(real))),
+        Err(_) => DbErr::Custom(format!("no answer within {timeout:?}")),
+        // Up again by now: what the pool met stays the answer.
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            cause
+        }
+    };
+    Error::Connect { server, cause }
 }
 
 /// How long a connection of a pool built with [`connect_options`] may sit idle before

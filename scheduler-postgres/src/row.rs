@@ -14,8 +14,10 @@ pub(crate) fn get<T: sea_orm::TryGetable>(
     col: &str,
     operation: &'static str,
 ) -> Result<T> {
-    row.try_get::<T>("", col)
-        .map_err(|source| Error::BadRow { operation, source })
+    row.try_get::<T>("", col).map_err(|source| Error::BadRow {
+        operation,
+        cause: source,
+    })
 }
 
 /// Reads a `timestamptz` column from its raw value, range included
@@ -45,7 +47,7 @@ fn time_or_clamp(
         }),
         Decoded::Beyond(_) => Err(Error::BadRow {
             operation,
-            source: DbErr::Custom(format!(
+            cause: DbErr::Custom(format!(
                 "column \"{col}\" holds a timestamp out of range (infinity?)"
             )),
         }),
@@ -143,6 +145,6 @@ pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Resul
     let name: String = get(row, "name", operation)?;
     LeaseName::new(name).map_err(|e| Error::BadRow {
         operation,
-        source: DbErr::Custom(e.to_string()),
+        cause: DbErr::Custom(e.to_string()),
     })
 }

@@ -16,7 +16,7 @@ use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryRes
 
 use crate::error::{Error, Result};
 use crate::migrate;
-use crate::options::{PostgresOptions, connect_options};
+use crate::options::{PostgresOptions, connect_failed, connect_options};
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
@@ -100,13 +100,16 @@ impl PostgresStore {
     /// [`PostgresOptions::connect_timeout`] (it is asked again until then: a standby
     /// may be being promoted).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
-        let (options, _) = options.with_url(url);
+        let (options, plain_url) = options.with_url(url);
         let mut connect = connect_options(url, &options)?;
         let bounded =
             Pooling::of(&options).bound_connections(&mut connect, options.statement_timeout);
-        let db = Database::connect(connect)
-            .await
-            .map_err(|source| Error::Connect { source })?;
+        let db = match Database::connect(connect).await {
+            Ok(db) => db,
+            Err(cause) => {
+                return Err(connect_failed(&plain_url, options.connect_timeout, cause).await);
+            }
+        };
         Self::start(Session::new(db, &options, bounded)?, options).await
     }
 
@@ -326,7 +329,7 @@ impl Store for PostgresStore {
             .await?;
         let row = rows.first().ok_or_else(|| Error::BadRow {
             operation: "read the database clock",
-            source: DbErr::Custom("no row returned".to_owned()),
+            cause: DbErr::Custom("no row returned".to_owned()),
         })?;
         Ok(time(row, "now", "read the database clock")?)
     }

@@ -6,6 +6,11 @@ use std::time::Duration;
 use sea_orm::{DbErr, RuntimeErr};
 
 /// Everything that can go wrong in the SQLite store.
+///
+/// Each message is whole: it says the driver's error once, followed by what to do,
+/// so `{err}` in a log line is enough. The driver's error is a field, not a
+/// [`source`](std::error::Error::source): a report walking the chain would print it
+/// a second time.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -35,28 +40,26 @@ pub enum Error {
         directory: PathBuf,
     },
     /// SQLite could not open the file as a database.
-    #[error("cannot open database {}: {source}{hint}", .path.display())]
+    #[error("cannot open database {}: {}{hint}", .path.display(), describe(.cause))]
     Open {
         /// The database file.
         path: PathBuf,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
         /// What to do about it, when known.
         hint: &'static str,
     },
     /// A write was refused because the database is read-only: the store was opened
     /// with [`SqliteOptions::read_only`](crate::SqliteOptions::read_only), or the
     /// file or its directory is not writable by this process.
-    #[error("cannot {operation}: database {} is read-only ({source}); {hint}", .path.display())]
+    #[error("cannot {operation}: database {} is read-only ({}); {hint}", .path.display(), describe(.cause))]
     ReadOnly {
         /// What the statement was for (`take leases`, `create the lease table`, …).
         operation: &'static str,
         /// The database file.
         path: PathBuf,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
         /// Why it is read-only, as far as the store knows.
         hint: &'static str,
     },
@@ -77,8 +80,7 @@ pub enum Error {
         /// The driver's error; `None` when the store's own earlier writes, each
         /// waiting for the lock, kept this one waiting for longer than the busy
         /// timeout.
-        #[source]
-        source: Option<DbErr>,
+        cause: Option<DbErr>,
     },
     /// The SQLite library linked in is too old for the store's statements.
     #[error(
@@ -106,33 +108,31 @@ pub enum Error {
     },
     /// Creating or upgrading the schema failed. Nothing of it was applied (the
     /// migrations run in one transaction).
-    #[error("migration {migration} failed: {source}")]
+    #[error("migration {migration} failed: {}", describe(.cause))]
     Migrate {
         /// The migration's name.
         migration: String,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
     },
     /// A statement failed.
-    #[error("{operation} failed: {source}")]
+    #[error("{operation} failed: {}", describe(.cause))]
     Statement {
         /// What the statement was for (`take leases`, `renew leases`, …).
         operation: &'static str,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
     },
     /// A row of the lease table does not have the expected shape (altered by hand?).
     #[error(
-        "unexpected row in the lease table while trying to {operation}: {source}; was the table altered by hand?"
+        "unexpected row in the lease table while trying to {operation}: {}; was the table altered by hand?",
+        describe(.cause)
     )]
     BadRow {
         /// What the statement was for.
         operation: &'static str,
         /// The decoding error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
     },
     /// Invalid input, as `scheduler-core` reports it.
     #[error(transparent)]
@@ -184,12 +184,12 @@ impl Origin {
                 operation,
                 path: self.path.clone(),
                 busy_timeout: self.busy_timeout,
-                source: Some(source),
+                cause: Some(source),
             },
             Some(SQLITE_READONLY) => Error::ReadOnly {
                 operation,
                 path: self.path.clone(),
-                source,
+                cause: source,
                 hint: if self.read_only {
                     "the store was opened with SqliteOptions::read_only(true); open it without that option to write"
                 } else {
@@ -198,12 +198,12 @@ impl Origin {
             },
             Some(SQLITE_CANTOPEN) => Error::Open {
                 path: self.path.clone(),
-                source,
+                cause: source,
                 hint: cannot_open_hint(&self.path, self.read_only),
             },
             Some(SQLITE_NOTADB) => Error::Open {
                 path: self.path.clone(),
-                source,
+                cause: source,
                 hint: "; the file is not a SQLite database (or is encrypted): point the store at a new file or an existing SQLite database",
             },
             _ => other(source),
@@ -214,7 +214,7 @@ impl Origin {
     pub(crate) fn statement_error(&self, operation: &'static str, source: DbErr) -> Error {
         self.error(operation, source, |source| Error::Statement {
             operation,
-            source,
+            cause: source,
         })
     }
 }
@@ -240,6 +240,23 @@ fn cannot_open_hint(path: &Path, read_only: bool) -> &'static str {
 /// Whether SQLite reported the database locked (`SQLITE_BUSY`, any extended code).
 pub(crate) fn is_busy(err: &DbErr) -> bool {
     sqlite_code(err).is_some_and(|code| code & 0xff == SQLITE_BUSY)
+}
+
+/// A driver error in words, once: SQLite's message and result code, without
+/// sea-orm's variant prefix.
+pub(crate) fn describe(err: &DbErr) -> String {
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e)) => match &**e {
+            sea_orm::sqlx::Error::Database(db) => match db.code() {
+                Some(code) => format!("{} [SQLite code {code}]", db.message()),
+                None => db.message().to_owned(),
+            },
+            other => other.to_string(),
+        },
+        other => other.to_string(),
+    }
 }
 
 /// Wraps an error the sqlx pool returned while connecting as sea-orm would.

@@ -24,7 +24,7 @@ pub(crate) async fn run(db: &DatabaseConnection, table: &TableName, origin: &Ori
         move |source: DbErr| {
             origin.error("create the lease table", source, |source| Error::Migrate {
                 migration: migration.to_owned(),
-                source,
+                cause: source,
             })
         }
     };

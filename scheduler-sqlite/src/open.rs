@@ -101,7 +101,7 @@ pub(crate) async fn use_wal(db: &DatabaseConnection, origin: &Origin) -> Result<
                 let mode: String = match row {
                     Some(row) => row.try_get_by_index(0).map_err(|source| Error::BadRow {
                         operation: OP,
-                        source,
+                        cause: source,
                     })?,
                     None => String::new(),
                 };

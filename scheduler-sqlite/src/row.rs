@@ -11,8 +11,10 @@ pub(crate) fn get<T: sea_orm::TryGetable>(
     col: &str,
     operation: &'static str,
 ) -> Result<T> {
-    row.try_get::<T>("", col)
-        .map_err(|source| Error::BadRow { operation, source })
+    row.try_get::<T>("", col).map_err(|source| Error::BadRow {
+        operation,
+        cause: source,
+    })
 }
 
 /// A stored time (microseconds since the epoch) as a `DateTime`.
@@ -20,7 +22,7 @@ pub(crate) fn time(row: &QueryResult, col: &str, operation: &'static str) -> Res
     let micros: i64 = get(row, col, operation)?;
     DateTime::from_timestamp_micros(micros).ok_or_else(|| Error::BadRow {
         operation,
-        source: DbErr::Custom(format!(
+        cause: DbErr::Custom(format!(
             "{col} = {micros} is out of range as microseconds since the epoch"
         )),
     })
@@ -51,6 +53,6 @@ pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Resul
     let name: String = get(row, "name", operation)?;
     LeaseName::new(name).map_err(|e| Error::BadRow {
         operation,
-        source: DbErr::Custom(e.to_string()),
+        cause: DbErr::Custom(e.to_string()),
     })
 }

@@ -127,7 +127,7 @@ impl SqliteStore {
                 origin.error("open the database", connect_error(e), |source| {
                     Error::Open {
                         path: path.to_owned(),
-                        source,
+                        cause: source,
                         hint: "",
                     }
                 })
@@ -186,7 +186,7 @@ impl SqliteStore {
                 operation,
                 path: self.origin.path.clone(),
                 busy_timeout: self.origin.busy_timeout,
-                source: None,
+                cause: None,
             })
     }
 
@@ -305,7 +305,7 @@ impl scheduler_core::Store for SqliteStore {
         let rows = self.query(OP, &self.sql.now, Vec::new()).await?;
         let row = rows.first().ok_or_else(|| Error::BadRow {
             operation: OP,
-            source: DbErr::Custom("no row returned".to_owned()),
+            cause: DbErr::Custom("no row returned".to_owned()),
         })?;
         Ok(time(row, "now", OP)?)
     }

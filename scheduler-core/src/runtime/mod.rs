@@ -204,7 +204,7 @@ impl SchedulerBuilder {
                 .compile()
                 .map_err(|source| Error::InvalidSchedule {
                     job: name.clone(),
-                    source,
+                    cause: source,
                 })?;
             let scope = job.scope();
             entries.push(Entry {

@@ -41,15 +41,13 @@ pub enum KeyedError<E> {
         /// How many keys, from the start of the batch, were committed before.
         committed: usize,
         /// The driver's error.
-        #[source]
-        source: DbErr,
+        cause: DbErr,
     },
     /// The database failed.
-    #[error("{source} (the first {committed} keys of the batch were committed before)")]
+    #[error("{cause} (the first {committed} keys of the batch were committed before)")]
     Store {
         /// The store's error.
-        #[source]
-        source: Error,
+        cause: Error,
         /// How many keys, from the start of the batch, were committed before.
         committed: usize,
     },

@@ -49,11 +49,11 @@ pub(super) async fn read_server(store: &PostgresStore) -> Result<Server, Error> 
         .map_err(|source| Error::statement(OP, source))?;
     let row = row.ok_or_else(|| Error::BadRow {
         operation: OP,
-        source: DbErr::Custom("no row returned".to_owned()),
+        cause: DbErr::Custom("no row returned".to_owned()),
     })?;
     let bad_row = |source| Error::BadRow {
         operation: OP,
-        source,
+        cause: source,
     };
     let get = |column: &str| -> Result<u32, Error> {
         let value: i32 = row.try_get("", column).map_err(bad_row)?;

@@ -79,9 +79,9 @@ pub async fn exists(conn: &DatabaseConnection, table: &str) -> bool {
 /// The store error inside a `scheduler_core::Error` (what the `Store` trait returns).
 pub fn pg(err: &scheduler_core::Error) -> &Error {
     match err {
-        scheduler_core::Error::Store { source, .. } => source
+        scheduler_core::Error::Store { cause, .. } => cause
             .downcast_ref::<Error>()
-            .unwrap_or_else(|| panic!("not a scheduler_postgres::Error: {source}")),
+            .unwrap_or_else(|| panic!("not a scheduler_postgres::Error: {cause}")),
         other => panic!("not a store error: {other}"),
     }
 }

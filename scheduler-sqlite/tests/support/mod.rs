@@ -46,9 +46,9 @@ impl Drop for TempDir {
 /// The store's own error inside the `scheduler_core::Error` the `Store` trait returns.
 pub fn sqlite_error(err: &scheduler_core::Error) -> &scheduler_sqlite::Error {
     match err {
-        scheduler_core::Error::Store { source, .. } => source
+        scheduler_core::Error::Store { cause, .. } => cause
             .downcast_ref::<scheduler_sqlite::Error>()
-            .unwrap_or_else(|| panic!("not a SQLite store error: {source:?}")),
+            .unwrap_or_else(|| panic!("not a SQLite store error: {cause:?}")),
         other => panic!("not a store error: {other:?}"),
     }
 }

@@ -115,7 +115,10 @@ impl Engine {
                 started: running.started,
                 finished: self.db_now(),
                 outcome,
-                error: result.as_ref().err().map(|e| crate::error::chain(&**e)),
+                error: result
+                    .as_ref()
+                    .err()
+                    .map(|e| crate::error::error_chain(&**e)),
                 lease_lost: running.lost,
             },
         );
