@@ -2,8 +2,10 @@
 //! names are the CLI's stable contract: renaming a field of a row does not change
 //! them.
 
-use scheduler_postgres::diagnostics::{AdvisoryLock, LastRun, LeaseStatus};
+use scheduler_postgres::diagnostics::{AdvisoryLock, Forgotten, LastRun, LeaseState, LeaseStatus};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::forget::Forget;
 
 /// A typed row, serialized with the CLI's field names.
 pub(crate) struct Json<'a, T>(pub(crate) &'a T);
@@ -69,6 +71,59 @@ impl Serialize for Json<'_, AdvisoryLock> {
         s.serialize_field("granted", &l.granted)?;
         s.serialize_field("query", &l.query)?;
         s.serialize_field("pinned", &l.pinned)?;
+        s.end()
+    }
+}
+
+impl Serialize for Forget {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (outcome, holder, token, state, expires_at) = match &self.forgotten {
+            Forgotten::Ended {
+                holder,
+                token,
+                expired_at,
+            } => (
+                "forgotten",
+                Some(holder),
+                Some(token),
+                Some(LeaseState::Held),
+                Some(expired_at),
+            ),
+            Forgotten::NotHeld {
+                holder,
+                token,
+                state,
+                expired_at,
+            } => (
+                "not_held",
+                Some(holder),
+                Some(token),
+                Some(*state),
+                Some(expired_at),
+            ),
+            Forgotten::Held {
+                holder,
+                token,
+                until,
+            } => (
+                "held",
+                Some(holder),
+                Some(token),
+                Some(LeaseState::Held),
+                Some(until),
+            ),
+            Forgotten::Missing => ("missing", None, None, None, None),
+            _ => ("unknown", None, None, None, None),
+        };
+        let mut s = serializer.serialize_struct("Forget", 8)?;
+        s.serialize_field("table", &self.table)?;
+        s.serialize_field("lease", &self.lease)?;
+        s.serialize_field("force", &self.force)?;
+        s.serialize_field("outcome", outcome)?;
+        s.serialize_field("holder", &holder)?;
+        s.serialize_field("token", &token)?;
+        s.serialize_field("state", &state.map(LeaseState::as_str))?;
+        s.serialize_field("expires_at", &expires_at)?;
         s.end()
     }
 }

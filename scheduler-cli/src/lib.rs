@@ -1,4 +1,4 @@
-//! `scheduler-cli`: the operator's view of a scheduler database.
+//! `scheduler-cli`: the operator's view of a scheduler database, and the one repair.
 //!
 //! - `scheduler-cli status` lists every lease of the lease table: its holder, tick,
 //!   fencing token, when it expires, and the last run of its job (outcome and error)
@@ -7,16 +7,24 @@
 //! - `scheduler-cli locks` lists the sessions that hold or wait for advisory locks in
 //!   the database, from `pg_locks` joined with `pg_stat_activity`, and flags an `idle`
 //!   session holding one: a pooled connection pinned by a session-level lock.
+//! - `scheduler-cli forget NAME [--force]` ends the lease `NAME` when its holder is
+//!   gone: a lease held (by the database's clock) is refused unless `--force`, with
+//!   its holder and expiry. The row is kept, expired, never deleted, so that the
+//!   name's fencing tokens keep growing: the next take gets a greater one. Exit code
+//!   0 when the lease is no longer held, [`EXIT_HELD`] when refused,
+//!   [`EXIT_MISSING`] when there is no lease of that name.
 //!
-//! Both take `--json` for output with stable field names. The database comes from
+//! All take `--json` for output with stable field names. The database comes from
 //! `--database-url` or `DATABASE_URL`; the lease table from `--table` (default
-//! `scheduler_leases`). Nothing is written: the commands only read.
+//! `scheduler_leases`). Only `forget` writes (one statement, to one lease row); the
+//! other commands only read.
 //!
 //! The statements and their typed rows are `scheduler_postgres::diagnostics`', run
 //! through the store like its own (so they work behind PgBouncer's transaction
 //! pooling too); this crate parses the command line and renders. The commands are
-//! library functions ([`status()`], [`locks()`]) with renderers ([`Status::human`],
-//! [`Status::json`], …), so they can be called without spawning the binary.
+//! library functions ([`status()`], [`locks()`], [`forget()`]) with renderers
+//! ([`Status::human`], [`Status::json`], …), so they can be called without spawning
+//! the binary.
 //!
 //! ```no_run
 //! use scheduler_postgres::TableName;
@@ -32,6 +40,7 @@
 
 mod columns;
 pub mod error;
+pub mod forget;
 mod json;
 pub mod locks;
 pub mod status;
@@ -42,6 +51,7 @@ use clap::{Parser, Subcommand};
 use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
 
 pub use error::{Error, Result};
+pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use locks::{AdvisoryLock, Locks, locks};
 pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
 
@@ -50,7 +60,8 @@ pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
 #[command(
     name = "scheduler-cli",
     version,
-    about = "Who holds which lease, each job's last run, and who holds advisory locks",
+    about = "Who holds which lease, each job's last run, and who holds advisory locks; \
+             forget a lease whose holder is gone",
     long_about = None
 )]
 pub struct Cli {
@@ -62,7 +73,7 @@ pub struct Cli {
     #[arg(long, default_value = TableName::DEFAULT, global = true)]
     pub table: TableName,
 
-    /// Print JSON (stable field names) instead of aligned columns.
+    /// Print JSON (stable field names) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -75,17 +86,46 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// What to show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+/// What to show, or do.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Every lease: holder, tick, token, expiry, and its job's last run.
     Status,
     /// Sessions holding or waiting for advisory locks; idle holders are flagged.
     Locks,
+    /// End a lease whose holder is gone; a held lease is refused unless --force.
+    ///
+    /// The lease's row is kept (expired, never deleted), so that the name's fencing
+    /// tokens keep growing: the next take of the name wins it with a greater token.
+    /// A lease expired or released is left as it is.
+    ///
+    /// Exit status: 0 when the lease is no longer held (forgotten, or it was not);
+    /// 3 when refused because it is held; 4 when there is no lease of that name;
+    /// 1 on an error.
+    Forget {
+        /// The lease's name: the job's name, `job:node` for a node job.
+        name: String,
+        /// Forget the lease even though it is held: its holder's fenced writes are
+        /// refused from then on, and the next take wins it. A holder still running
+        /// renews it back unless another instance takes it first: use this for a
+        /// holder known to be gone.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// What a command prints, and how the process ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Output {
+    /// The text for stdout.
+    pub text: String,
+    /// The process's exit code: 0, or `forget`'s [`EXIT_HELD`] or [`EXIT_MISSING`].
+    pub exit_code: u8,
 }
 
 /// Opens a store on `url` with one connection, without running migrations (the CLI
-/// only reads), waiting at most 5 s for the server. `pgbouncer=true` in the URL says
+/// never creates or alters a table), waiting at most 5 s for the server. `pgbouncer=true` in the URL says
 /// PgBouncer's transaction pooling sits in between.
 ///
 /// # Errors
@@ -102,14 +142,15 @@ async fn connect_within(url: &str, timeout: Duration) -> Result<PostgresStore> {
     Ok(PostgresStore::connect(url, options).await?)
 }
 
-/// Runs the command line: connects, reads, and renders the output.
+/// Runs the command line: connects, runs the command, and renders its output.
 ///
 /// # Errors
 /// [`Error::NoUrl`] without a database URL, and whatever the command reports.
-pub async fn run(cli: &Cli) -> Result<String> {
+pub async fn run(cli: &Cli) -> Result<Output> {
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
     let store = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
-    let output = match cli.command {
+    let mut exit_code = 0;
+    let text = match &cli.command {
         Command::Status => {
             let status = status(&store, &cli.table).await?;
             if cli.json {
@@ -126,7 +167,16 @@ pub async fn run(cli: &Cli) -> Result<String> {
                 locks.human()
             }
         }
+        Command::Forget { name, force } => {
+            let forget = forget(&store, &cli.table, name, *force).await?;
+            exit_code = forget.exit_code();
+            if cli.json {
+                forget.json()?
+            } else {
+                forget.human()
+            }
+        }
     };
     let _ = store.connection().clone().close().await;
-    Ok(output)
+    Ok(Output { text, exit_code })
 }

@@ -12,8 +12,8 @@ async fn main() -> ExitCode {
     match scheduler_cli::run(&cli).await {
         Ok(output) => {
             // A closed pipe (`| head`) is not an error worth a panic.
-            let _ = std::io::stdout().lock().write_all(output.as_bytes());
-            ExitCode::SUCCESS
+            let _ = std::io::stdout().lock().write_all(output.text.as_bytes());
+            ExitCode::from(output.exit_code)
         }
         Err(err) => {
             eprintln!("error: {err}");
