@@ -19,11 +19,9 @@ use scheduler_postgres::{Fence, FencedError, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 /// Pays out what is owed for one tick, once.
-#[job(every = "5s", fencing)]
+#[job(every = "5s", fencing, state(PostgresStore))]
 async fn payout(ctx: JobContext) -> Result<(), BoxError> {
-    let store = ctx
-        .state::<PostgresStore>()
-        .ok_or("no store in the scheduler's state")?;
+    let store = ctx.state::<PostgresStore>()?;
     let fence = Fence::from(&ctx);
     let tick = ctx.tick().at();
     let token = ctx.token().get();

@@ -77,7 +77,7 @@ impl Runs {
 }
 
 fn count_run(ctx: &JobContext) {
-    if let Some(runs) = ctx.state::<std::sync::Arc<Runs>>() {
+    if let Ok(runs) = ctx.state::<std::sync::Arc<Runs>>() {
         runs.one_more();
     }
 }

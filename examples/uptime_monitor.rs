@@ -33,8 +33,7 @@ INSERT INTO domains (name) VALUES ('example.invalid'), ('example.test') ON CONFL
 ";
 
 fn db(ctx: &JobContext) -> Result<&DatabaseConnection, BoxError> {
-    ctx.state::<DatabaseConnection>()
-        .ok_or_else(|| "no database connection in the scheduler's state".into())
+    Ok(ctx.state::<DatabaseConnection>()?)
 }
 
 async fn exec(

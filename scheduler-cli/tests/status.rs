@@ -253,7 +253,7 @@ async fn timestamps_out_of_range_set_by_hand_are_bad_rows_not_panics() {
         assert_eq!(
             msg,
             format!(
-                "unexpected row while trying to read the lease table: Custom Error: lease \"sweep\": \
+                "unexpected row in the lease table while trying to read the lease table: lease \"sweep\": \
                  {says}; was the table altered by hand?"
             )
         );

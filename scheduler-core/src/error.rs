@@ -53,6 +53,22 @@ pub enum Error {
         /// What is wrong with the schedule.
         cause: crate::schedule::ScheduleError,
     },
+    /// A job needs a value of a type the scheduler was not given
+    /// ([`SchedulerBuilder::state`](crate::SchedulerBuilder::state)): from `build()`
+    /// for a type the job declared, from [`JobContext::state`](crate::JobContext::state)
+    /// for one it asked for.
+    #[error(
+        "job {job:?} needs state of type `{type_name}`, but the scheduler was given none of that type (SchedulerBuilder::state); {}",
+        given_types(.given)
+    )]
+    MissingState {
+        /// The job.
+        job: String,
+        /// The type it needs.
+        type_name: &'static str,
+        /// The types the scheduler was given, sorted.
+        given: Vec<&'static str>,
+    },
     /// The lease ttl leaves no room for renewals.
     #[error(
         "lease ttl {ttl:?} is too short for renewals every {renew_every:?}; the ttl must be at least twice the renewal interval (default renewal: ttl/4)"
@@ -125,6 +141,15 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What an [`Error::MissingState`] says of the types given.
+fn given_types(given: &[&'static str]) -> String {
+    if given.is_empty() {
+        return "it was given no state at all".to_owned();
+    }
+    let names: Vec<String> = given.iter().map(|name| format!("`{name}`")).collect();
+    format!("it was given: {}", names.join(", "))
 }
 
 /// `Result` with this crate's [`Error`] as the default error type.

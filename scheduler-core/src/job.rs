@@ -100,6 +100,14 @@ pub trait Idempotent: Send + Sync + 'static {
         None
     }
 
+    /// The types of state the job reads with [`JobContext::state`]:
+    /// [`build`](crate::SchedulerBuilder::build) refuses a scheduler that was not
+    /// given a value of each. Default: none declared (a missing value is then met at
+    /// the first run, as an error naming the types given).
+    fn state_types(&self) -> Vec<StateType> {
+        Vec::new()
+    }
+
     /// Runs one tick.
     ///
     /// The context's [cancellation token](JobContext::cancellation) fires when the
@@ -134,6 +142,9 @@ impl<J: Idempotent + ?Sized> Idempotent for Arc<J> {
     fn catch_up(&self) -> Option<Duration> {
         (**self).catch_up()
     }
+    fn state_types(&self) -> Vec<StateType> {
+        (**self).state_types()
+    }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
         (**self).run(ctx).await
     }
@@ -156,7 +167,46 @@ pub struct JobContext {
 /// Values the app hands to every job through the builder's
 /// [`state`](crate::SchedulerBuilder::state), one per type.
 #[derive(Clone, Default)]
-pub(crate) struct State(pub(crate) Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+pub(crate) struct State(pub(crate) Arc<HashMap<TypeId, StateValue>>);
+
+/// One value of [`State`], and its type's name for error messages.
+#[derive(Clone)]
+pub(crate) struct StateValue {
+    pub(crate) type_name: &'static str,
+    pub(crate) value: Arc<dyn Any + Send + Sync>,
+}
+
+impl fmt::Debug for StateValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.type_name)
+    }
+}
+
+impl State {
+    /// The value of type `T`, or the error naming it and the types given.
+    pub(crate) fn get<T: 'static>(&self, job: &str) -> Result<&T, crate::Error> {
+        self.0
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.value.downcast_ref::<T>())
+            .ok_or_else(|| self.missing(job, std::any::type_name::<T>()))
+    }
+
+    /// Whether a value of `ty` was given.
+    pub(crate) fn has(&self, ty: &StateType) -> bool {
+        self.0.contains_key(&ty.id)
+    }
+
+    /// [`Error::MissingState`](crate::Error::MissingState) for `job` asking `type_name`.
+    pub(crate) fn missing(&self, job: &str, type_name: &'static str) -> crate::Error {
+        let mut given: Vec<&'static str> = self.0.values().map(|v| v.type_name).collect();
+        given.sort_unstable();
+        crate::Error::MissingState {
+            job: job.to_owned(),
+            type_name,
+            given,
+        }
+    }
+}
 
 impl fmt::Debug for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -164,15 +214,44 @@ impl fmt::Debug for State {
     }
 }
 
+/// A type of value a job reads with [`JobContext::state`], declared by
+/// [`Idempotent::state_types`] (or `#[job(state(T, ...))]`) so that
+/// [`build`](crate::SchedulerBuilder::build) can refuse a scheduler that was not
+/// given one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StateType {
+    id: TypeId,
+    name: &'static str,
+}
+
+impl StateType {
+    /// The state type `T`.
+    pub fn of<T: Send + Sync + 'static>() -> Self {
+        Self {
+            id: TypeId::of::<T>(),
+            name: std::any::type_name::<T>(),
+        }
+    }
+
+    /// The type's name, as the compiler spells it.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
 impl JobContext {
     /// The app's value of type `T`, as given to
     /// [`SchedulerBuilder::state`](crate::SchedulerBuilder::state) (a database pool,
-    /// say), or `None` if none was given.
-    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.state
-            .0
-            .get(&TypeId::of::<T>())
-            .and_then(|v| v.downcast_ref::<T>())
+    /// say).
+    ///
+    /// # Errors
+    /// [`Error::MissingState`](crate::Error::MissingState) when the scheduler was
+    /// given no value of type `T`, naming `T` and the types it was given (a job
+    /// asking for `PgPool` where the app gave `Arc<PgPool>`, say). Declare the types
+    /// a job needs ([`Idempotent::state_types`], `#[job(state(T))]`) and `build()`
+    /// checks them before anything runs.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<&T, crate::Error> {
+        self.state.get::<T>(&self.job)
     }
 
     /// The job's name.
@@ -274,3 +353,43 @@ impl fmt::Display for Interrupted {
 }
 
 impl std::error::Error for Interrupted {}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+
+    use super::*;
+
+    #[test]
+    fn a_state_type_never_given_is_an_error_naming_the_types_given() {
+        let lease = LeaseName::new("sweep").unwrap_or_else(|e| panic!("{e}"));
+        let mut ctx = JobContext::detached(
+            "sweep",
+            Tick::new(DateTime::UNIX_EPOCH),
+            "node-1",
+            lease,
+            FencingToken::new(1),
+        );
+        let err = ctx.state::<u32>().err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "job \"sweep\" needs state of type `u32`, but the scheduler was given none of \
+                 that type (SchedulerBuilder::state); it was given no state at all"
+            )
+        );
+
+        let value = StateValue {
+            type_name: std::any::type_name::<Arc<u32>>(),
+            value: Arc::new(Arc::new(7_u32)),
+        };
+        ctx.state = State(Arc::new(HashMap::from([(TypeId::of::<Arc<u32>>(), value)])));
+        assert_eq!(ctx.state::<Arc<u32>>().map(|v| **v).ok(), Some(7));
+        let err = ctx.state::<u32>().err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.ends_with("it was given: `alloc::sync::Arc<u32>`")),
+            "{err:?}"
+        );
+    }
+}

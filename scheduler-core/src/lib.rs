@@ -42,7 +42,7 @@ pub mod store;
 
 pub use clock::LocalClock;
 pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
-pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope};
+pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope, StateType};
 pub use lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl,
@@ -66,8 +66,9 @@ pub use scheduler_macros::job;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::error::BoxError;
-    pub use crate::job::{Duplicate, Idempotent, JobContext, Scope};
+    pub use crate::job::{Duplicate, Idempotent, JobContext, Scope, StateType};
     pub use crate::schedule::Schedule;
     pub use async_trait::async_trait;
     pub use std::time::Duration;
+    pub use std::vec::Vec;
 }

@@ -12,12 +12,13 @@ use proc_macro2::{Span, TokenStream};
 use scheduler_spec::{CronExpr, CronSchedule, Every, Tz};
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Error, Expr, ExprLit, Lit, LitStr, Result, Token};
+use syn::{Error, Expr, ExprLit, Lit, LitStr, Result, Token, Type};
 
 /// The keys `#[job]` accepts, in the order the docs list them.
-const KEYS: [&str; 8] = [
-    "every", "cron", "tz", "scope", "name", "fencing", "jitter", "catch_up",
+const KEYS: [&str; 9] = [
+    "every", "cron", "tz", "scope", "name", "fencing", "jitter", "catch_up", "state",
 ];
 
 /// What `#[job(...)]` says, checked.
@@ -31,6 +32,8 @@ pub(crate) struct Args {
     pub(crate) fencing: Option<bool>,
     pub(crate) jitter: Option<Duration>,
     pub(crate) catch_up: Option<Duration>,
+    /// The types of state the job reads, as written in `state(A, B)`.
+    pub(crate) state: Vec<Type>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +89,7 @@ struct Setters {
     fencing: Option<Given<bool>>,
     jitter: Option<Given<Duration>>,
     catch_up: Option<Given<Duration>>,
+    state: Option<Given<Vec<Type>>>,
 }
 
 const ONE_SCHEDULE: &str = "give either `every` or `cron`, not both: a job has one schedule";
@@ -102,6 +106,7 @@ impl Setters {
             Some("fencing") => self.fencing(meta),
             Some("jitter") => self.jitter(meta),
             Some("catch_up") => self.catch_up(meta),
+            Some("state") => self.state(meta),
             _ => Err(unknown_key(meta)),
         }
     }
@@ -236,6 +241,25 @@ impl Setters {
         Ok(())
     }
 
+    fn state(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.state, meta, "state")?;
+        let usage = "`state` lists the types the job reads with `ctx.state::<T>()`, like `state(PgPool, Config)`";
+        if !meta.input.peek(syn::token::Paren) {
+            return Err(meta.error(usage));
+        }
+        let content;
+        syn::parenthesized!(content in meta.input);
+        let types = Punctuated::<Type, Token![,]>::parse_terminated(&content)?;
+        if types.is_empty() {
+            return Err(meta.error(usage));
+        }
+        self.state = Some(Given {
+            key: key(meta),
+            value: types.into_iter().collect(),
+        });
+        Ok(())
+    }
+
     /// Checks what only the keys together can tell.
     fn finish(self) -> Result<Args> {
         let schedule = match (self.every, self.cron) {
@@ -275,6 +299,7 @@ impl Setters {
             fencing: self.fencing.map(|f| f.value),
             jitter: self.jitter.map(|j| j.value),
             catch_up: self.catch_up.map(|c| c.value),
+            state: self.state.map(|s| s.value).unwrap_or_default(),
         })
     }
 }
@@ -367,7 +392,8 @@ mod tests {
             name = "sweep-all",
             fencing,
             jitter = "5s",
-            catch_up = "1m"
+            catch_up = "1m",
+            state(PgPool, std::sync::Arc<Config>)
         ));
         let args = args.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(args.schedule, Schedule::Every(Duration::from_secs(5400)));
@@ -376,6 +402,8 @@ mod tests {
         assert_eq!(args.fencing, Some(true));
         assert_eq!(args.jitter, Some(Duration::from_secs(5)));
         assert_eq!(args.catch_up, Some(Duration::from_secs(60)));
+        let state: Vec<String> = args.state.iter().map(|t| quote!(#t).to_string()).collect();
+        assert_eq!(state, ["PgPool", "std :: sync :: Arc < Config >"]);
 
         let args = parse(quote!(
             cron = "0 0 3 * * *",
@@ -399,11 +427,11 @@ mod tests {
         let cases = [
             (
                 quote!(evry = "30s"),
-                "unknown key `evry`; did you mean `every`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up",
+                "unknown key `evry`; did you mean `every`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, state",
             ),
             (
                 quote!(every = "30s", schedule = "x"),
-                "unknown key `schedule`; valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up",
+                "unknown key `schedule`; valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, state",
             ),
             (
                 quote!(every = "30s", every = "1m"),
@@ -434,6 +462,14 @@ mod tests {
             (
                 quote!(every = "1s", fencing = "yes"),
                 "`fencing` stands alone or takes `true` or `false`: `fencing` or `fencing = false`",
+            ),
+            (
+                quote!(every = "1s", state = "PgPool"),
+                "`state` lists the types the job reads with `ctx.state::<T>()`, like `state(PgPool, Config)`",
+            ),
+            (
+                quote!(every = "1s", state()),
+                "`state` lists the types the job reads with `ctx.state::<T>()`, like `state(PgPool, Config)`",
             ),
             (
                 quote!(every = "1s", name = ""),

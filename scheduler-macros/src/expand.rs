@@ -209,6 +209,15 @@ fn generate(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
         }
     });
 
+    let state = (!args.state.is_empty()).then(|| {
+        let types = &args.state;
+        quote! {
+            fn state_types(&self) -> #private::Vec<#private::StateType> {
+                #private::Vec::from([#(#private::StateType::of::<#types>()),*])
+            }
+        }
+    });
+
     // `JobResult` holds the function's result to `Result<(), E: Into<BoxError>>`. The
     // awaited call is spanned from the return type's first token to its last, so a
     // mismatch is reported on the whole return type.
@@ -280,6 +289,7 @@ fn generate(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
                 #duplicate
                 #jitter
                 #catch_up
+                #state
 
                 async fn run(&self, ctx: #private::JobContext) -> ::core::result::Result<(), #private::BoxError> {
                     #run

@@ -52,6 +52,7 @@ use proc_macro::TokenStream;
 /// | `fencing` | bare, or `fencing = true`: a duplicate run would do harm (`Duplicate::NeedsFencing`) | duplicates are harmless |
 /// | `jitter` | a duration: each tick starts after a random delay up to it | none |
 /// | `catch_up` | a duration: how late a tick may still start | one period |
+/// | `state` | the types the job reads with `ctx.state::<T>()`, like `state(PgPool, Config)`: `build()` refuses a scheduler not given a value of each | none declared |
 ///
 /// Every value is checked at compile time, and a mistake is reported on the literal
 /// that holds it: a duration that does not parse, a zero period, a cron expression

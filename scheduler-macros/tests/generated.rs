@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::DateTime;
 use scheduler_core::{
     BoxError, Duplicate, FencingToken, Idempotent, JobContext, LeaseName, MemoryStore, Schedule,
-    Scheduler, Scope, Tick, job,
+    Scheduler, Scope, StateType, Tick, job,
 };
 
 fn context(job: &str, token: i64) -> JobContext {
@@ -38,11 +38,15 @@ async fn sweep(ctx: JobContext) -> Result<(), BoxError> {
     name = "nightly compaction",
     fencing,
     jitter = "1m30s",
-    catch_up = "2h"
+    catch_up = "2h",
+    state(Config, std::sync::Arc<AtomicU32>)
 )]
 async fn compact(_: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
+
+/// A state type.
+struct Config;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Stale(i64);
@@ -73,6 +77,7 @@ fn defaults_are_the_traits() {
     assert_eq!(sweep.duplicate(), Duplicate::Harmless);
     assert_eq!(sweep.jitter(), Duration::ZERO);
     assert_eq!(sweep.catch_up(), None);
+    assert_eq!(sweep.state_types(), []);
 }
 
 #[test]
@@ -86,6 +91,13 @@ fn every_key_reaches_its_method() {
     assert_eq!(compact.duplicate(), Duplicate::NeedsFencing);
     assert_eq!(compact.jitter(), Duration::from_secs(90));
     assert_eq!(compact.catch_up(), Some(Duration::from_secs(7200)));
+    assert_eq!(
+        compact.state_types(),
+        [
+            StateType::of::<Config>(),
+            StateType::of::<std::sync::Arc<AtomicU32>>()
+        ]
+    );
 
     assert_eq!(fenced_write.schedule(), Schedule::cron("*/10 * * * * *"));
     assert_eq!(fenced_write.scope(), Scope::Cluster);
@@ -124,6 +136,8 @@ async fn run_boxes_the_bodys_error() {
 #[test]
 fn jobs_register_by_name() {
     let scheduler = Scheduler::builder(MemoryStore::new())
+        .state(Config)
+        .state(std::sync::Arc::new(AtomicU32::new(0)))
         .job(sweep)
         .job(compact)
         .job(fenced_write)
@@ -136,4 +150,22 @@ fn jobs_register_by_name() {
         .map(|d| d.job)
         .collect();
     assert_eq!(declared, ["nightly compaction"]);
+}
+
+#[test]
+fn a_declared_state_type_not_given_is_refused_by_build() {
+    let err = Scheduler::builder(MemoryStore::new())
+        .state(Config)
+        .job(compact)
+        .build()
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some(
+            "job \"nightly compaction\" needs state of type `alloc::sync::Arc<core::sync::atomic::AtomicU32>`, \
+             but the scheduler was given none of that type (SchedulerBuilder::state); \
+             it was given: `generated::Config`"
+        )
+    );
 }

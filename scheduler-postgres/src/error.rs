@@ -130,26 +130,25 @@ fn at(server: &Option<String>) -> String {
 pub(crate) fn describe(err: &DbErr) -> String {
     use sea_orm::sqlx::postgres::PgDatabaseError;
     let Some(sqlx) = sqlx_error(err) else {
-        return err.to_string();
+        return match err {
+            // The store's own words, without sea-orm's "Custom Error: ".
+            DbErr::Custom(text) => text.clone(),
+            other => other.to_string(),
+        };
     };
     let sea_orm::sqlx::Error::Database(db) = sqlx else {
         return sqlx.to_string();
     };
-    let mut text = db.message().to_owned();
-    if let Some(detail) = db
+    let message = db.message();
+    let detail = db
         .try_downcast_ref::<PgDatabaseError>()
         .and_then(PgDatabaseError::detail)
-    {
-        text.push_str(" (");
-        text.push_str(detail);
-        text.push(')');
+        .map(|detail| format!(" ({detail})"))
+        .unwrap_or_default();
+    match db.code() {
+        Some(code) => format!("{message}{detail} [SQLSTATE {code}]"),
+        None => format!("{message}{detail}"),
     }
-    if let Some(code) = db.code() {
-        text.push_str(" [SQLSTATE ");
-        text.push_str(&code);
-        text.push(']');
-    }
-    text
 }
 
 /// sqlx's error inside a sea-orm one.

@@ -247,7 +247,7 @@ async fn a_table_dropped_under_an_open_store_is_a_clear_error() {
     assert_eq!(
         err.to_string(),
         format!(
-            "migration setup failed: Custom Error: the bookkeeping table scheduler_leases_migrations records \
+            "migration setup failed: the bookkeeping table scheduler_leases_migrations records \
              {CREATE_LEASES} as applied, but the lease table scheduler_leases does not exist; was it dropped by hand? \
              delete the rows of scheduler_leases_migrations (DELETE FROM scheduler_leases_migrations) to have the \
              migrations create it again"

@@ -35,8 +35,7 @@ async fn a_refused_connection_says_refused_not_pool_timed_out() {
     let options = PostgresOptions::default().connect_timeout(Duration::from_secs(1));
     let err = PostgresStore::connect(&url, options)
         .await
-        .err()
-        .expect("nothing listens there");
+        .expect_err("nothing listens there");
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     let text = says_it_once(&err);
     assert!(
@@ -89,8 +88,7 @@ async fn a_wrong_password_says_so_without_the_server_source_line() {
     let options = PostgresOptions::default().connect_timeout(Duration::from_secs(2));
     let err = PostgresStore::connect(&url, options)
         .await
-        .err()
-        .expect("a wrong password is refused");
+        .expect_err("a wrong password is refused");
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     let text = says_it_once(&err);
     assert!(
@@ -106,7 +104,7 @@ async fn a_failed_statement_gives_the_servers_message_and_sqlstate_once() {
     let store = store(db.url()).await;
     let t = tick(&store, 0).await;
     exec(&admin(db.url()).await, "DROP TABLE scheduler_leases").await;
-    let err = take(&store, &["a"], t).await.err().expect("no lease table");
+    let err = take(&store, &["a"], t).await.expect_err("no lease table");
     let text = err.to_string();
     assert_eq!(error_chain(&err), text, "the chain repeats the message");
     assert!(!text.contains(" at line "), "server source line: {text}");

@@ -307,7 +307,7 @@ async fn a_hot_standby_is_refused_at_open_and_its_writes_name_the_primary() {
         assert_eq!(
             msg,
             format!(
-                "migration setup failed: Custom Error: the server is read-only: it is a hot standby (pg_is_in_recovery() is true){hint}"
+                "migration setup failed: the server is read-only: it is a hot standby (pg_is_in_recovery() is true){hint}"
             )
         );
         println!("open on a hot standby: {msg}");
@@ -366,7 +366,7 @@ async fn a_database_read_only_by_default_is_refused_at_open_and_its_writes_name_
         .expect_err("refused");
     assert_eq!(
         err.to_string(),
-        "migration setup failed: Custom Error: the server is read-only: transactions are read-only by default \
+        "migration setup failed: the server is read-only: transactions are read-only by default \
          (default_transaction_read_only is on); point the URL at the primary, or turn default_transaction_read_only \
          off for this database and user"
     );

@@ -9,7 +9,7 @@ mod stats;
 mod store_clock;
 mod ticks;
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub use stats::{Outcome, Stats};
 
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
-use crate::job::{Declaration, Duplicate, Idempotent, Scope, State};
+use crate::job::{Declaration, Duplicate, Idempotent, Scope, State, StateValue};
 use crate::lease::{LeaseName, Ttl, validate_name};
 use crate::store::Store;
 use ticks::Cadence;
@@ -33,7 +33,7 @@ pub struct SchedulerBuilder {
     store: Arc<dyn Store>,
     config: Config,
     jobs: Vec<JobBox>,
-    state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    state: HashMap<TypeId, StateValue>,
     meter: Option<opentelemetry::metrics::Meter>,
     recorder: Option<Arc<dyn RunRecorder>>,
 }
@@ -133,7 +133,11 @@ impl SchedulerBuilder {
     /// [`JobContext::state::<T>()`](crate::JobContext::state). One value per type; a
     /// second of the same type replaces the first.
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.state.insert(TypeId::of::<T>(), Arc::new(value));
+        let value = StateValue {
+            type_name: std::any::type_name::<T>(),
+            value: Arc::new(value),
+        };
+        self.state.insert(TypeId::of::<T>(), value);
         self
     }
 
@@ -191,6 +195,7 @@ impl SchedulerBuilder {
             None => gethostname::gethostname().to_string_lossy().into_owned(),
         };
         validate_name(&node)?;
+        let state = State(Arc::new(self.state));
         let mut names = HashSet::new();
         let mut entries = Vec::with_capacity(self.jobs.len());
         for JobBox(job) in self.jobs {
@@ -206,6 +211,9 @@ impl SchedulerBuilder {
                     job: name.clone(),
                     cause: source,
                 })?;
+            if let Some(missing) = job.state_types().iter().find(|ty| !state.has(ty)) {
+                return Err(state.missing(&name, missing.name()));
+            }
             let scope = job.scope();
             entries.push(Entry {
                 lease: LeaseName::for_job(&name, scope, &node)?,
@@ -231,7 +239,7 @@ impl SchedulerBuilder {
             observe: Observer::new(stats.clone(), self.meter.as_ref(), self.recorder),
             stats,
             health,
-            state: State(Arc::new(self.state)),
+            state,
         })
     }
 }
