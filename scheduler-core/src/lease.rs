@@ -101,7 +101,8 @@ impl AsRef<str> for LeaseName {
     }
 }
 
-/// Who holds a lease: `hostname:pid:64-random-bits-in-hex`, new for every acquisition.
+/// Who holds a lease: `node:pid:64-random-bits-in-hex` (the scheduler's node id,
+/// the hostname by default), new for every acquisition.
 ///
 /// Because a holder is never reused, renewing or releasing "as this holder" can only
 /// ever touch the acquisition it was made for: two tasks of one process exclude each
@@ -110,16 +111,26 @@ impl AsRef<str> for LeaseName {
 pub struct Holder(String);
 
 impl Holder {
-    /// A fresh holder for one acquisition.
+    /// A fresh holder for one acquisition, on this host: `host:pid:random`.
     ///
-    /// `host:pid:random`: the host name and process id are read once per process
-    /// (a system call per holder was a tenth of the loop's CPU at 10,000 jobs).
+    /// The host name is read once per process (a system call per holder was a
+    /// tenth of the loop's CPU at 10,000 jobs).
     pub fn generate() -> Self {
         static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let prefix = PREFIX.get_or_init(|| {
-            let host = gethostname::gethostname();
-            format!("{}:{}", host.to_string_lossy(), std::process::id())
-        });
+        let prefix =
+            PREFIX.get_or_init(|| Self::prefix(&gethostname::gethostname().to_string_lossy()));
+        Self::generate_on(prefix)
+    }
+
+    /// What the holders of node `node` in this process start with: `node:pid`.
+    pub fn prefix(node: &str) -> String {
+        format!("{node}:{}", std::process::id())
+    }
+
+    /// A fresh holder for one acquisition, starting with `prefix` (see
+    /// [`Holder::prefix`]): `prefix:random`. The scheduler's holders name its node
+    /// id, so an operator reading a lease sees which instance holds it.
+    pub fn generate_on(prefix: &str) -> Self {
         let bits: u64 = rand::random();
         Self(format!("{prefix}:{bits:016x}"))
     }

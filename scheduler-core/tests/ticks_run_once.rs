@@ -77,3 +77,23 @@ async fn two_instances_share_a_cluster_job_and_each_runs_its_node_job() {
         assert!(n >= 5, "node {node} ran its node job {n} times");
     }
 }
+
+/// An operator reading a lease sees the node id the app configured, not the host.
+#[tokio::test(start_paused = true)]
+async fn holders_name_the_configured_node() {
+    let (store, log) = (store(), Log::default());
+    let scheduler = builder(&store)
+        .node_id("billing-7")
+        .job(Probe::new("tick", &store, &log))
+        .build()
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(2_500)))
+        .await;
+    let runs = runs(&log, "tick");
+    assert!(!runs.is_empty());
+    let prefix = format!("billing-7:{}:", std::process::id());
+    for run in &runs {
+        assert!(run.holder.starts_with(&prefix), "{}", run.holder);
+    }
+}

@@ -43,6 +43,19 @@ pub enum Error {
         /// the pool timed out.
         cause: DbErr,
     },
+    /// The schema of a schema-qualified lease table does not exist, and the store was
+    /// not asked to create it ([`PostgresOptions::create_schema`](crate::PostgresOptions::create_schema)).
+    #[error(
+        "schema {schema:?} of the lease table {table} does not exist: check the table name for a typo \
+         (every instance of a cluster must name the same table), create the schema, or let the store \
+         create it with PostgresOptions::create_schema(true)"
+    )]
+    MissingSchema {
+        /// The missing schema.
+        schema: String,
+        /// The lease table, as configured.
+        table: String,
+    },
     /// A migration failed. Nothing of it was applied (migrations run in one transaction).
     ///
     /// `migration` is `setup` for the steps before any migration (the read-only

@@ -6,7 +6,36 @@
 //! advisory lock. Beside the store: fenced transactions ([`PostgresStore::fenced`]),
 //! exactly-once processing of keyed items under transaction-level advisory locks
 //! ([`PostgresStore::keyed`]), an optional run history ([`RunHistory`]), and
-//! read-only views for operators ([`diagnostics`]).
+//! views for operators and one repair, ending a lease whose holder is gone
+//! ([`diagnostics`]).
+//!
+//! # Your own pool
+//!
+//! An app that already has a `sqlx::PgPool` hands it over through sea-orm, which
+//! this crate re-exports ([`sea_orm`], and sqlx as `sea_orm::sqlx`) so the versions
+//! match:
+//!
+//! ```no_run
+//! use scheduler_postgres::sea_orm::{SqlxPostgresConnector, sqlx::PgPool};
+//! use scheduler_postgres::{PostgresOptions, PostgresStore};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = PgPool::connect("postgres://app@db/app").await?;
+//! let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone());
+//! let store = PostgresStore::open(db, PostgresOptions::default()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The pool stays the app's (a clone shares it): each lease statement borrows a
+//! connection for that statement only. The app's sqlx must be the version sea-orm
+//! uses (sqlx 0.9); `scheduler_postgres::sea_orm::sqlx` is that one.
+//!
+//! # TLS
+//!
+//! The `rustls` feature (default) connects with rustls (`sslmode=require` and
+//! friends in the URL); `native-tls` uses the platform's library (OpenSSL on Linux)
+//! instead; with neither (`default-features = false`) connections are plain TCP.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod diagnostics;
@@ -28,4 +57,7 @@ pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
 pub use keyed::{Keyed, KeyedError, KeyedOptions, LockTable, Processed};
 pub use options::{PostgresOptions, connect_options};
 pub use scheduler_migrations::TableName;
+/// The sea-orm this crate is built on (and sqlx as `sea_orm::sqlx`): for handing the
+/// store a pool of the app's own, and for the transactions of fenced and keyed work.
+pub use sea_orm;
 pub use store::PostgresStore;

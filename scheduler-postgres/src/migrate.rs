@@ -54,8 +54,10 @@ pub(crate) fn in_recovery(err: &Error) -> bool {
         if migration == "setup" && why == STANDBY)
 }
 
-/// Applies every pending migration of the store's lease table.
-pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
+/// Applies every pending migration of the store's lease table; creates the schema of
+/// a qualified one only when `create_schema` says so (a typo in it would otherwise
+/// start a second, silent cluster).
+pub(crate) async fn run(store: &PostgresStore, create_schema: bool) -> Result<()> {
     let table: &TableName = store.table();
     let txn = begin(store).await?;
     let server = Server::read(&txn, table).await.map_err(setup)?;
@@ -76,7 +78,13 @@ pub(crate) async fn run(store: &PostgresStore) -> Result<()> {
     // create it is the first migration's.
     let first = MIGRATIONS.first().map_or("setup", |m| m.name());
     if !found.schema {
-        create_schema(&txn, table, &server, first).await?;
+        if !create_schema {
+            return Err(Error::MissingSchema {
+                schema: table.schema().unwrap_or_default().to_owned(),
+                table: table.to_string(),
+            });
+        }
+        self::create_schema(&txn, table, &server, first).await?;
     }
     if !found.book {
         txn.execute_unprepared(&ddl::create_bookkeeping(table))

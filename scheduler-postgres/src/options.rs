@@ -17,6 +17,12 @@ pub struct PostgresOptions {
     pub table: TableName,
     /// Run the migrations when the store opens. Default `true`.
     pub migrate: bool,
+    /// Let the migrations create the schema of a schema-qualified
+    /// [`table`](Self::table) when it does not exist. Default `false`: a missing
+    /// schema is [`Error::MissingSchema`](crate::Error::MissingSchema), since a typo
+    /// in it (`nosuchschema.leases`) would otherwise quietly start a lease table that
+    /// no other instance uses — a second cluster running every job again.
+    pub create_schema: bool,
     /// Pool size when the store opens its own pool
     /// ([`PostgresStore::connect`](crate::PostgresStore::connect)). Default 4. Lease
     /// operations borrow a connection for one statement, so a pool of one suffices for
@@ -61,6 +67,7 @@ impl Default for PostgresOptions {
         Self {
             table: TableName::default(),
             migrate: true,
+            create_schema: false,
             max_connections: 4,
             connect_timeout: Duration::from_secs(5),
             transaction_pooling: false,
@@ -83,6 +90,13 @@ impl PostgresOptions {
     /// Whether to run the migrations when the store opens.
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Whether the migrations may create a missing schema of the lease table; see
+    /// [`PostgresOptions::create_schema`].
+    pub fn create_schema(mut self, create: bool) -> Self {
+        self.create_schema = create;
         self
     }
 

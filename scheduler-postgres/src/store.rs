@@ -138,7 +138,7 @@ impl PostgresStore {
             let deadline = tokio::time::Instant::now() + options.connect_timeout;
             let mut wait = Duration::from_millis(100);
             loop {
-                match migrate::run(&store).await {
+                match migrate::run(&store, options.create_schema).await {
                     Err(err)
                         if migrate::in_recovery(&err)
                             && tokio::time::Instant::now() + wait < deadline =>

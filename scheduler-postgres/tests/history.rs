@@ -375,6 +375,7 @@ async fn the_table_is_created_once_by_instances_starting_together_in_any_schema(
         PostgresOptions::default()
             .table("app_a.leases")
             .expect("table")
+            .create_schema(true)
     };
     let mut starts = tokio::task::JoinSet::new();
     for _ in 0..6 {

@@ -86,7 +86,8 @@ async fn two_apps_share_one_database_through_their_own_tables() {
         db.url(),
         PostgresOptions::default()
             .table("app_a.leases")
-            .expect("name"),
+            .expect("name")
+            .create_schema(true),
     )
     .await
     .expect("connect a");

@@ -47,6 +47,7 @@ async fn migrate_all(url: &str, tables: Vec<String>, together: bool) -> Vec<Stri
             let options = PostgresOptions::default()
                 .table(&table)
                 .expect("a valid table name")
+                .create_schema(true)
                 .max_connections(2);
             if together {
                 barrier.wait().await;
@@ -188,4 +189,41 @@ async fn tables_started_together_in_a_new_schema_all_migrate() {
         );
         check_migrated(&conn, &schema).await;
     }
+}
+
+/// A schema the store was not asked to create is a typo until said otherwise:
+/// refused with its name, and nothing is created.
+#[tokio::test]
+async fn a_missing_schema_is_refused_unless_asked_for() {
+    let db = TestDb::new().await;
+    let conn = Database::connect(db.direct_url()).await.expect("connect");
+    let options = PostgresOptions::default()
+        .table("nosuchschema.leases")
+        .expect("a valid table name");
+    let err = PostgresStore::connect(db.url(), options.clone())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, scheduler_postgres::Error::MissingSchema { schema, .. } if schema == "nosuchschema"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "schema \"nosuchschema\" of the lease table nosuchschema.leases does not exist: check the \
+         table name for a typo (every instance of a cluster must name the same table), create the \
+         schema, or let the store create it with PostgresOptions::create_schema(true)"
+    );
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n FROM pg_namespace WHERE nspname = 'nosuchschema'",
+        ))
+        .await
+        .expect("query")
+        .expect("row");
+    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 0, "no schema made");
+
+    PostgresStore::connect(db.url(), options.create_schema(true))
+        .await
+        .expect("asked for, the schema is created");
 }

@@ -83,7 +83,8 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     // A schema-qualified table whose schema does not exist: CREATE on the database, to create it.
     let options = PostgresOptions::default()
         .table("weak_app.leases")
-        .expect("name");
+        .expect("name")
+        .create_schema(true);
     let err = connect(&weak, options).await.expect_err("refused");
     let msg = err.to_string();
     assert!(
@@ -208,7 +209,8 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     // A table in a schema the user may not even look into.
     let locked = PostgresOptions::default()
         .table("locked.leases")
-        .expect("name");
+        .expect("name")
+        .create_schema(true);
     drop(store_with(db.url(), locked.clone()).await);
     exec(
         &admin,
@@ -266,7 +268,8 @@ async fn a_user_with_create_on_an_existing_schema_needs_no_create_on_the_databas
     assert!(!holds(&admin, on_schema, &role).await);
     let options = PostgresOptions::default()
         .table("app_b.leases")
-        .expect("name");
+        .expect("name")
+        .create_schema(true);
 
     // USAGE alone: the lease table cannot be created in the schema.
     let err = connect(&weak, options.clone()).await.expect_err("refused");

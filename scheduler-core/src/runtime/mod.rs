@@ -23,7 +23,7 @@ pub use stats::{Outcome, Stats};
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Idempotent, Scope, State, StateValue};
-use crate::lease::{LeaseName, Ttl, validate_name};
+use crate::lease::{Holder, LeaseName, Ttl, validate_name};
 use crate::store::Store;
 use ticks::Cadence;
 
@@ -195,6 +195,7 @@ impl SchedulerBuilder {
             None => gethostname::gethostname().to_string_lossy().into_owned(),
         };
         validate_name(&node)?;
+        let holder_prefix: Arc<str> = Holder::prefix(&node).into();
         let state = State(Arc::new(self.state));
         let mut names = HashSet::new();
         let mut entries = Vec::with_capacity(self.jobs.len());
@@ -222,6 +223,7 @@ impl SchedulerBuilder {
                     schedule,
                     catch_up: job.catch_up(),
                     jitter: job.jitter(),
+                    holder_prefix: Arc::clone(&holder_prefix),
                 },
                 schedule_text: schedule_spec.to_string(),
                 scope,

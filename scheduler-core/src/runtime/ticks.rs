@@ -2,6 +2,7 @@
 //! take, the run it holds, and every decision about them. No I/O and no clock of its
 //! own: the engine hands it the store's time and the store's answers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -19,6 +20,8 @@ pub(crate) struct Cadence {
     pub(crate) catch_up: Option<Duration>,
     /// The bound of the random delay added to each tick's start.
     pub(crate) jitter: Duration,
+    /// What this instance's holders start with: `node:pid` (see [`Holder::generate_on`]).
+    pub(crate) holder_prefix: Arc<str>,
 }
 
 impl Cadence {
@@ -130,16 +133,16 @@ impl JobTicks {
         self.pending = cadence
             .schedule
             .latest_at_or_before(now, window)
-            .map(|tick| Self::fresh(tick, tick.at(), cadence.window(tick)));
+            .map(|tick| Self::fresh(cadence, tick, tick.at(), cadence.window(tick)));
         self.advance_from(cadence, now);
     }
 
-    fn fresh(tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
+    fn fresh(cadence: &Cadence, tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
         Pending {
             tick,
             fire_at,
             window,
-            holder: Holder::generate(),
+            holder: Holder::generate_on(&cadence.holder_prefix),
             refused: false,
             unanswered: false,
             retry_at: None,
@@ -198,7 +201,7 @@ impl JobTicks {
                 let count = superseded.map_or(0, |(_, n)| n) + 1;
                 superseded = Some((old.tick, count));
             }
-            self.pending = Some(Self::fresh(tick, at, window));
+            self.pending = Some(Self::fresh(cadence, tick, at, window));
             self.advance_from(cadence, tick.at());
         }
         if let Some((tick, count)) = superseded {
@@ -394,6 +397,7 @@ mod tests {
                 .unwrap(),
             catch_up: catch_up.map(Duration::from_secs),
             jitter: Duration::ZERO,
+            holder_prefix: "node-1:1".into(),
         }
     }
 

@@ -18,6 +18,7 @@ pub(crate) struct Run {
     pub(crate) tick: DateTime<Utc>,
     pub(crate) started: DateTime<Utc>,
     pub(crate) node: String,
+    pub(crate) holder: String,
     pub(crate) cancelled: bool,
 }
 
@@ -92,6 +93,7 @@ impl Idempotent for Probe {
                 tick: ctx.tick().at(),
                 started,
                 node: ctx.node().to_owned(),
+                holder: ctx.holder().to_string(),
                 cancelled,
             });
         if cancelled {
