@@ -7,16 +7,30 @@
 //! ```
 //!
 //! At the end it plays a stale holder: it takes the lease over from another "instance"
-//! and shows the old token's write being refused.
+//! and shows the old token's write being refused; then it ends that demo lease
+//! (`diagnostics::forget_lease`), whose row stays for its fencing token.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use scheduler_core::{
     BoxError, JobContext, LeaseName, Scheduler, Store, TakeRequest, Tick, Ttl, job,
 };
-use scheduler_examples::{flag, init_logging, shutdown_signal};
+use scheduler_examples::{Database, RunFor, init_logging, parse_args, report};
+use scheduler_postgres::diagnostics::{self, Forgotten};
 use scheduler_postgres::{Fence, FencedError, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+/// A fenced job paying out once per tick on PostgreSQL, then a stale holder's write
+/// being refused.
+#[derive(Debug, clap::Parser)]
+#[command(name = "fenced_payout")]
+struct Args {
+    #[command(flatten)]
+    database: Database,
+    #[command(flatten)]
+    run_for: RunFor,
+}
 
 /// Pays out what is owed for one tick, once.
 #[job(every = "5s", fencing, state(PostgresStore))]
@@ -54,13 +68,15 @@ async fn payout(ctx: JobContext) -> Result<(), BoxError> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
+    let args: Args = parse_args();
     init_logging();
-    let Some(url) = flag("database-url", "DATABASE_URL") else {
-        eprintln!("usage: fenced_payout --database-url postgres://user@host:port/db [--seconds N]");
-        std::process::exit(2);
-    };
-    let store = PostgresStore::connect(&url, PostgresOptions::default()).await?;
+    report(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let url = &args.database.database_url;
+    let store = PostgresStore::connect(url, PostgresOptions::default()).await?;
     store
         .connection()
         .execute_unprepared("CREATE TABLE IF NOT EXISTS payouts (tick timestamptz PRIMARY KEY, token bigint NOT NULL, amount bigint NOT NULL)")
@@ -75,7 +91,7 @@ async fn main() -> Result<(), BoxError> {
             d.job, d.lease, d.schedule
         );
     }
-    scheduler.run_until(shutdown_signal()).await;
+    scheduler.run_until(args.run_for.shutdown_signal()).await;
 
     // Play a stale holder: take the lease (token n), let another instance take it over
     // (token n+1), then try to write with token n.
@@ -114,5 +130,15 @@ async fn main() -> Result<(), BoxError> {
             Ok(_) => "written (this must not happen)".to_owned(),
         }
     );
+
+    // The demo's lease is no job's, and its holder is gone with the demo: end its
+    // claim rather than leave it to expire. The row stays, with its fencing token,
+    // so the name's tokens keep growing if it is ever taken again.
+    match diagnostics::forget_lease(&store, store.table(), name.as_str(), true).await? {
+        Some(Forgotten::Ended { token, .. } | Forgotten::NotHeld { token, .. }) => {
+            println!("demo lease {name} ended (token {token}): nobody holds it")
+        }
+        other => return Err(format!("demo lease {name} not ended: {other:?}").into()),
+    }
     Ok(())
 }

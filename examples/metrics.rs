@@ -3,10 +3,10 @@
 //!
 //! Three jobs run on the embedded SQLite store (a file, `metrics.db`, in the working
 //! directory; `--db PATH` to choose another) with a meter from an `SdkMeterProvider`
-//! whose reader is the `opentelemetry-prometheus` exporter. A small HTTP server (a
-//! tokio `TcpListener`, no web framework) serves the Prometheus text exposition on
-//! `http://127.0.0.1:9464/metrics` (`--port N`; `--port 0` picks a free port, and
-//! the first line printed says which). Every run prints one line, `ran JOB tick T`
+//! whose reader is the `opentelemetry-prometheus` exporter. An axum server serves the
+//! Prometheus text exposition on `http://127.0.0.1:9464/metrics` (`GET` and `HEAD`;
+//! `--port N`, and `--port 0` picks a free port, and the first line printed says
+//! which). Every run prints one line, `ran JOB tick T`
 //! or `failed JOB tick T`, so what the metrics say can be checked against it:
 //!
 //! - `heartbeat`, every second, always succeeds;
@@ -36,19 +36,54 @@
 //! The scheduler's job is the `job_name` label (OpenTelemetry attribute `job.name`),
 //! so it never clashes with the `job` label Prometheus gives every target.
 
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder as _, Registry, TextEncoder};
 use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{flag, init_logging, shutdown_signal};
+use scheduler_examples::{Node, RunFor, init_logging, parse_args, report};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
+
+/// The Prometheus text exposition format, version 0.0.4, which is UTF-8.
+const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Three jobs on the embedded SQLite store, their metrics served for Prometheus on
+/// http://127.0.0.1:PORT/metrics; Ctrl-C stops gracefully.
+#[derive(Debug, clap::Parser)]
+#[command(name = "metrics")]
+struct Args {
+    /// SQLite file, created when missing
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SCHEDULER_DB",
+        default_value = "metrics.db"
+    )]
+    db: String,
+    /// Port on 127.0.0.1 to serve /metrics on (0 picks a free one)
+    #[arg(long, value_name = "N", env = "METRICS_PORT", default_value_t = 9464)]
+    port: u16,
+    /// Stop scheduling after N runs, and keep serving the metrics until Ctrl-C
+    #[arg(long, value_name = "N", env = "STOP_AFTER_RUNS")]
+    stop_after_runs: Option<u64>,
+    #[command(flatten)]
+    node: Node,
+    #[command(flatten)]
+    run_for: RunFor,
+}
 
 /// Counts runs, and says when `--stop-after-runs` is reached.
 #[derive(Debug)]
@@ -112,91 +147,53 @@ async fn slow_report(ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Serves `GET /metrics` from `registry` until the process ends.
+/// Listens on `127.0.0.1:port`; a port in use says which flag picks another.
+async fn listen(port: u16) -> Result<TcpListener, BoxError> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    TcpListener::bind(addr)
+        .await
+        .map_err(|err| match err.kind() {
+            ErrorKind::AddrInUse => {
+                format!("port {port} is in use; pass --port N (0 picks a free port)").into()
+            }
+            _ => format!("cannot listen on {addr}: {err}").into(),
+        })
+}
+
+/// Serves `GET /metrics` (and `HEAD`) from `registry` until the process ends.
 async fn serve(listener: TcpListener, registry: Registry) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let registry = registry.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = respond(stream, &registry).await {
-                        tracing::warn!(error = %err, "metrics request failed");
-                    }
-                });
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "accepting a metrics connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics\n") })
+        .with_state(registry);
+    if let Err(err) = axum::serve(listener, app).await {
+        tracing::error!(error = %err, "the metrics server stopped");
     }
 }
 
-/// Answers one HTTP/1.x request and closes the connection.
-async fn respond(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    // The request head; a GET has no body.
-    let mut head = Vec::new();
-    let mut buf = [0_u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() <= 8192 {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
+/// The registry's metrics in the Prometheus text format.
+async fn metrics(State(registry): State<Registry>) -> Response {
+    let mut body = Vec::new();
+    match TextEncoder::new().encode(&registry.gather(), &mut body) {
+        Ok(()) => ([(header::CONTENT_TYPE, EXPOSITION)], body).into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the metrics failed: {err}\n"),
+        )
+            .into_response(),
     }
-    let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default());
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or_default();
-    let path = parts.next().unwrap_or_default();
-    let path = path.split('?').next().unwrap_or_default();
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => {
-            let encoder = TextEncoder::new();
-            let mut body = Vec::new();
-            match encoder.encode(&registry.gather(), &mut body) {
-                Ok(()) => ("200 OK", encoder.format_type().to_owned(), body),
-                Err(err) => (
-                    "500 Internal Server Error",
-                    "text/plain".to_owned(),
-                    format!("encoding the metrics failed: {err}\n").into_bytes(),
-                ),
-            }
-        }
-        ("GET", _) => (
-            "404 Not Found",
-            "text/plain".to_owned(),
-            b"try /metrics\n".to_vec(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain".to_owned(),
-            b"GET only\n".to_vec(),
-        ),
-    };
-    let header = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(header.as_bytes()).await?;
-    stream.write_all(&body).await?;
-    stream.shutdown().await
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
+    let args: Args = parse_args();
     init_logging();
-    let path = flag("db", "SCHEDULER_DB").unwrap_or_else(|| "metrics.db".to_owned());
-    let port: u16 = match flag("port", "METRICS_PORT") {
-        Some(p) => p.parse().map_err(|e| format!("--port {p}: {e}"))?,
-        None => 9464,
-    };
-    let limit = match flag("stop-after-runs", "STOP_AFTER_RUNS") {
-        Some(n) => Some(
-            n.parse::<u64>()
-                .map_err(|e| format!("--stop-after-runs {n}: {e}"))?,
-        ),
-        None => None,
-    };
+    report(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let path = args.db;
+    let limit = args.stop_after_runs;
 
     // The app owns the meter provider; the scheduler only gets a meter from it.
     let registry = Registry::new();
@@ -212,13 +209,12 @@ async fn main() -> Result<(), BoxError> {
         )
         .build();
 
-    let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+    let listener = listen(args.port).await?;
     println!(
         "serving metrics on http://{}/metrics",
         listener.local_addr()?
     );
     tokio::spawn(serve(listener, registry));
-
     let runs = std::sync::Arc::new(Runs {
         count: AtomicU64::new(0),
         limit,
@@ -233,7 +229,7 @@ async fn main() -> Result<(), BoxError> {
         .job(heartbeat)
         .job(flaky)
         .job(slow_report);
-    if let Some(node) = flag("node", "NODE_ID") {
+    if let Some(node) = args.node.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
@@ -242,7 +238,7 @@ async fn main() -> Result<(), BoxError> {
         scheduler.node_id()
     );
 
-    let mut signal = std::pin::pin!(shutdown_signal());
+    let mut signal = std::pin::pin!(args.run_for.shutdown_signal());
     let mut signalled = false;
     scheduler
         .run_until(async {

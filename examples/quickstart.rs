@@ -9,12 +9,34 @@
 //! Start it twice in one directory: the two processes share the file, and each tick
 //! of the cluster jobs runs in only one of them; the node job runs once per tick per
 //! `--node` (here both default to the hostname, so they share it too).
+//!
+//! `--help` lists the flags, and the environment variables that stand in for them.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{flag, init_logging, shutdown_signal};
+use scheduler_examples::{Node, RunFor, init_logging, parse_args, report};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
+
+/// Three jobs on the embedded SQLite store, printing each run; Ctrl-C stops them
+/// gracefully.
+#[derive(Debug, clap::Parser)]
+#[command(name = "quickstart")]
+struct Args {
+    /// SQLite file shared by the instances, created when missing
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SCHEDULER_DB",
+        default_value = "scheduler.db"
+    )]
+    db: String,
+    #[command(flatten)]
+    node: Node,
+    #[command(flatten)]
+    run_for: RunFor,
+}
 
 /// Every two seconds, once in the cluster.
 #[job(every = "2s")]
@@ -56,9 +78,14 @@ async fn slow_sweep(ctx: JobContext) -> Result<(), BoxError> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
+    let args: Args = parse_args();
     init_logging();
-    let path = flag("db", "SCHEDULER_DB").unwrap_or_else(|| "scheduler.db".to_owned());
+    report(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let path = args.db;
     let store = SqliteStore::open(&path, SqliteOptions::default()).await?;
     let mut builder = Scheduler::builder(store)
         .lease_ttl(Duration::from_secs(10))
@@ -66,7 +93,7 @@ async fn main() -> Result<(), BoxError> {
         .job(heartbeat)
         .job(node_report)
         .job(slow_sweep);
-    if let Some(node) = flag("node", "NODE_ID") {
+    if let Some(node) = args.node.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
@@ -74,6 +101,6 @@ async fn main() -> Result<(), BoxError> {
         "quickstart: 3 jobs on {path} as node {}; Ctrl-C stops gracefully",
         scheduler.node_id()
     );
-    scheduler.run_until(shutdown_signal()).await;
+    scheduler.run_until(args.run_for.shutdown_signal()).await;
     Ok(())
 }

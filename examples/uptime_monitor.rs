@@ -14,13 +14,38 @@
 //! ```
 //!
 //! `DATABASE_URL` and `NODE_ID` work instead of the flags; `--seconds N` stops after N s.
+//!
+//! Every finished run is recorded in the run history (`scheduler_leases_runs`), so
+//! `cargo run -p scheduler-cli -- status` shows each job's last run.
 
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{flag, init_logging, shutdown_signal};
-use scheduler_postgres::{PostgresOptions, PostgresStore};
+use scheduler_examples::{Database, Node, RunFor, init_logging, parse_args, report};
+use scheduler_postgres::{HistoryOptions, PostgresOptions, PostgresStore, RunHistory};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+/// Four jobs of an uptime monitor on PostgreSQL; start several to watch them share
+/// the work. Ctrl-C stops an instance gracefully.
+#[derive(Debug, clap::Parser)]
+#[command(name = "uptime_monitor")]
+struct Args {
+    #[command(flatten)]
+    database: Database,
+    #[command(flatten)]
+    node: Node,
+    #[command(flatten)]
+    run_for: RunFor,
+}
+
+/// Taken before [`SCHEMA`], in its transaction: `CREATE TABLE IF NOT EXISTS` is not
+/// safe against itself (two sessions both find the table missing, and the second
+/// fails on a unique index of the catalog), so instances starting together create the
+/// tables one after the other. The lock ends with the transaction.
+const SCHEMA_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('scheduler-examples:uptime_monitor', 0))";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS challenges (id bigserial PRIMARY KEY, expires_at timestamptz NOT NULL);
@@ -124,35 +149,49 @@ async fn uptime_checks(ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Creates the example's tables and sample rows, once however many instances start
+/// at the same time.
+async fn create_schema(store: &PostgresStore) -> Result<(), BoxError> {
+    let txn = store.begin().await?;
+    txn.execute_unprepared(SCHEMA_LOCK).await?;
+    txn.execute_unprepared(SCHEMA).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
+    let args: Args = parse_args();
     init_logging();
-    let Some(url) = flag("database-url", "DATABASE_URL") else {
-        eprintln!(
-            "usage: uptime_monitor --database-url postgres://user@host:port/db [--node NAME] [--seconds N]"
-        );
-        std::process::exit(2);
-    };
+    report(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
     // A pool of two: one is plenty for the leases (they never pin it); the other is
-    // for the jobs' own queries.
-    let store = PostgresStore::connect(&url, PostgresOptions::default().max_connections(2)).await?;
-    let db = store.connection().clone();
-    db.execute_unprepared(SCHEMA).await?;
-    let mut builder = Scheduler::builder(store)
-        .state(db)
+    // for the jobs' own queries and the run history.
+    let options = PostgresOptions::default().max_connections(2);
+    let store = PostgresStore::connect(&args.database.database_url, options).await?;
+    create_schema(&store).await?;
+    // One row per finished run, swept after 30 days by the history's own job.
+    let history = Arc::new(RunHistory::new(&store, HistoryOptions::default()).await?);
+    let mut builder = Scheduler::builder(store.clone())
+        .state(store.connection().clone())
         .lease_ttl(Duration::from_secs(60))
+        .record_runs(history.clone())
+        .job(history.retention_job())
         .job(sweep)
         .job(alert_evaluation)
         .job(mail_checks)
         .job(uptime_checks);
-    if let Some(node) = flag("node", "NODE_ID") {
+    if let Some(node) = args.node.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
     println!(
-        "node {} running 4 jobs; Ctrl-C stops it gracefully",
-        scheduler.node_id()
+        "node {} running 4 jobs, recording their runs in {}; Ctrl-C stops it gracefully",
+        scheduler.node_id(),
+        history.table()
     );
-    scheduler.run_until(shutdown_signal()).await;
+    scheduler.run_until(args.run_for.shutdown_signal()).await;
     Ok(())
 }

@@ -7,6 +7,8 @@
 //! promtool comes with Debian's `prometheus` package (`.ci/run` installs it); this
 //! test fails when it is missing.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -15,16 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn example(name: &str) -> PathBuf {
-    // target/debug/deps/prometheus-HASH -> target/debug/examples/NAME
-    let exe = std::env::current_exe().unwrap_or_default();
-    let debug = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    debug.join("examples").join(name)
-}
+use support::{example, temp_dir};
 
 /// Kills the example when the test ends, passed or not.
 struct Running(Child);
@@ -132,34 +125,33 @@ fn value(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
     found.first().map_or(0.0, |s| s.value)
 }
 
-fn scrape(addr: &str) -> (String, String) {
+/// The head and body of the answer to `method path`.
+fn request(addr: &str, method: &str, path: &str) -> (String, String) {
     let mut stream = TcpStream::connect(addr).expect("connect to the example");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     write!(
         stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .expect("send request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
     (head.to_owned(), body.to_owned())
+}
+
+fn scrape(addr: &str) -> (String, String) {
+    let (head, body) = request(addr, "GET", "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    (head, body)
 }
 
 #[test]
 fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
     let bin = example("metrics");
-    assert!(
-        bin.exists(),
-        "{} was not built (cargo test builds examples)",
-        bin.display()
-    );
-    let dir = std::env::temp_dir().join(format!("metrics-example-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = temp_dir("metrics-example");
     let stderr = dir.join("stderr.log");
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -222,9 +214,22 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
     let (head, body) = scrape(&addr);
     assert!(
         head.to_ascii_lowercase()
-            .contains("content-type: text/plain; version=0.0.4"),
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
         "{head}"
     );
+    // HEAD answers like GET, without the body (Prometheus and load balancers probe so).
+    let (probe, nothing) = request(&addr, "HEAD", "/metrics");
+    assert!(probe.starts_with("HTTP/1.1 200 "), "{probe}");
+    assert!(
+        probe
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{probe}"
+    );
+    assert_eq!(nothing, "");
+    let (missing, hint) = request(&addr, "GET", "/");
+    assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+    assert_eq!(hint, "try /metrics\n");
     let samples = parse_exposition(&body);
 
     // Every tick that ran or failed, and nothing else, per job.

@@ -1,29 +1,15 @@
 //! Builds and runs the `quickstart` example for a few seconds and checks its jobs ran.
 
-use std::path::PathBuf;
+mod support;
+
 use std::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    // target/debug/deps/quickstart-HASH -> target/debug/examples/NAME
-    let exe = std::env::current_exe().unwrap_or_default();
-    let debug = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    debug.join("examples").join(name)
-}
+use support::{example, temp_dir};
 
 #[test]
 fn quickstart_runs_its_three_jobs() {
-    let dir = std::env::temp_dir().join(format!("quickstart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = temp_dir("quickstart");
     let bin = example("quickstart");
-    assert!(
-        bin.exists(),
-        "{} was not built (cargo test builds examples)",
-        bin.display()
-    );
     let out = Command::new(&bin)
         .args(["--seconds", "5"])
         .current_dir(&dir)
