@@ -33,6 +33,9 @@ pub struct MemoryStore {
     calls: AtomicU64,
     /// Milliseconds a clock read waits before reading (a pool wait, a stalled server).
     clock_delay_ms: AtomicU64,
+    /// Milliseconds a take waits before it is applied (a statement held up by an
+    /// outage or a lock): it is applied, and answered, at the end of the wait.
+    take_delay_ms: AtomicU64,
 }
 
 /// One lease row, as the store keeps it.
@@ -106,6 +109,14 @@ impl MemoryStore {
         self.clock_delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    #[cfg(feature = "test-util")]
+    /// Makes every take wait `delay` before it is applied and answered, as a
+    /// statement held up by an outage or a lock would.
+    pub fn set_take_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.take_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// How many calls (take, renew, release, now) the store has answered or failed.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
@@ -169,6 +180,10 @@ fn lease(name: &LeaseName, row: &Row) -> Lease {
 impl Store for MemoryStore {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
         ensure_unique(requests.iter().map(|r| &r.name))?;
+        let delay = self.take_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         let now = self.call()?;
         if self.failing_takes.load(Ordering::SeqCst) {
             return Err(Error::store("memory store told to fail takes"));

@@ -63,3 +63,34 @@ async fn an_outage_is_retried_and_the_catch_up_window_decides_what_runs() {
     );
     assert!(narrow.len() >= 2);
 }
+
+/// A take sent in time but answered after the tick's window closed (the statement
+/// held up by an outage or a lock) runs nothing: lateness is decided on the store's
+/// clock when the answer comes, not when the take was sent.
+#[tokio::test(start_paused = true)]
+async fn a_take_answered_after_the_window_closed_runs_nothing() {
+    let (store, log) = (store(), Log::default());
+    // Every second, window one period; each take is applied and answered 1.5 s late.
+    store.set_take_delay(Duration::from_millis(1_500));
+    let scheduler = builder(&store)
+        .job(Probe::new("tick", &store, &log))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_millis(8_500)))
+        .await;
+    for run in runs(&log, "tick") {
+        assert!(
+            run.started - run.tick <= TimeDelta::seconds(1),
+            "tick {} started {} late, past its 1 s window",
+            run.tick,
+            run.started - run.tick
+        );
+    }
+    assert!(
+        stats.count("tick", Outcome::Missed) >= 3,
+        "the late answers count as missed: {:?}",
+        stats.count("tick", Outcome::Missed)
+    );
+}

@@ -266,6 +266,11 @@ impl Observer {
                 tracing::info!(job, tick = %tick, holder = %holder,
                     "tick dropped after an unanswered take: releasing its holder in case the take was applied");
             }
+            TickEvent::WonTooLate { tick, late, .. } => {
+                self.outcome(job, Outcome::Missed);
+                tracing::warn!(job, tick = %tick, late_ms = late.num_milliseconds(),
+                    "tick missed: its take was answered after its catch-up window closed; released unrun");
+            }
         }
     }
 

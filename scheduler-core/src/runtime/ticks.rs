@@ -77,6 +77,25 @@ pub(crate) enum TickEvent {
     /// A tick dropped while a take of it had gone unanswered: the store may have
     /// granted it to `holder` all the same, so that holder is to be released.
     Abandoned { tick: Tick, holder: Holder },
+    /// A take of the tick was granted to `holder` only after its catch-up window had
+    /// closed (`late` after the tick's instant, on the store's clock when the answer
+    /// came): the tick is missed, not run, and its lease released unrun.
+    WonTooLate {
+        tick: Tick,
+        holder: Holder,
+        late: TimeDelta,
+    },
+}
+
+/// What a granted take leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Won {
+    /// The run begins; `took_over`: an earlier take of the tick had been refused
+    /// (the tick is taken over from another holder).
+    Run { took_over: bool },
+    /// The answer came after the tick's window closed: nothing runs
+    /// ([`TickEvent::WonTooLate`]).
+    TooLate,
 }
 
 /// The tick a job is trying to take.
@@ -251,12 +270,28 @@ impl JobTicks {
         }
     }
 
-    /// The store granted `lease` for the pending tick. Returns whether an earlier take
-    /// of that tick had been refused (the tick is taken over from another holder).
-    /// `now` is when the answer came (store clock); the run begins then, or at the
-    /// tick's fire time if that is later ([`Running::started`]).
-    pub(crate) fn on_won(&mut self, lease: Lease, now: DateTime<Utc>) -> bool {
+    /// The store granted `lease` for the pending tick. `now` is when the answer came
+    /// (store clock): the run begins then, or at the tick's fire time if that is
+    /// later ([`Running::started`]) — unless the tick's window closed before the
+    /// answer came (a take held up by an outage or a slow server): lateness is
+    /// decided when the take is answered, not when it was sent.
+    pub(crate) fn on_won(
+        &mut self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        events: &mut Vec<TickEvent>,
+    ) -> Won {
         let pending = self.pending.take();
+        if let Some(p) = &pending
+            && now - p.tick.at() > p.window
+        {
+            events.push(TickEvent::WonTooLate {
+                tick: p.tick,
+                holder: lease.holder,
+                late: now - p.tick.at(),
+            });
+            return Won::TooLate;
+        }
         let took_over = pending.as_ref().is_some_and(|p| p.refused);
         let started = pending.map_or(now, |p| p.fire_at.max(now));
         self.running = Some(Running {
@@ -265,7 +300,7 @@ impl JobTicks {
             cancel: CancellationToken::new(),
             lost: false,
         });
-        took_over
+        Won::Run { took_over }
     }
 
     /// The store refused the pending tick; `held` is the lease's row as the take saw
@@ -441,7 +476,10 @@ mod tests {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1000)));
-        assert!(!j.on_won(lease(tick, holder), ms(1_000_510)));
+        assert_eq!(
+            j.on_won(lease(tick, holder), ms(1_000_510), &mut ev),
+            Won::Run { took_over: false }
+        );
         assert!(
             j.due(&c, ms(1_005_000), Z, &mut ev).is_none(),
             "nothing due"
@@ -451,6 +489,31 @@ mod tests {
         let (tick, _) = j.due(&c, at(1010), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1010)));
         assert!(ev.is_empty(), "{ev:?}");
+    }
+
+    #[test]
+    fn a_take_answered_after_the_window_closed_runs_nothing() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        // Sent in time; answered 10.2 s after the tick, past its 10 s window (an
+        // outage held the statement up).
+        assert_eq!(
+            j.on_won(lease(tick, holder.clone()), ms(1_010_200), &mut ev),
+            Won::TooLate
+        );
+        assert!(j.running().is_none(), "nothing runs");
+        assert_eq!(
+            ev,
+            [TickEvent::WonTooLate {
+                tick,
+                holder,
+                late: TimeDelta::milliseconds(10_200)
+            }]
+        );
+        // The next tick is taken as usual.
+        ev.clear();
+        let (next, _) = j.due(&c, ms(1_010_200), Z, &mut ev).unwrap();
+        assert_eq!(next, Tick::new(at(1010)));
     }
 
     #[test]
@@ -603,7 +666,7 @@ mod tests {
     fn a_tick_due_while_the_previous_run_holds_the_lease_is_skipped() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
         assert!(j.due(&c, at(1010), Z, &mut ev).is_none());
         assert_eq!(
             ev,
@@ -646,7 +709,7 @@ mod tests {
     fn a_lost_lease_is_reported_once_and_never_renewed() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
         assert!(j.expired_unrenewed(at(10_000)));
         assert!(j.on_lost().is_some());
         assert!(j.on_lost().is_none(), "reported once");
@@ -665,21 +728,25 @@ mod tests {
             &mut ev,
         );
         assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_some());
-        assert!(j.on_won(lease(tick, holder), ms(1_000_610)), "took over");
+        assert_eq!(
+            j.on_won(lease(tick, holder), ms(1_000_610), &mut ev),
+            Won::Run { took_over: true },
+            "took over"
+        );
     }
 
     #[test]
     fn a_tick_is_taken_ahead_and_its_run_begins_at_its_fire_time() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
         j.on_finished();
         let ahead = TimeDelta::milliseconds(500);
         assert_eq!(j.next_wake(ahead), Some(ms(1_009_500)));
         assert!(j.due(&c, ms(1_009_400), ahead, &mut ev).is_none());
         let (tick, holder) = j.due(&c, ms(1_009_500), ahead, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1010)));
-        j.on_won(lease(tick, holder), ms(1_009_600));
+        j.on_won(lease(tick, holder), ms(1_009_600), &mut ev);
         assert_eq!(j.running().map(|r| r.started), Some(at(1010)));
         assert!(ev.is_empty(), "{ev:?}");
     }
@@ -688,7 +755,7 @@ mod tests {
     fn no_tick_is_taken_ahead_while_the_previous_run_holds_the_lease() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
         let ahead = TimeDelta::milliseconds(500);
         assert_eq!(j.next_wake(ahead), Some(at(1010)), "not ahead");
         assert!(j.due(&c, ms(1_009_600), ahead, &mut ev).is_none());
@@ -708,7 +775,7 @@ mod tests {
     fn taking_ahead_is_bounded_by_half_the_window() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_won(lease(tick, holder), ms(1_000_510));
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
         j.on_finished();
         // A 10 s window: at most 5 s ahead, whatever the engine asks.
         let ahead = TimeDelta::seconds(60);

@@ -434,8 +434,8 @@ impl std::fmt::Debug for Engine {
 
 /// Hands job `i`'s tick events to the observer; the holder of an abandoned tick is
 /// queued for release (harmless if the store never granted it: releases are
-/// conditional on the holder).
-fn report(
+/// conditional on the holder), and so is a tick won too late, unrun.
+pub(super) fn report(
     s: &Scheduler,
     to_release: &mut Vec<(LeaseKey, Release)>,
     i: usize,
@@ -443,7 +443,7 @@ fn report(
 ) {
     let e = &s.entries[i];
     for event in events.drain(..) {
-        if let TickEvent::Abandoned { holder, .. } = &event {
+        if let TickEvent::Abandoned { holder, .. } | TickEvent::WonTooLate { holder, .. } = &event {
             let key = LeaseKey {
                 name: e.lease.clone(),
                 holder: holder.clone(),

@@ -5,17 +5,20 @@ use tokio::task::Id;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span};
 
-use super::{Engine, RunResult};
+use super::{Engine, RunResult, report};
 use crate::error::BoxError;
 use crate::job::{Interrupted, JobContext};
 use crate::lease::{Lease, Release};
-use crate::runtime::ticks::Running;
+use crate::runtime::ticks::{Running, Won};
 use crate::runtime::{RunOutcome, RunRecord};
 
 impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
+        let mut events = Vec::new();
+        let won = self.jobs[i].on_won(lease, now, &mut events);
+        report(&self.s, &mut self.to_release, i, &mut events);
         let e = &self.s.entries[i];
-        if self.jobs[i].on_won(lease, now)
+        if won == (Won::Run { took_over: true })
             && let Some(r) = self.jobs[i].running()
         {
             info!(job = %e.name, tick = %r.lease.tick, token = %r.lease.token,
