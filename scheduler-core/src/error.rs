@@ -53,6 +53,15 @@ pub enum Error {
         /// What is wrong with the schedule.
         cause: crate::schedule::ScheduleError,
     },
+    /// A job's jitter, catch-up window, timeout or retries cannot work with each
+    /// other or with its schedule (a jitter as long as the period, say).
+    #[error("job {job:?} has invalid timing: {cause}")]
+    InvalidTiming {
+        /// The job.
+        job: String,
+        /// Which rule it breaks, and what to write instead.
+        cause: scheduler_spec::TimingError,
+    },
     /// A job needs a value of a type the scheduler was not given
     /// ([`SchedulerBuilder::state`](crate::SchedulerBuilder::state)): from `build()`
     /// for a type the job declared, from [`JobContext::state`](crate::JobContext::state)

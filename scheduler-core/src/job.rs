@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::BoxError;
 use crate::lease::{FencingToken, Holder, LeaseName, Tick};
+use crate::policy::Policy;
 use crate::schedule::Schedule;
 
 /// How many runs a tick gets.
@@ -100,6 +101,13 @@ pub trait Idempotent: Send + Sync + 'static {
         None
     }
 
+    /// What happens to late ticks, overlapping ticks, failed runs and long runs.
+    /// Default: [`Policy::default`] (catch up on the latest tick, skip overlapping
+    /// ticks, no retries, no timeout).
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+
     /// The types of state the job reads with [`JobContext::state`]:
     /// [`build`](crate::SchedulerBuilder::build) refuses a scheduler that was not
     /// given a value of each. Default: none declared (a missing value is then met at
@@ -144,6 +152,9 @@ impl<J: Idempotent + ?Sized> Idempotent for Arc<J> {
     }
     fn state_types(&self) -> Vec<StateType> {
         (**self).state_types()
+    }
+    fn policy(&self) -> Policy {
+        (**self).policy()
     }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
         (**self).run(ctx).await

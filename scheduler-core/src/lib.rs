@@ -36,6 +36,7 @@ pub mod error;
 pub mod job;
 pub mod lease;
 pub mod memory;
+pub mod policy;
 mod runtime;
 pub mod schedule;
 pub mod store;
@@ -48,6 +49,7 @@ pub use lease::{
     Tick, Ttl,
 };
 pub use memory::MemoryStore;
+pub use policy::{CatchUp, Overlap, Policy, Retry};
 pub use runtime::{
     Health, HealthReport, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
     Stats, metric_names,
@@ -67,6 +69,7 @@ pub use scheduler_macros::job;
 pub mod __private {
     pub use crate::error::BoxError;
     pub use crate::job::{Duplicate, Idempotent, JobContext, Scope, StateType};
+    pub use crate::policy::{CatchUp, Overlap, Policy};
     pub use crate::schedule::Schedule;
     pub use async_trait::async_trait;
     pub use std::time::Duration;

@@ -170,6 +170,30 @@ impl Compiled {
         latest
     }
 
+    /// The shortest gap between ticks: an `every` period, or for a cron schedule the
+    /// shortest of the next 64 gaps after `from` (what a jitter or a retry backoff
+    /// must stay below).
+    pub(crate) fn shortest_gap(&self, from: DateTime<Utc>) -> Option<Duration> {
+        match self {
+            Compiled::Every(every) => u64::try_from(every.period_ms())
+                .ok()
+                .map(Duration::from_millis),
+            Compiled::Cron(_) => {
+                let mut at = self.next_after(from)?;
+                let mut shortest: Option<TimeDelta> = None;
+                for _ in 0..64 {
+                    let Some(next) = self.next_after(at.at()) else {
+                        break;
+                    };
+                    let gap = next.at() - at.at();
+                    shortest = Some(shortest.map_or(gap, |s| s.min(gap)));
+                    at = next;
+                }
+                shortest.and_then(|gap| gap.to_std().ok())
+            }
+        }
+    }
+
     /// The time between the tick `tick` and the one after (the catch-up default).
     pub(crate) fn period_after(&self, tick: Tick) -> TimeDelta {
         match self {

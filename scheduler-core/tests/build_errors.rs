@@ -68,3 +68,64 @@ fn build_rejects_bad_configuration_with_typed_errors() {
         Some(Error::InvalidName { .. })
     ));
 }
+
+/// Timing that cannot work is refused before anything runs: `jitter = "1h"` on a
+/// 1 s job used to build and run once in 3.5 s.
+#[test]
+fn timing_that_cannot_work_is_refused_by_build() {
+    use scheduler_core::{CatchUp, Policy};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("rt");
+    let _guard = rt.enter();
+    let (store, log) = (store(), Log::default());
+    let mut jittery = Probe::new("jittery", &store, &log);
+    jittery.jitter = Duration::from_secs(3600);
+    let err = builder(&store)
+        .job(jittery)
+        .build()
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some(
+            "job \"jittery\" has invalid timing: jitter 3600s is not shorter than the period 1s: \
+             each tick would start in a later tick's slot; keep the jitter well below the period"
+        )
+    );
+
+    let mut closed = Probe::new("closed", &store, &log);
+    closed.catch_up = Some(Duration::ZERO);
+    let err = builder(&store).job(closed).build().err();
+    assert!(
+        matches!(&err, Some(Error::InvalidTiming { job, .. }) if job == "closed"),
+        "{err:?}"
+    );
+
+    let cases = [
+        Policy::default().timeout(Duration::ZERO),
+        Policy::default().retry(0, Duration::from_millis(100)),
+        Policy::default().retry(2, Duration::from_secs(1)),
+        Policy::default().catch_up(CatchUp::All { max: 0 }),
+    ];
+    for policy in cases {
+        let err = builder(&store)
+            .job_with_policy(Probe::new("p", &store, &log), policy)
+            .build()
+            .err();
+        assert!(
+            matches!(&err, Some(Error::InvalidTiming { .. })),
+            "{policy:?}: {err:?}"
+        );
+    }
+    let fine = Policy::default()
+        .catch_up(CatchUp::All { max: 3 })
+        .retry(2, Duration::from_millis(200))
+        .timeout(Duration::from_secs(5));
+    builder(&store)
+        .job_with_policy(Probe::new("fine", &store, &log), fine)
+        .build()
+        .expect("sensible timing builds");
+}

@@ -14,7 +14,9 @@
 //! - [`CronSchedule`]: the two together, with [`CronSchedule::next_after`] (the
 //!   daylight saving time rule is documented there) and
 //!   [`CronSchedule::check_fires_after`] (the "never fires" check);
-//! - [`check_name`]: the rule for job and lease names.
+//! - [`check_name`]: the rule for job and lease names;
+//! - [`check_timing`]: the rules a job's jitter, window, timeout and retries keep
+//!   with its period.
 //!
 //! ```
 //! use chrono::{DateTime, Utc};
@@ -38,6 +40,7 @@ mod duration;
 mod error;
 mod every;
 mod name;
+mod policy;
 mod zone;
 
 pub use crate::cron::{CronExpr, CronSchedule};
@@ -45,6 +48,7 @@ pub use crate::duration::parse_duration;
 pub use crate::error::{Error, Result};
 pub use crate::every::Every;
 pub use crate::name::{MAX_NAME_LEN, check_name};
+pub use crate::policy::{Timing, TimingError, check_timing};
 pub use crate::zone::{parse_time_zone, time_zone_hint};
 
 pub use chrono_tz::Tz;

@@ -24,7 +24,9 @@ use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Idempotent, Scope, State, StateValue};
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
+use crate::policy::{CatchUp, Policy};
 use crate::store::Store;
+use scheduler_spec::{Timing, check_timing};
 use ticks::Cadence;
 
 /// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
@@ -38,7 +40,8 @@ pub struct SchedulerBuilder {
     recorder: Option<Arc<dyn RunRecorder>>,
 }
 
-struct JobBox(Arc<dyn Idempotent>);
+/// A registered job, and the policy it was registered with, if not its own.
+struct JobBox(Arc<dyn Idempotent>, Option<Policy>);
 
 impl std::fmt::Debug for JobBox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,7 +161,15 @@ impl SchedulerBuilder {
 
     /// Registers a job (a job behind an `Arc` is a job too).
     pub fn job(mut self, job: impl Idempotent) -> Self {
-        self.jobs.push(JobBox(Arc::new(job)));
+        self.jobs.push(JobBox(Arc::new(job), None));
+        self
+    }
+
+    /// Registers a job with `policy` instead of its own
+    /// ([`Idempotent::policy`]): the builder's way to choose catch-up, overlap,
+    /// retries and a timeout for a job written elsewhere.
+    pub fn job_with_policy(mut self, job: impl Idempotent, policy: Policy) -> Self {
+        self.jobs.push(JobBox(Arc::new(job), Some(policy)));
         self
     }
 
@@ -166,7 +177,10 @@ impl SchedulerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a bad job or node name, [`Error::DuplicateJob`],
-    /// [`Error::InvalidSchedule`], [`Error::InvalidTtl`] and [`Error::TtlTooShort`].
+    /// [`Error::InvalidSchedule`], [`Error::InvalidTiming`] (a jitter as long as the
+    /// period, a zero window or timeout, retries that cannot fit before the next
+    /// tick), [`Error::MissingState`] for a declared state type not given,
+    /// [`Error::InvalidTtl`] and [`Error::TtlTooShort`].
     pub fn build(self) -> Result<Scheduler> {
         let mut config = self.config;
         let ttl = Ttl::new(config.ttl)?;
@@ -199,7 +213,8 @@ impl SchedulerBuilder {
         let state = State(Arc::new(self.state));
         let mut names = HashSet::new();
         let mut entries = Vec::with_capacity(self.jobs.len());
-        for JobBox(job) in self.jobs {
+        let now = config.clock.now();
+        for JobBox(job, policy) in self.jobs {
             let name = job.name().to_owned();
             validate_name(&name)?;
             if !names.insert(name.clone()) {
@@ -212,6 +227,22 @@ impl SchedulerBuilder {
                     job: name.clone(),
                     cause: source,
                 })?;
+            let policy = policy.unwrap_or_else(|| job.policy());
+            let timing = Timing {
+                period: schedule.shortest_gap(now),
+                jitter: job.jitter(),
+                window: job.catch_up(),
+                timeout: policy.timeout,
+                retry: policy.retry.map(|r| (r.attempts, r.backoff)),
+                catch_up_max: match policy.catch_up {
+                    CatchUp::All { max } => Some(max),
+                    _ => None,
+                },
+            };
+            check_timing(&timing).map_err(|cause| Error::InvalidTiming {
+                job: name.clone(),
+                cause,
+            })?;
             if let Some(missing) = job.state_types().iter().find(|ty| !state.has(ty)) {
                 return Err(state.missing(&name, missing.name()));
             }
@@ -224,6 +255,7 @@ impl SchedulerBuilder {
                     catch_up: job.catch_up(),
                     jitter: job.jitter(),
                     holder_prefix: Arc::clone(&holder_prefix),
+                    policy,
                 },
                 schedule_text: schedule_spec.to_string(),
                 scope,

@@ -25,7 +25,8 @@ use crate::lease::{FencingToken, Holder, Tick};
 /// Metric names, as exported (Prometheus turns dots into `_` and adds unit suffixes).
 pub mod names {
     /// Counter of tick outcomes; attributes `job.name`, `outcome`
-    /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`).
+    /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`,
+    /// `coalesced`, `retried`, `timed_out`).
     pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
     /// Histogram of run durations in seconds; attributes `job.name`, `outcome`.
     pub const RUN_DURATION: &str = "scheduler.run.duration";
@@ -138,7 +139,7 @@ impl Instruments {
             outcomes: meter
                 .u64_counter(names::TICK_OUTCOMES)
                 .with_unit("{tick}")
-                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost")
+                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out")
                 .build(),
             run_duration: meter
                 .f64_histogram(names::RUN_DURATION)
@@ -248,6 +249,13 @@ impl Observer {
                 }
                 tracing::warn!(job, missed = count, last = %tick,
                     "ticks missed: superseded before they could be attempted");
+            }
+            TickEvent::Coalesced { tick, count } => {
+                for _ in 0..*count {
+                    self.outcome(job, Outcome::Coalesced);
+                }
+                tracing::warn!(job, coalesced = count, last = %tick,
+                    "ticks passed over: a later tick came due before they could start, and runs in their place");
             }
             TickEvent::Missed { tick, .. } => {
                 self.outcome(job, Outcome::Missed);

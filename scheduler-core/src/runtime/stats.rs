@@ -21,16 +21,26 @@ pub enum Outcome {
     Missed,
     /// The lease was lost while the run was under way.
     LeaseLost,
+    /// The tick could not start and a later one was run in its place (catch-up
+    /// policy [`CatchUp::Latest`](crate::CatchUp::Latest)).
+    Coalesced,
+    /// The run failed and is tried again under the same lease (its retry policy).
+    Retried,
+    /// The run took longer than its timeout and was cancelled.
+    TimedOut,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 6] = [
+    const ALL: [Outcome; 9] = [
         Outcome::Ran,
         Outcome::Failed,
         Outcome::HeldElsewhere,
         Outcome::SkippedOverlap,
         Outcome::Missed,
         Outcome::LeaseLost,
+        Outcome::Coalesced,
+        Outcome::Retried,
+        Outcome::TimedOut,
     ];
 
     /// The outcome's name, as logs and metrics spell it.
@@ -42,6 +52,9 @@ impl Outcome {
             Outcome::SkippedOverlap => "skipped_overlap",
             Outcome::Missed => "missed",
             Outcome::LeaseLost => "lease_lost",
+            Outcome::Coalesced => "coalesced",
+            Outcome::Retried => "retried",
+            Outcome::TimedOut => "timed_out",
         }
     }
 
@@ -56,7 +69,7 @@ impl Outcome {
 /// runs; reading never waits on the scheduler.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
-    jobs: Arc<BTreeMap<String, [AtomicU64; 6]>>,
+    jobs: Arc<BTreeMap<String, [AtomicU64; Outcome::ALL.len()]>>,
 }
 
 impl Stats {

@@ -2,6 +2,7 @@
 //! take, the run it holds, and every decision about them. No I/O and no clock of its
 //! own: the engine hands it the store's time and the store's answers.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{Held, Holder, Lease, Tick};
+use crate::policy::{CatchUp, Overlap, Policy};
 use crate::schedule::Compiled;
 
 /// When a job's ticks fall and how late they may start: what the state machine needs
@@ -22,6 +24,8 @@ pub(crate) struct Cadence {
     pub(crate) jitter: Duration,
     /// What this instance's holders start with: `node:pid` (see [`Holder::generate_on`]).
     pub(crate) holder_prefix: Arc<str>,
+    /// The job's policies.
+    pub(crate) policy: Policy,
 }
 
 impl Cadence {
@@ -77,6 +81,9 @@ pub(crate) enum TickEvent {
     /// A tick dropped while a take of it had gone unanswered: the store may have
     /// granted it to `holder` all the same, so that holder is to be released.
     Abandoned { tick: Tick, holder: Holder },
+    /// Ticks that could not start and were passed over for a later one that runs in
+    /// their place ([`CatchUp::Latest`]); `tick` is the last of them.
+    Coalesced { tick: Tick, count: u64 },
     /// A take of the tick was granted to `holder` only after its catch-up window had
     /// closed (`late` after the tick's instant, on the store's clock when the answer
     /// came): the tick is missed, not run, and its lease released unrun.
@@ -85,6 +92,39 @@ pub(crate) enum TickEvent {
         holder: Holder,
         late: TimeDelta,
     },
+}
+
+/// Ticks passed over in one turn because a later tick came due before they could
+/// start: missed ([`CatchUp::Skip`], or [`CatchUp::All`] beyond its `max`) or
+/// coalesced into the later one ([`CatchUp::Latest`]).
+#[derive(Debug, Default)]
+struct PassedOver {
+    last: Option<Tick>,
+    count: u64,
+}
+
+impl PassedOver {
+    fn add(&mut self, tick: Tick) {
+        self.last = Some(self.last.map_or(tick, |last| last.max(tick)));
+        self.count += 1;
+    }
+
+    fn report(self, policy: CatchUp, events: &mut Vec<TickEvent>) {
+        let Some(tick) = self.last else {
+            return;
+        };
+        events.push(match policy {
+            CatchUp::Latest => TickEvent::Coalesced {
+                tick,
+                count: self.count,
+            },
+            _ => TickEvent::Missed {
+                tick,
+                count: self.count,
+                superseded: true,
+            },
+        });
+    }
 }
 
 /// What a granted take leads to.
@@ -135,24 +175,59 @@ pub(crate) struct Running {
 pub(crate) struct JobTicks {
     /// The next tick not yet due, the instant (store clock) it fires, and its window
     /// (computed once: a cron schedule walks its calendar for it).
-    next: Option<(Tick, DateTime<Utc>, TimeDelta)>,
+    next: Option<Due>,
     pending: Option<Pending>,
     running: Option<Running>,
+    /// Ticks waiting to be caught up after `pending`, oldest first
+    /// ([`CatchUp::All`]).
+    backlog: VecDeque<Due>,
+    /// The tick that came due during the run and waits for it to end
+    /// ([`Overlap::BufferOne`]).
+    buffered: Option<Due>,
 }
 
+/// A tick, the instant (store clock) it fires, and its window.
+type Due = (Tick, DateTime<Utc>, TimeDelta);
+
 impl JobTicks {
-    /// Starts the schedule at `now`: the latest tick within its catch-up window is
-    /// due at once (the store refuses it if it already ran), then the ticks after now.
+    /// Starts the schedule at `now`. Ticks before `now` within the catch-up window
+    /// are due at once as the catch-up policy says (the store refuses any the
+    /// cluster already ran): [`CatchUp::Latest`] the latest, [`CatchUp::All`] each
+    /// (the most recent `max`, oldest first), [`CatchUp::Skip`] none. Then the ticks
+    /// after now.
     pub(crate) fn start(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
         let window = cadence
             .schedule
             .next_after(now)
             .map(|t| cadence.window(t))
             .unwrap_or(TimeDelta::zero());
-        self.pending = cadence
-            .schedule
-            .latest_at_or_before(now, window)
-            .map(|tick| Self::fresh(cadence, tick, tick.at(), cadence.window(tick)));
+        match cadence.policy.catch_up {
+            CatchUp::Skip => {}
+            CatchUp::All { max } => {
+                let mut cursor = now - window - TimeDelta::microseconds(1);
+                while let Some(tick) = cadence.schedule.next_after(cursor)
+                    && tick.at() <= now
+                {
+                    self.backlog
+                        .push_back((tick, tick.at(), cadence.window(tick)));
+                    cursor = tick.at();
+                }
+                let keep = usize::try_from(max).unwrap_or(usize::MAX);
+                while self.backlog.len() > keep {
+                    self.backlog.pop_front();
+                }
+                self.pending = self
+                    .backlog
+                    .pop_front()
+                    .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+            }
+            _ => {
+                self.pending = cadence
+                    .schedule
+                    .latest_at_or_before(now, window)
+                    .map(|tick| Self::fresh(cadence, tick, tick.at(), cadence.window(tick)));
+            }
+        }
         self.advance_from(cadence, now);
     }
 
@@ -203,63 +278,104 @@ impl JobTicks {
         ahead: TimeDelta,
         events: &mut Vec<TickEvent>,
     ) -> Option<(Tick, Holder)> {
-        let mut superseded: Option<(Tick, u64)> = None;
+        let mut passed_over = PassedOver::default();
         while let Some((tick, at, window)) = self.next {
-            let early = ahead.min(window / 2).max(TimeDelta::zero());
-            let ready = if self.pending.is_none() && self.running.is_none() {
-                at - early <= now
+            let idle = self.pending.is_none()
+                && self.running.is_none()
+                && self.backlog.is_empty()
+                && self.buffered.is_none();
+            let early = if idle {
+                ahead.min(window / 2).max(TimeDelta::zero())
             } else {
-                at <= now
+                TimeDelta::zero()
             };
-            if !ready {
+            if at - early > now {
                 break;
             }
-            if let Some(old) = self.drop_pending(events)
-                && !old.refused
-            {
-                let count = superseded.map_or(0, |(_, n)| n) + 1;
-                superseded = Some((old.tick, count));
-            }
-            self.pending = Some(Self::fresh(cadence, tick, at, window));
             self.advance_from(cadence, tick.at());
+            self.came_due(cadence, (tick, at, window), &mut passed_over, events);
         }
-        if let Some((tick, count)) = superseded {
-            events.push(TickEvent::Missed {
-                tick,
-                count,
-                superseded: true,
-            });
+        if self.running.is_none()
+            && let Some(buffered) = self.buffered.take()
+        {
+            // The run it waited for has ended.
+            self.came_due(cadence, buffered, &mut passed_over, events);
         }
-        let pending = self.pending.as_ref()?;
-        if let Some(running) = &self.running {
-            if pending.fire_at > now {
-                // Not fired yet: the run may still end in time.
+        passed_over.report(cadence.policy.catch_up, events);
+        if self.running.is_some() {
+            return None;
+        }
+        loop {
+            if self.pending.is_none() {
+                let (tick, at, window) = self.backlog.pop_front()?;
+                self.pending = Some(Self::fresh(cadence, tick, at, window));
+            }
+            let pending = self.pending.as_ref()?;
+            if now - pending.tick.at() > pending.window {
+                if !pending.refused {
+                    events.push(TickEvent::Missed {
+                        tick: pending.tick,
+                        count: 1,
+                        superseded: false,
+                    });
+                }
+                self.drop_pending(events);
+                continue;
+            }
+            if pending.retry_at.is_some_and(|at| at > now) {
                 return None;
             }
-            if !pending.refused {
-                events.push(TickEvent::SkippedOverlap {
-                    tick: pending.tick,
-                    running: running.lease.tick,
-                });
+            return Some((pending.tick, pending.holder.clone()));
+        }
+    }
+
+    /// A tick came due (its fire time passed, or it is taken ahead): the overlap
+    /// policy decides while a run holds the job, the catch-up policy while another
+    /// tick is still waiting to start.
+    fn came_due(
+        &mut self,
+        cadence: &Cadence,
+        due: Due,
+        passed_over: &mut PassedOver,
+        events: &mut Vec<TickEvent>,
+    ) {
+        let (tick, at, window) = due;
+        if let Some(running) = &self.running {
+            let running = running.lease.tick;
+            let skipped = match cadence.policy.overlap {
+                Overlap::BufferOne => self.buffered.replace(due).map(|(old, _, _)| old),
+                _ => Some(tick),
+            };
+            if let Some(tick) = skipped {
+                events.push(TickEvent::SkippedOverlap { tick, running });
             }
-            self.drop_pending(events);
-            return None;
+            return;
         }
-        if now - pending.tick.at() > pending.window {
-            if !pending.refused {
-                events.push(TickEvent::Missed {
-                    tick: pending.tick,
-                    count: 1,
-                    superseded: false,
-                });
+        if self.pending.is_none() && self.backlog.is_empty() {
+            self.pending = Some(Self::fresh(cadence, tick, at, window));
+            return;
+        }
+        if let CatchUp::All { max } = cadence.policy.catch_up {
+            self.backlog.push_back(due);
+            let keep = usize::try_from(max).unwrap_or(usize::MAX);
+            // The oldest give way: the pending tick first, then the backlog's.
+            while self.backlog.len() + usize::from(self.pending.is_some()) > keep {
+                let dropped = match self.drop_pending(events) {
+                    Some(old) => (!old.refused).then_some(old.tick),
+                    None => self.backlog.pop_front().map(|(tick, _, _)| tick),
+                };
+                if let Some(tick) = dropped {
+                    passed_over.add(tick);
+                }
             }
-            self.drop_pending(events);
-            return None;
+            return;
         }
-        if pending.retry_at.is_some_and(|at| at > now) {
-            return None;
+        if let Some(old) = self.drop_pending(events)
+            && !old.refused
+        {
+            passed_over.add(old.tick);
         }
-        Some((pending.tick, pending.holder.clone()))
+        self.pending = Some(Self::fresh(cadence, tick, at, window));
     }
 
     /// A take of the pending tick got no answer (it failed, or the loop stopped
@@ -391,13 +507,26 @@ impl JobTicks {
     /// tick with no retry time is due at once (its fire time, if a run still holds
     /// the lease).
     pub(crate) fn next_wake(&self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
-        let retry = self.pending.as_ref().map(|p| match p.retry_at {
-            Some(at) => at,
-            None if self.running.is_some() => p.fire_at,
-            None => p.tick.at(),
-        });
+        let retry = match &self.pending {
+            Some(p) => Some(match p.retry_at {
+                Some(at) => at,
+                None if self.running.is_some() => p.fire_at,
+                None => p.tick.at(),
+            }),
+            // Waiting ticks are due as soon as no run holds the job.
+            None if self.running.is_none() => self
+                .backlog
+                .front()
+                .or(self.buffered.as_ref())
+                .map(|(_, at, _)| *at),
+            None => None,
+        };
         let next = self.next.map(|(_, at, window)| {
-            if self.pending.is_none() && self.running.is_none() {
+            if self.pending.is_none()
+                && self.running.is_none()
+                && self.backlog.is_empty()
+                && self.buffered.is_none()
+            {
                 at - ahead.min(window / 2).max(TimeDelta::zero())
             } else {
                 at
@@ -433,6 +562,7 @@ mod tests {
             catch_up: catch_up.map(Duration::from_secs),
             jitter: Duration::ZERO,
             holder_prefix: "node-1:1".into(),
+            policy: Policy::default(),
         }
     }
 
@@ -540,11 +670,7 @@ mod tests {
             ev,
             [
                 TickEvent::Abandoned { tick, holder },
-                TickEvent::Missed {
-                    tick,
-                    count: 1,
-                    superseded: true
-                }
+                TickEvent::Coalesced { tick, count: 1 }
             ]
         );
         // An answered (refused) take clears it: nothing to hand back.
@@ -678,17 +804,17 @@ mod tests {
     }
 
     #[test]
-    fn ticks_never_attempted_are_missed_when_superseded_or_late() {
+    fn ticks_never_attempted_are_coalesced_when_superseded_or_missed_when_late() {
         let (mut j, c, mut ev) = started();
-        // An outage: nothing was asked for 35 s.
+        // An outage: nothing was asked for 35 s. The latest tick runs in place of
+        // the three before it (catch-up Latest, the default).
         let (tick, _) = j.due(&c, ms(1_035_000), Z, &mut ev).unwrap();
         assert_eq!(tick, Tick::new(at(1030)));
         assert_eq!(
             ev,
-            [TickEvent::Missed {
+            [TickEvent::Coalesced {
                 tick: Tick::new(at(1020)),
                 count: 3,
-                superseded: true
             }]
         );
         ev.clear();
@@ -703,6 +829,142 @@ mod tests {
                 superseded: false
             }]
         );
+    }
+
+    /// A job every 10 s with a 50 s window and catch-up policy `catch_up`, started
+    /// at 1045.5 s after every instance was down since 1000 s.
+    fn after_downtime(catch_up: CatchUp) -> (JobTicks, Cadence, Vec<TickEvent>) {
+        let mut c = every(10, Some(50));
+        c.policy = Policy::default().catch_up(catch_up);
+        let mut j = JobTicks::default();
+        j.start(&c, ms(1_045_500));
+        (j, c, Vec::new())
+    }
+
+    /// Takes, wins and finishes each tick `j` offers at `now`, in order.
+    fn run_all(j: &mut JobTicks, c: &Cadence, now: DateTime<Utc>) -> Vec<i64> {
+        let mut ran = Vec::new();
+        let mut ev = Vec::new();
+        while let Some((tick, holder)) = j.due(c, now, Z, &mut ev) {
+            assert_eq!(
+                j.on_won(lease(tick, holder), now, &mut ev),
+                Won::Run { took_over: false }
+            );
+            j.on_finished();
+            ran.push(tick.at().timestamp());
+        }
+        ran
+    }
+
+    #[test]
+    fn after_downtime_skip_runs_none_latest_one_and_all_the_most_recent_max() {
+        let (mut j, c, _) = after_downtime(CatchUp::Skip);
+        assert!(run_all(&mut j, &c, ms(1_045_500)).is_empty());
+        assert_eq!(j.next_wake(Z), Some(at(1050)));
+
+        let (mut j, c, _) = after_downtime(CatchUp::Latest);
+        assert_eq!(run_all(&mut j, &c, ms(1_045_500)), [1040]);
+
+        // Ticks 1000..=1040 within the window: the most recent three, oldest first.
+        let (mut j, c, _) = after_downtime(CatchUp::All { max: 3 });
+        assert_eq!(run_all(&mut j, &c, ms(1_045_500)), [1020, 1030, 1040]);
+        assert_eq!(j.next_wake(Z), Some(at(1050)));
+    }
+
+    #[test]
+    fn during_an_outage_skip_misses_latest_coalesces_and_all_queues_up_to_max() {
+        let outage = |catch_up| {
+            let mut c = every(10, Some(50));
+            c.policy = Policy::default().catch_up(catch_up);
+            let mut j = JobTicks::default();
+            j.start(&c, ms(999_500));
+            // The ticks before the start, if the policy catches up on any, run first.
+            run_all(&mut j, &c, ms(999_500));
+            let mut ev = Vec::new();
+            // Tick 1000 is asked for; the store does not answer until 1045 s.
+            j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+            j.on_unanswered();
+            let ran = run_all(&mut j, &c, ms(1_045_000));
+            let mut ev = Vec::new();
+            j.due(&c, ms(1_045_000), Z, &mut ev);
+            (ran, ev)
+        };
+        let (ran, _) = outage(CatchUp::Skip);
+        assert_eq!(ran, [1040]);
+        let (ran, _) = outage(CatchUp::Latest);
+        assert_eq!(ran, [1040]);
+        let (ran, _) = outage(CatchUp::All { max: 3 });
+        assert_eq!(ran, [1020, 1030, 1040]);
+
+        // What was passed over is counted by policy.
+        let passed = |catch_up| {
+            let mut c = every(10, Some(50));
+            c.policy = Policy::default().catch_up(catch_up);
+            let mut j = JobTicks::default();
+            j.start(&c, ms(999_500));
+            // The ticks before the start, if the policy catches up on any, run first.
+            run_all(&mut j, &c, ms(999_500));
+            let mut ev = Vec::new();
+            j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+            ev.clear();
+            j.due(&c, ms(1_045_000), Z, &mut ev);
+            ev
+        };
+        let t = |s| Tick::new(at(s));
+        assert_eq!(
+            passed(CatchUp::Skip),
+            [TickEvent::Missed {
+                tick: t(1030),
+                count: 4,
+                superseded: true
+            }]
+        );
+        assert_eq!(
+            passed(CatchUp::Latest),
+            [TickEvent::Coalesced {
+                tick: t(1030),
+                count: 4
+            }]
+        );
+        assert_eq!(
+            passed(CatchUp::All { max: 3 }),
+            [TickEvent::Missed {
+                tick: t(1010),
+                count: 2,
+                superseded: true
+            }]
+        );
+    }
+
+    #[test]
+    fn buffer_one_runs_the_latest_tick_due_during_a_run_once_it_ends() {
+        let (mut j, mut c, mut ev) = started();
+        c.policy = Policy::default().overlap(Overlap::BufferOne);
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+        // Ticks 1010 and 1020 come due while the run goes on: 1020 waits, 1010 is
+        // skipped.
+        assert!(j.due(&c, ms(1_025_000), Z, &mut ev).is_none());
+        assert_eq!(
+            ev,
+            [TickEvent::SkippedOverlap {
+                tick: Tick::new(at(1010)),
+                running: Tick::new(at(1000))
+            }]
+        );
+        assert_eq!(
+            j.next_wake(Z),
+            Some(at(1030)),
+            "nothing to take while the run holds the job"
+        );
+        j.on_finished();
+        assert_eq!(
+            j.next_wake(Z),
+            Some(at(1020)),
+            "the buffered tick is due at once"
+        );
+        let (tick, _) = j.due(&c, ms(1_025_100), Z, &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1020)));
     }
 
     #[test]

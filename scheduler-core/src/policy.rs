@@ -1,0 +1,142 @@
+//! Scheduling policies a job chooses: what happens to ticks that could not start on
+//! time ([`CatchUp`]), to a tick that comes due while the previous run still runs
+//! ([`Overlap`]), to a failed run ([`Retry`]) and to a run that takes too long (a
+//! timeout). [`Policy`] holds them; a job returns it from
+//! [`Idempotent::policy`](crate::Idempotent::policy), `#[job]` sets it from its keys,
+//! and [`SchedulerBuilder::job_with_policy`](crate::SchedulerBuilder::job_with_policy)
+//! overrides it at registration.
+//!
+//! Every tick still runs at most once in the cluster whatever the policy: the
+//! policies only decide which ticks are attempted, and when.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What happens to ticks that could not start within their window
+/// ([`Idempotent::catch_up`](crate::Idempotent::catch_up), one period by default):
+/// after an outage of the database, while every instance was down, after a slow
+/// start-up. A tick that starts within its window runs, under every policy; a take
+/// answered after the window closed runs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CatchUp {
+    /// Ticks that fell due before this instance started are not run, and a tick
+    /// superseded by a later one before it could start is missed: nothing is ever
+    /// run to make up for lost time.
+    Skip,
+    /// Coalesce: of the ticks that could not start, only the most recent one within
+    /// the window runs, once (at start-up: the latest tick within the window, unless
+    /// the cluster already ran it). The ticks passed over are counted `coalesced`.
+    /// The default.
+    #[default]
+    Latest,
+    /// Every tick that could not start, oldest first, as long as it is within its
+    /// window, and at most `max` of them (the most recent `max`; older ones are
+    /// missed). At start-up, the lease row tells which ticks nobody took: each is
+    /// taken in turn, oldest first.
+    All {
+        /// At most this many ticks are kept to be caught up.
+        max: u32,
+    },
+}
+
+impl fmt::Display for CatchUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CatchUp::Skip => f.write_str("skip"),
+            CatchUp::Latest => f.write_str("latest"),
+            CatchUp::All { max } => write!(f, "all (at most {max})"),
+        }
+    }
+}
+
+/// What happens to a tick that comes due while this instance's previous run of the
+/// job still holds its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Overlap {
+    /// The tick is skipped (counted `skipped_overlap`). The default.
+    #[default]
+    Skip,
+    /// The tick waits for the run to end and then runs, once: of several ticks that
+    /// come due during one run, the most recent waits (the others are skipped). It
+    /// still has to start within its window.
+    BufferOne,
+}
+
+impl fmt::Display for Overlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Overlap::Skip => "skip",
+            Overlap::BufferOne => "buffer one",
+        })
+    }
+}
+
+/// Retries of a failed (or panicked) run, under the same lease and fencing token:
+/// the lease stays held and renewed between attempts, so no other instance can take
+/// the tick meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Retry {
+    /// How many more attempts after the first, at most.
+    pub attempts: u32,
+    /// The wait before the first retry; each further retry waits twice as long.
+    /// No retry starts at or past the job's next tick (then the overlap policy
+    /// decides about that tick).
+    pub backoff: Duration,
+}
+
+/// The policies of one job. [`Policy::default`] is the behaviour of a job that sets
+/// none: catch up on the latest tick, skip overlapping ticks, no retries, no timeout.
+///
+/// ```
+/// use std::time::Duration;
+/// use scheduler_core::{CatchUp, Overlap, Policy};
+///
+/// let policy = Policy::default()
+///     .catch_up(CatchUp::All { max: 3 })
+///     .overlap(Overlap::BufferOne)
+///     .retry(2, Duration::from_secs(10))
+///     .timeout(Duration::from_secs(300));
+/// assert_eq!(policy.retry.map(|r| r.attempts), Some(2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct Policy {
+    /// Ticks that could not start on time.
+    pub catch_up: CatchUp,
+    /// Ticks due while a run still holds the lease.
+    pub overlap: Overlap,
+    /// Retries of a failed run; `None`: a failed run is final.
+    pub retry: Option<Retry>,
+    /// How long a run may take: then its cancellation token fires, and after the
+    /// scheduler's shutdown grace the task is aborted (counted `timed_out`).
+    /// `None`: no limit.
+    pub timeout: Option<Duration>,
+}
+
+impl Policy {
+    /// With catch-up policy `catch_up`.
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// With overlap policy `overlap`.
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// With up to `attempts` retries of a failed run, the first after `backoff`.
+    pub fn retry(mut self, attempts: u32, backoff: Duration) -> Self {
+        self.retry = Some(Retry { attempts, backoff });
+        self
+    }
+
+    /// With runs limited to `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
