@@ -12,7 +12,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Attribute, Error, FnArg, ItemFn, ReturnType, Signature, Type};
 
-use crate::args::{Args, Schedule, Scope};
+use crate::args::{Args, CatchUp, Overlap, Policy, Schedule, Scope};
 
 const SHAPE: &str = "async fn sweep(ctx: JobContext) -> Result<(), E>";
 
@@ -208,6 +208,10 @@ fn generate(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
             }
         }
     });
+    let policy = (!args.policy.is_unset()).then(|| {
+        let policy = policy(&args.policy);
+        quote!(fn policy(&self) -> #private::Policy { #policy })
+    });
 
     let state = (!args.state.is_empty()).then(|| {
         let types = &args.state;
@@ -289,6 +293,7 @@ fn generate(args: Args, func: ItemFn) -> syn::Result<TokenStream> {
                 #duplicate
                 #jitter
                 #catch_up
+                #policy
                 #state
 
                 async fn run(&self, ctx: #private::JobContext) -> ::core::result::Result<(), #private::BoxError> {
@@ -310,6 +315,36 @@ fn span_range(sig: &Signature) -> (Span, Span) {
     let first = tokens.next().unwrap_or_else(|| ty.span());
     let last = tokens.last().unwrap_or(first);
     (first, last)
+}
+
+/// `Policy::default()`, then a setter for each policy the keys set.
+fn policy(policy: &Policy) -> TokenStream {
+    let private = quote!(::scheduler_core::__private);
+    let catch_up = policy.catch_up.map(|catch_up| {
+        let catch_up = match catch_up {
+            CatchUp::Skip => quote!(Skip),
+            CatchUp::Latest => quote!(Latest),
+            CatchUp::All { max } => quote!(All { max: #max }),
+        };
+        quote!(.catch_up(#private::CatchUp::#catch_up))
+    });
+    let overlap = policy.overlap.map(|overlap| {
+        let overlap = match overlap {
+            Overlap::Skip => quote!(Skip),
+            Overlap::BufferOne => quote!(BufferOne),
+        };
+        quote!(.overlap(#private::Overlap::#overlap))
+    });
+    let retry = policy.retry.map(|retry| {
+        let attempts = retry.attempts;
+        let backoff = duration(&retry.backoff);
+        quote!(.retry(#attempts, #backoff))
+    });
+    let timeout = policy.timeout.map(|timeout| {
+        let timeout = duration(&timeout);
+        quote!(.timeout(#timeout))
+    });
+    quote!(#private::Policy::default() #catch_up #overlap #retry #timeout)
 }
 
 /// `Duration::new(secs, nanos)`, exact for any duration.

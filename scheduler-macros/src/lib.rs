@@ -50,8 +50,14 @@ use proc_macro::TokenStream;
 /// | `scope` | `"cluster"` (one run per tick in the cluster) or `"node"` (one per tick per node) | `"cluster"` |
 /// | `name` | the job's name, unique in its scheduler: 1 to 200 bytes, no control characters | the function's name |
 /// | `fencing` | bare, or `fencing = true`: a duplicate run would do harm (`Duplicate::NeedsFencing`) | duplicates are harmless |
-/// | `jitter` | a duration: each tick starts after a random delay up to it | none |
-/// | `catch_up` | a duration: how late a tick may still start | one period |
+/// | `jitter` | a duration: each tick starts after a random delay up to it; shorter than the period | none |
+/// | `catch_up` | a duration, the catch-up window: how late a tick may still start (`catch_up = "10m"`); or the catch-up policy, which of the ticks that could not start on time still run: `"skip"` (none), `"latest"` (the most recent, once), `"all"` (each, oldest first) | window: one period; policy: `"latest"` |
+/// | `catch_up_window` | the catch-up window, next to a policy word: `catch_up = "all", catch_up_window = "6h"` (alone, the same as `catch_up = "6h"`); not with a duration in `catch_up` | one period |
+/// | `catch_up_max` | with `catch_up = "all"` only: how many missed ticks it runs at most, an integer (`catch_up_max = 3`) | 10 |
+/// | `overlap` | a tick due while this instance's previous run still runs: `"skip"` (skipped) or `"buffer_one"` (the latest such tick waits for the run to end) | `"skip"` |
+/// | `retry` | how many times a failed run is retried, after the first attempt, under the same lease: an integer (`retry = 3`) | no retries |
+/// | `retry_backoff` | with `retry` only: the wait before the first retry, doubling for each next one; shorter than the period | `"1s"` |
+/// | `timeout` | a duration: how long a run may take before it is cancelled | no limit |
 /// | `state` | the types the job reads with `ctx.state::<T>()`, like `state(PgPool, Config)`: `build()` refuses a scheduler not given a value of each | none declared |
 ///
 /// Every value is checked at compile time, and a mistake is reported on the literal
@@ -59,8 +65,15 @@ use proc_macro::TokenStream;
 /// that does not parse or never fires (no fire time after the moment of compiling,
 /// found by the search `build()` runs from its own now), an unknown time zone or
 /// scope, an invalid name, an unknown or repeated key, `every` with `cron` or
-/// neither, `tz` without `cron`. The rules are `scheduler_spec`'s, which
-/// `scheduler_core` applies too: a schedule that compiles is one `build()` accepts.
+/// neither, `tz` without `cron`, an unknown policy word, `catch_up_max` without
+/// `catch_up = "all"`, `retry_backoff` without `retry`. So are the timings together
+/// (`scheduler_spec::check_timing`), against the period (for `cron`, the shortest
+/// gap between its next 64 ticks from the moment of compiling, as `build()` measures
+/// it from its own now): a `jitter` or a `retry_backoff` (1s when not given) as long
+/// as the period or longer, a zero `catch_up` window, `timeout`, `retry_backoff` or
+/// `catch_up_max`, `retry = 0`; `#[job(every = "1s", jitter = "1h")]` does not
+/// compile. The rules are `scheduler_spec`'s, which `scheduler_core` applies too: a
+/// job that compiles is one `build()` accepts.
 /// The function must be `async`, take one `JobContext` parameter (named anything, or
 /// `_`; its type written `JobContext` or as a path ending in `JobContext`) and return
 /// a `Result<(), E>` whose `E` converts into `BoxError`.
@@ -74,7 +87,10 @@ use proc_macro::TokenStream;
 /// - in an anonymous `const _: () = { … };` block: the function as written, with its
 ///   other attributes (`tracing::instrument`, say), and `impl Idempotent for sweep`,
 ///   whose `run` awaits it and converts its error into `BoxError`. Methods for keys
-///   not given keep the trait's defaults.
+///   not given keep the trait's defaults: `policy` is generated only when one of
+///   `catch_up` (a policy word), `catch_up_max`, `overlap`, `retry`, `retry_backoff`
+///   or `timeout` is given, as `Policy::default()` with a setter for each; the
+///   catch-up window goes to `catch_up`.
 ///
 /// The struct takes the function's name in both namespaces: in that scope, a
 /// `let sweep = …` is a pattern matching the struct, not a new variable. To call a

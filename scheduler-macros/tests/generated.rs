@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::DateTime;
 use scheduler_core::{
-    BoxError, Duplicate, FencingToken, Idempotent, JobContext, LeaseName, MemoryStore, Schedule,
-    Scheduler, Scope, StateType, Tick, job,
+    BoxError, CatchUp, Duplicate, FencingToken, Idempotent, JobContext, LeaseName, MemoryStore,
+    Overlap, Policy, Schedule, Scheduler, Scope, StateType, Tick, job,
 };
 
 fn context(job: &str, token: i64) -> JobContext {
@@ -45,6 +45,35 @@ async fn compact(_: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+#[job(
+    every = "1h",
+    catch_up = "all",
+    catch_up_window = "6h",
+    catch_up_max = 3,
+    overlap = "buffer_one",
+    retry = 2,
+    retry_backoff = "10s",
+    timeout = "5m"
+)]
+async fn report(_: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+#[job(
+    cron = "0 */15 * * * *",
+    catch_up = "skip",
+    retry = 4,
+    overlap = "skip"
+)]
+async fn poll(_: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+#[job(every = "1m", catch_up = "all", timeout = "30s")]
+async fn backfill(_: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
 /// A state type.
 struct Config;
 
@@ -77,7 +106,40 @@ fn defaults_are_the_traits() {
     assert_eq!(sweep.duplicate(), Duplicate::Harmless);
     assert_eq!(sweep.jitter(), Duration::ZERO);
     assert_eq!(sweep.catch_up(), None);
+    assert_eq!(sweep.policy(), Policy::default());
     assert_eq!(sweep.state_types(), []);
+    // Keys other than the policy keys leave the policy alone.
+    assert_eq!(compact.policy(), Policy::default());
+}
+
+#[test]
+fn every_policy_key_reaches_the_policy() {
+    assert_eq!(report.catch_up(), Some(Duration::from_secs(6 * 3600)));
+    assert_eq!(
+        report.policy(),
+        Policy::default()
+            .catch_up(CatchUp::All { max: 3 })
+            .overlap(Overlap::BufferOne)
+            .retry(2, Duration::from_secs(10))
+            .timeout(Duration::from_secs(300))
+    );
+
+    // The documented defaults: a 1 s backoff, at most 10 ticks caught up.
+    assert_eq!(poll.catch_up(), None);
+    assert_eq!(
+        poll.policy(),
+        Policy::default()
+            .catch_up(CatchUp::Skip)
+            .overlap(Overlap::Skip)
+            .retry(4, Duration::from_secs(1))
+    );
+    assert_eq!(backfill.catch_up(), None);
+    assert_eq!(
+        backfill.policy(),
+        Policy::default()
+            .catch_up(CatchUp::All { max: 10 })
+            .timeout(Duration::from_secs(30))
+    );
 }
 
 #[test]
@@ -106,7 +168,15 @@ fn every_key_reaches_its_method() {
 
 #[test]
 fn schedules_pass_the_runtime_checks() {
-    for job in [&sweep as &dyn Idempotent, &compact, &fenced_write, &io_job] {
+    for job in [
+        &sweep as &dyn Idempotent,
+        &compact,
+        &fenced_write,
+        &io_job,
+        &report,
+        &poll,
+        &backfill,
+    ] {
         assert_eq!(job.schedule().validate(), Ok(()), "{}", job.name());
     }
 }
@@ -142,6 +212,9 @@ fn jobs_register_by_name() {
         .job(compact)
         .job(fenced_write)
         .job(io_job)
+        .job(report)
+        .job(poll)
+        .job(backfill)
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     let declared: Vec<String> = scheduler

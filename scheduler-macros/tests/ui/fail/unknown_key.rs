@@ -5,7 +5,7 @@ async fn sweep(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
-#[job(every = "30s", timeout = "1m")]
+#[job(every = "30s", deadline = "1m")]
 async fn alerts(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }

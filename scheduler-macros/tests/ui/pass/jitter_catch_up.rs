@@ -7,7 +7,7 @@ async fn sweep(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
-#[job(every = "2d", jitter = "0s", catch_up = "0ms")]
+#[job(every = "2d", jitter = "0s")]
 async fn zeros(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
@@ -21,7 +21,7 @@ fn main() {
     assert_eq!(sweep.jitter(), Duration::from_millis(1500));
     assert_eq!(sweep.catch_up(), Some(Duration::from_secs(600)));
     assert_eq!(zeros.jitter(), Duration::ZERO);
-    assert_eq!(zeros.catch_up(), Some(Duration::ZERO));
+    assert_eq!(zeros.catch_up(), None);
     assert_eq!(defaults.jitter(), Duration::ZERO);
     assert_eq!(defaults.catch_up(), None);
 }
