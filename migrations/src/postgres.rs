@@ -89,6 +89,10 @@ pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// How many columns the history table has once [`create_history`] ran: a table with
+/// fewer is brought up to date by running it again.
+pub const HISTORY_COLUMNS: i64 = 12;
+
 /// Creates the run history table and its indexes when they are missing.
 ///
 /// The history is not a migration of the lease table: it exists only for apps that
@@ -108,11 +112,15 @@ pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
 ///     finished   timestamptz NOT NULL,
 ///     outcome    text        NOT NULL,  -- succeeded | failed | cancelled
 ///     error      text,                  -- bounded by the recorder
-///     lease_lost boolean     NOT NULL
+///     lease_lost boolean     NOT NULL,
+///     attempt    integer     NOT NULL DEFAULT 1  -- 2 for the first retry, …
 /// );
 /// CREATE INDEX scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
 /// CREATE INDEX scheduler_leases_runs_time ON scheduler_leases_runs (started);
 /// ```
+///
+/// followed by an `ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt` for a table
+/// created before the column existed ([`HISTORY_COLUMNS`] tells whether it is due).
 ///
 /// The first index serves "the last run of each job", the second the retention
 /// sweep. The primary key gives the table a replica identity, so the sweep's deletes
@@ -134,9 +142,13 @@ pub fn create_history(table: &HistoryTable) -> Vec<String> {
             finished   timestamptz NOT NULL,
             outcome    text        NOT NULL,
             error      text,
-            lease_lost boolean     NOT NULL
+            lease_lost boolean     NOT NULL,
+            attempt    integer     NOT NULL DEFAULT 1
         )"
         ),
+        // A table created before retries existed gets the column (every row of it
+        // was a first attempt).
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1"),
         format!("CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC)"),
         format!("CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"),
     ]
@@ -193,10 +205,14 @@ mod tests {
             "{create}"
         );
         assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
-        let [table, by_job, by_time] = create_history(&history)
+        let [table, attempt, by_job, by_time] = create_history(&history)
             .try_into()
             .unwrap_or_else(|v| panic!("{v:?}"));
         assert!(table.contains("\"app_a\".\"leases_runs\" ("), "{table}");
+        assert_eq!(
+            attempt,
+            "ALTER TABLE \"app_a\".\"leases_runs\" ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1"
+        );
         assert_eq!(
             by_job,
             "CREATE INDEX IF NOT EXISTS \"leases_runs_job\" ON \"app_a\".\"leases_runs\" (job, started DESC)"

@@ -173,6 +173,7 @@ pub struct JobContext {
     pub(crate) token: FencingToken,
     pub(crate) cancel: CancellationToken,
     pub(crate) state: State,
+    pub(crate) attempt: u32,
 }
 
 /// Values the app hands to every job through the builder's
@@ -265,6 +266,13 @@ impl JobContext {
         self.state.get::<T>(&self.job)
     }
 
+    /// Which attempt at the tick this is: 1 for the first run, 2 for the first
+    /// retry ([`Policy::retry`](crate::Policy)), and so on. Every attempt holds the
+    /// same lease and fencing token.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
     /// The job's name.
     pub fn job(&self) -> &str {
         &self.job
@@ -335,6 +343,7 @@ impl JobContext {
             token,
             cancel: CancellationToken::new(),
             state: State::default(),
+            attempt: 1,
         }
     }
 }
@@ -364,6 +373,27 @@ impl fmt::Display for Interrupted {
 }
 
 impl std::error::Error for Interrupted {}
+
+/// The error of a run that took longer than its timeout ([`Policy::timeout`]
+/// (crate::Policy)): its cancellation token fired at the timeout, and the run was
+/// dropped if it had not ended within the scheduler's shutdown grace after that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut {
+    /// The run's timeout.
+    pub timeout: Duration,
+}
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the run took longer than its timeout of {:?}",
+            self.timeout
+        )
+    }
+}
+
+impl std::error::Error for TimedOut {}
 
 #[cfg(test)]
 mod tests {

@@ -43,7 +43,9 @@ pub mod store;
 
 pub use clock::LocalClock;
 pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
-pub use job::{Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope, StateType};
+pub use job::{
+    Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope, StateType, TimedOut,
+};
 pub use lease::{
     FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl,

@@ -123,8 +123,8 @@ impl RunHistory {
         Ok(Self {
             insert: format!(
                 "INSERT INTO {t} \
-                 (job, tick, node, holder, token, started, finished, outcome, error, lease_lost) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                 (job, tick, node, holder, token, started, finished, outcome, error, lease_lost, attempt) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             ),
             // `ctid = ANY(ARRAY(…))` deletes by TID scan (an `IN (subquery)` may be
             // planned as a join over the whole table). Rows are never updated, and the
@@ -194,14 +194,17 @@ impl RunHistory {
     }
 }
 
-/// Whether `table` exists (and is visible to this user).
+/// Whether `table` exists with every column of the current version (and is visible
+/// to this user).
 async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
     const OP: &str = "look for the run history table";
     let rows = store
         .query(
             OP,
-            "SELECT to_regclass($1) IS NOT NULL AS present",
-            vec![table.quoted().into()],
+            "SELECT coalesce((SELECT count(*) FROM pg_catalog.pg_attribute \
+                              WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), 0) \
+                    >= $2 AS present",
+            vec![table.quoted().into(), ddl::HISTORY_COLUMNS.into()],
         )
         .await?;
     match rows.first() {
@@ -266,7 +269,7 @@ fn error_text(text: &str) -> String {
 #[async_trait]
 impl RunRecorder for RunHistory {
     async fn record(&self, run: &RunRecord) -> Result<(), BoxError> {
-        let values: [Value; 10] = [
+        let values: [Value; 11] = [
             run.job.clone().into(),
             run.tick.at().into(),
             run.node.clone().into(),
@@ -277,6 +280,7 @@ impl RunRecorder for RunHistory {
             run.outcome.as_str().into(),
             run.error.as_deref().map(error_text).into(),
             run.lease_lost.into(),
+            i32::try_from(run.attempt).unwrap_or(i32::MAX).into(),
         ];
         self.store
             .execute("record a run in the history", &self.insert, values.into())

@@ -436,12 +436,13 @@ async fn the_table_is_created_once_by_instances_starting_together_in_any_schema(
         outcome: RunOutcome::Cancelled,
         error: Some(format!("bad\0{}", "x".repeat(10 * MAX_ERROR_LEN))),
         lease_lost: true,
+        attempt: 3,
     };
     histories[1].record(&run).await.expect("record");
     let row = conn
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT outcome, error, lease_lost, token, node FROM app_a.leases_runs",
+            "SELECT outcome, error, lease_lost, token, node, attempt FROM app_a.leases_runs",
         ))
         .await
         .expect("row")
@@ -453,4 +454,62 @@ async fn the_table_is_created_once_by_instances_starting_together_in_any_schema(
     assert!(row.try_get::<bool>("", "lease_lost").unwrap());
     assert_eq!(row.try_get::<i64>("", "token").unwrap(), 7);
     assert_eq!(row.try_get::<String>("", "node").unwrap(), "node-b");
+    assert_eq!(row.try_get::<i32>("", "attempt").unwrap(), 3);
+}
+
+/// A history table created before retries existed gets its `attempt` column when a
+/// store opens it, and keeps its rows (each a first attempt).
+#[tokio::test]
+async fn a_history_table_from_before_retries_gets_the_attempt_column() {
+    let db = TestDb::new().await;
+    let admin = Database::connect(db.direct_url()).await.expect("admin");
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("store");
+    admin
+        .execute_unprepared(
+            "CREATE TABLE scheduler_leases_runs (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job text NOT NULL,
+                tick timestamptz NOT NULL, node text NOT NULL, holder text NOT NULL,
+                token bigint NOT NULL, started timestamptz NOT NULL, finished timestamptz NOT NULL,
+                outcome text NOT NULL, error text, lease_lost boolean NOT NULL);
+             INSERT INTO scheduler_leases_runs (job, tick, node, holder, token, started, finished, outcome, lease_lost)
+             VALUES ('old', now(), 'n', 'h', 1, now(), now(), 'succeeded', false)",
+        )
+        .await
+        .expect("the old table");
+    let history = RunHistory::new(&store, HistoryOptions::default())
+        .await
+        .expect("opens and upgrades");
+    let now = Utc::now();
+    let run = RunRecord {
+        job: "new".to_owned(),
+        tick: Tick::new(now),
+        node: "n".to_owned(),
+        holder: Holder::generate(),
+        token: FencingToken::new(2),
+        started: now,
+        finished: now,
+        outcome: RunOutcome::Retried,
+        error: Some("first try failed".to_owned()),
+        lease_lost: false,
+        attempt: 1,
+    };
+    history.record(&run).await.expect("record");
+    let attempts: Vec<(String, i32)> = admin
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT job, attempt FROM scheduler_leases_runs ORDER BY id",
+        ))
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r.try_get("", "job").unwrap(),
+                r.try_get("", "attempt").unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(attempts, [("old".to_owned(), 1), ("new".to_owned(), 1)]);
 }

@@ -47,6 +47,19 @@ impl CronExpr {
             )));
         }
         let nickname = expr.trim_start().starts_with('@');
+        if let Some(weekdays) = expr.split_whitespace().nth(5).filter(|_| !nickname)
+            && weekdays.split(',').any(|part| {
+                part.split('/')
+                    .next()
+                    .is_some_and(|p| p.contains(|c: char| c.is_ascii_digit()))
+            })
+        {
+            return Err(invalid(format!(
+                "the weekday field {weekdays:?} uses numbers, which cron implementations count \
+                 differently (here 1 = Sunday … 7 = Saturday; in Vixie cron 0 = Sunday, 1 = Monday); \
+                 write day names instead, like \"MON-FRI\""
+            )));
+        }
         match ::cron::Schedule::from_str(expr) {
             Ok(schedule) => {
                 let fixed_hours = schedule.hours().count() < 24;
@@ -379,6 +392,33 @@ mod tests {
             at = t;
         }
         out
+    }
+
+    #[test]
+    fn numeric_weekdays_are_refused_for_names() {
+        // `1-5` is Monday to Friday in Vixie cron, Sunday to Thursday in the `cron`
+        // crate: refused rather than read one way silently.
+        for numeric in ["0 0 9 * * 1-5", "0 0 9 * * MON,3", "0 0 9 * * 0"] {
+            assert!(
+                message(numeric).contains("uses numbers"),
+                "{numeric}: {}",
+                message(numeric)
+            );
+        }
+        assert_eq!(
+            message("0 0 9 * * 1-5"),
+            "invalid cron expression \"0 0 9 * * 1-5\": the weekday field \"1-5\" uses numbers, \
+             which cron implementations count differently (here 1 = Sunday … 7 = Saturday; in Vixie \
+             cron 0 = Sunday, 1 = Monday); write day names instead, like \"MON-FRI\""
+        );
+        for named in [
+            "0 0 9 * * MON-FRI",
+            "0 0 9 * * */2",
+            "0 0 9 * * SUN,SAT",
+            "0 0 9 1 * *",
+        ] {
+            assert_eq!(message(named), "accepted", "{named}");
+        }
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub async fn known_leases(url: &str, history: bool) -> Known {
             outcome,
             error: error.map(str::to_owned),
             lease_lost: false,
+            attempt: 1,
         };
         for record in [
             run("sweep", "node-a", 7200, RunOutcome::Succeeded, None),

@@ -58,15 +58,22 @@ pub enum RunOutcome {
     /// It was cancelled (shutdown past the grace period, or a lost lease of a job
     /// that needs fencing).
     Cancelled,
+    /// It failed (or timed out), and the tick is tried again under the same lease.
+    Retried,
+    /// It took longer than its timeout.
+    TimedOut,
 }
 
 impl RunOutcome {
-    /// The outcome as stored: `succeeded`, `failed`, `cancelled`.
+    /// The outcome as stored: `succeeded`, `failed`, `cancelled`, `retried`,
+    /// `timed_out`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Succeeded => "succeeded",
             RunOutcome::Failed => "failed",
             RunOutcome::Cancelled => "cancelled",
+            RunOutcome::Retried => "retried",
+            RunOutcome::TimedOut => "timed_out",
         }
     }
 }
@@ -100,6 +107,8 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// Whether the lease was lost while it ran.
     pub lease_lost: bool,
+    /// Which attempt at the tick it was: 1, then 2 for the first retry, …
+    pub attempt: u32,
 }
 
 /// Receives every finished run (the run history of the store crates implements it).
@@ -299,6 +308,16 @@ impl Observer {
                 tracing::warn!(job, tick = %run.tick, error = %error,
                     "run interrupted; the tick may be retried");
             }
+            (Some(error), _) if run.outcome == RunOutcome::Retried => {
+                self.outcome(job, Outcome::Retried);
+                tracing::warn!(job, tick = %run.tick, attempt = run.attempt, error = %error,
+                    "run failed; retrying under the same lease");
+            }
+            (Some(error), _) if run.outcome == RunOutcome::TimedOut => {
+                self.outcome(job, Outcome::TimedOut);
+                tracing::error!(job, tick = %run.tick, attempt = run.attempt, error = %error,
+                    "run timed out");
+            }
             (Some(error), _) => {
                 self.outcome(job, Outcome::Failed);
                 tracing::error!(job, tick = %run.tick, error = %error, "run failed");
@@ -327,7 +346,10 @@ impl Observer {
                 let at = run.finished.timestamp_micros() as f64 / 1e6;
                 m.last_success.record(at, &[job_attr(&run.job)]);
             }
-            m.held.add(-1, &[]);
+            if run.outcome != RunOutcome::Retried {
+                // A retried run keeps its lease.
+                m.held.add(-1, &[]);
+            }
         }
         if let Some(recorder) = &self.recorder {
             let recorder = recorder.clone();

@@ -168,6 +168,8 @@ pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
     /// The lease was lost while it ran: it is neither renewed nor released.
     pub(crate) lost: bool,
+    /// Which attempt at the tick runs: 1, then 2 for the first retry, …
+    pub(crate) attempt: u32,
 }
 
 /// One job's ticks.
@@ -415,6 +417,7 @@ impl JobTicks {
             started,
             cancel: CancellationToken::new(),
             lost: false,
+            attempt: 1,
         });
         Won::Run { took_over }
     }
@@ -469,6 +472,41 @@ impl JobTicks {
                 self.drop_pending(events);
             }
         }
+    }
+
+    /// When the job's next tick is due (store clock): no retry of a failed run may
+    /// start at or past it.
+    pub(crate) fn next_tick_at(&self) -> Option<DateTime<Utc>> {
+        self.next.map(|(tick, _, _)| tick.at())
+    }
+
+    /// The run failed and is tried again at `at` (store clock) under the same lease,
+    /// if its retry policy leaves an attempt and `at` comes before the next tick.
+    /// Returns the new attempt's number.
+    pub(crate) fn retry(
+        &mut self,
+        cadence: &Cadence,
+        now: DateTime<Utc>,
+    ) -> Option<(u32, Duration)> {
+        let retry = cadence.policy.retry?;
+        let running = self
+            .running
+            .as_ref()
+            .filter(|r| !r.lost && !r.cancel.is_cancelled())?;
+        if running.attempt > retry.attempts {
+            return None;
+        }
+        let wait = retry
+            .backoff
+            .saturating_mul(1 << (running.attempt - 1).min(20));
+        let at = now + TimeDelta::from_std(wait).ok()?;
+        if self.next_tick_at().is_some_and(|next| at >= next) {
+            return None;
+        }
+        let running = self.running.as_mut()?;
+        running.attempt += 1;
+        running.started = at;
+        Some((running.attempt, wait))
     }
 
     /// The run this job holds, if any.

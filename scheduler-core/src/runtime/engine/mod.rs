@@ -84,6 +84,8 @@ pub(super) struct Engine {
     next_renew: Instant,
     polling: Polling,
     beat: Arc<Heartbeat>,
+    /// Shutting down: failed runs are not retried.
+    draining: bool,
 }
 
 impl Engine {
@@ -115,6 +117,7 @@ impl Engine {
                 ttl: s.settings.ttl.get(),
             },
             beat: s.health.heartbeat(),
+            draining: false,
             s,
         }
     }

@@ -7,7 +7,7 @@ use tracing::{Instrument, debug, info, info_span};
 
 use super::{Engine, RunResult, report};
 use crate::error::BoxError;
-use crate::job::{Interrupted, JobContext};
+use crate::job::{Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, Release};
 use crate::runtime::ticks::{Running, Won};
 use crate::runtime::{RunOutcome, RunRecord};
@@ -27,7 +27,33 @@ impl Engine {
         let Some(running) = self.jobs[i].running() else {
             return;
         };
+        // A take answered ahead of the tick's fire time: the run waits for it.
+        let wait = (running.started - now).to_std().unwrap_or_default();
+        let lateness = (running.started - running.lease.tick.at())
+            .to_std()
+            .unwrap_or_default();
+        self.s.observe.started(&e.name, lateness);
+        self.spawn_attempt(i, wait, lateness);
+    }
+
+    /// Spawns the task of the run job `i` holds, to begin after `wait`: the first
+    /// attempt, or a retry. The wait ends at an instant fixed now (the task may first
+    /// be polled much later, when the loop is done with a big round of takes). A
+    /// timeout cancels the attempt's own token (not the run's: a timed-out run is a
+    /// failed run, not an interrupted one), then drops the attempt if it has not
+    /// ended within the shutdown grace.
+    fn spawn_attempt(
+        &mut self,
+        i: usize,
+        wait: std::time::Duration,
+        lateness: std::time::Duration,
+    ) {
+        let e = &self.s.entries[i];
+        let Some(running) = self.jobs[i].running() else {
+            return;
+        };
         let lease = &running.lease;
+        let attempt_cancel = running.cancel.child_token();
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -35,22 +61,18 @@ impl Engine {
             lease: lease.name.clone(),
             holder: lease.holder.clone(),
             token: lease.token,
-            cancel: running.cancel.clone(),
+            cancel: attempt_cancel.clone(),
             state: self.s.state.clone(),
+            attempt: running.attempt,
         };
-        // A take answered ahead of the tick's fire time: the run waits for it, until
-        // an instant fixed now (the task may first be polled much later, when the
-        // loop is done with a big round of takes).
-        let wait = (running.started - now).to_std().unwrap_or_default();
         let begin_at = Instant::now() + wait;
-        let lateness = (running.started - lease.tick.at())
-            .to_std()
-            .unwrap_or_default();
-        self.s.observe.started(&e.name, lateness);
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
-            node = %self.s.node, holder = %lease.holder, token = %lease.token);
+            node = %self.s.node, holder = %lease.holder, token = %lease.token,
+            attempt = running.attempt);
         span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
         let job = e.job.clone();
+        let timeout = e.cadence.policy.timeout;
+        let grace = self.s.settings.grace;
         let run = async move {
             if !wait.is_zero() {
                 tokio::select! {
@@ -58,7 +80,22 @@ impl Engine {
                     () = ctx.cancel.cancelled() => return (i, Err(Interrupted.into())),
                 }
             }
-            (i, job.run(ctx).await)
+            let run = job.run(ctx);
+            let Some(timeout) = timeout else {
+                return (i, run.await);
+            };
+            tokio::pin!(run);
+            let result = match tokio::time::timeout(timeout, &mut run).await {
+                Ok(result) => result,
+                Err(_) => {
+                    attempt_cancel.cancel();
+                    // Whatever it returns now, it ran out of time; past the grace
+                    // it is dropped.
+                    let _ = tokio::time::timeout(grace, &mut run).await;
+                    Err(TimedOut { timeout }.into())
+                }
+            };
+            (i, result)
         };
         let task = self.tasks.spawn(run.instrument(span));
         self.by_task.insert(task.id(), i);
@@ -88,6 +125,36 @@ impl Engine {
         let Some(i) = self.by_task.remove(&id) else {
             return;
         };
+        if let Err(err) = &result
+            && !err.is::<Interrupted>()
+            && !self.draining
+        {
+            let now = self.db_now();
+            let failed_attempt = self.jobs[i].running().map(|r| (r.started, r.attempt));
+            if let Some((attempt, wait)) = self.jobs[i].retry(&self.s.entries[i].cadence, now)
+                && let Some((started, failed)) = failed_attempt
+                && let Some(running) = self.jobs[i].running()
+            {
+                let e = &self.s.entries[i];
+                let record = RunRecord {
+                    job: e.name.to_string(),
+                    tick: running.lease.tick,
+                    node: self.s.node.to_string(),
+                    holder: running.lease.holder.clone(),
+                    token: running.lease.token,
+                    started,
+                    finished: now,
+                    outcome: RunOutcome::Retried,
+                    error: Some(crate::error::error_chain(&**err)),
+                    lease_lost: false,
+                    attempt: failed,
+                };
+                self.s.observe.run_ended(&e.name, record);
+                debug!(job = %e.name, attempt, wait_ms = wait.as_millis(), "retry scheduled");
+                self.spawn_attempt(i, wait, std::time::Duration::ZERO);
+                return;
+            }
+        }
         if let Some(running) = self.jobs[i].on_finished() {
             self.ended(i, &running, result);
         }
@@ -104,6 +171,7 @@ impl Engine {
         let outcome = match &result {
             Ok(()) => RunOutcome::Succeeded,
             Err(_) if interrupted => RunOutcome::Cancelled,
+            Err(err) if err.is::<TimedOut>() => RunOutcome::TimedOut,
             Err(_) => RunOutcome::Failed,
         };
         let e = &self.s.entries[i];
@@ -123,6 +191,7 @@ impl Engine {
                     .err()
                     .map(|e| crate::error::error_chain(&**e)),
                 lease_lost: running.lost,
+                attempt: running.attempt,
             },
         );
         if !running.lost {

@@ -12,6 +12,7 @@ impl Engine {
     /// leases still renewed, and the leases of runs that end released at once); the
     /// rest are cancelled; every lease is released.
     pub(super) async fn drain(&mut self) {
+        self.draining = true;
         let deadline = Instant::now() + self.s.settings.grace;
         info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
         while !self.tasks.is_empty() {
