@@ -1,10 +1,12 @@
 //! The runtime embedded in the app: [`Scheduler`] and its builder.
 
+mod backfill;
 mod backoff;
 mod calls;
 mod engine;
 mod health;
 mod observe;
+mod preview;
 mod stats;
 mod store_clock;
 mod ticks;
