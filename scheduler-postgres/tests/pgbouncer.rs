@@ -70,6 +70,12 @@ mod keyed_rollback;
 #[path = "exactly_once.rs"]
 mod exactly_once;
 
+#[path = "catch_up_policies.rs"]
+mod catch_up_policies;
+
+#[path = "forget_lease.rs"]
+mod forget_lease;
+
 #[tokio::test]
 async fn this_binary_runs_through_pgbouncer() {
     assert!(test_postgres::pgbouncer_mode());

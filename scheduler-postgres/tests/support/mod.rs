@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
-    BoxError, Duplicate, Idempotent, JobContext, LocalClock, Outcome, Schedule, Scheduler, Scope,
-    Stats,
+    BoxError, Duplicate, Idempotent, JobContext, LocalClock, Outcome, Policy, Schedule, Scheduler,
+    Scope, Stats,
 };
 use scheduler_postgres::{Fence, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
@@ -52,6 +52,9 @@ pub struct Recorder {
     pub scope: Scope,
     pub duplicate: Duplicate,
     pub catch_up: Option<Duration>,
+    pub policy: Policy,
+    /// The first this many attempts at each tick fail (after recording themselves).
+    pub fail_attempts: u32,
     pub work: Duration,
     /// When set, the work also ends as soon as this turns true (a test's signal, for
     /// runs that must last until the test has seen something).
@@ -70,6 +73,8 @@ impl Recorder {
             scope: Scope::Cluster,
             duplicate: Duplicate::Harmless,
             catch_up: None,
+            policy: Policy::default(),
+            fail_attempts: 0,
             work: Duration::from_millis(50),
             done: None,
             fenced_write: false,
@@ -95,6 +100,9 @@ impl Idempotent for Recorder {
     }
     fn catch_up(&self) -> Option<Duration> {
         self.catch_up
+    }
+    fn policy(&self) -> Policy {
+        self.policy
     }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
         // The app's own statements, each in a transaction of the store's: that works
@@ -167,6 +175,8 @@ impl Idempotent for Recorder {
         txn.commit().await?;
         if cancelled {
             Err("cancelled".into())
+        } else if ctx.attempt() <= self.fail_attempts {
+            Err(format!("attempt {} told to fail", ctx.attempt()).into())
         } else {
             Ok(())
         }
