@@ -20,6 +20,7 @@ use std::time::Duration;
 pub use health::{Health, HealthReport};
 use observe::Observer;
 pub use observe::{RunOutcome, RunRecord, RunRecorder, names as metric_names};
+pub use preview::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use stats::{Outcome, Stats};
 
 use crate::clock::LocalClock;
