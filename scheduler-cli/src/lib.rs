@@ -13,6 +13,13 @@
 //!   name's fencing tokens keep growing: the next take gets a greater one. Exit code
 //!   0 when the lease is no longer held, [`EXIT_HELD`] when refused,
 //!   [`EXIT_MISSING`] when there is no lease of that name.
+//! - `scheduler-cli next (--cron EXPR [--tz ZONE] | --every PERIOD) [-n N]` shows a
+//!   schedule's next N ticks (default 10) in UTC and in its zone, with a note on each
+//!   tick right after a change of the zone's offset (daylight saving time): when the
+//!   clocks moved, and whether the tick's wall time was skipped (a restricted-hour
+//!   job fires at the gap's end) or repeated. Jobs live in the app's code, so the
+//!   schedule is given as the job writes it; a bad expression, zone or period exits
+//!   with code 2. It reads no database.
 //!
 //! All take `--json` for output with stable field names. The database comes from
 //! `--database-url` or `DATABASE_URL`; the lease table from `--table` (default
@@ -22,7 +29,7 @@
 //! The statements and their typed rows are `scheduler_postgres::diagnostics`', run
 //! through the store like its own (so they work behind PgBouncer's transaction
 //! pooling too); this crate parses the command line and renders. The commands are
-//! library functions ([`status()`], [`locks()`], [`forget()`]) with renderers
+//! library functions ([`status()`], [`locks()`], [`forget()`], [`next()`]) with renderers
 //! ([`Status::human`], [`Status::json`], …), so they can be called without spawning
 //! the binary.
 //!
@@ -43,16 +50,19 @@ pub mod error;
 pub mod forget;
 mod json;
 pub mod locks;
+pub mod next;
 pub mod status;
 
 use std::time::Duration;
 
+use chrono::Utc;
 use clap::{Parser, Subcommand};
 use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
 
 pub use error::{Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use locks::{AdvisoryLock, Locks, locks};
+pub use next::{Next, NextArgs, next};
 pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
 
 /// The command line.
@@ -112,6 +122,16 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// A schedule's next ticks, in UTC and in its zone, DST changes marked.
+    ///
+    /// Give the schedule as the job writes it: --cron with a seconds field
+    /// ("0 30 2 * * *"), read in --tz (an IANA zone, default UTC), or --every
+    /// ("15m"). A tick right after a change of the zone's offset says when the
+    /// clocks moved, and whether its wall time was skipped (a restricted-hour job
+    /// fires at the gap's end) or repeated. Reads no database.
+    ///
+    /// Exit status: 0; 2 for a bad expression, zone or period.
+    Next(NextArgs),
 }
 
 /// What a command prints, and how the process ends.
@@ -147,6 +167,10 @@ async fn connect_within(url: &str, timeout: Duration) -> Result<PostgresStore> {
 /// # Errors
 /// [`Error::NoUrl`] without a database URL, and whatever the command reports.
 pub async fn run(cli: &Cli) -> Result<Output> {
+    // `next` reads no database: its schedule is on the command line.
+    if let Command::Next(args) = &cli.command {
+        return run_next(cli, args);
+    }
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
     let store = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
     let mut exit_code = 0;
@@ -176,7 +200,16 @@ pub async fn run(cli: &Cli) -> Result<Output> {
                 forget.human()
             }
         }
+        // Answered above, before connecting.
+        Command::Next(args) => run_next(cli, args)?.text,
     };
     let _ = store.connection().clone().close().await;
     Ok(Output { text, exit_code })
+}
+
+/// `next`, from now on this machine's clock.
+fn run_next(cli: &Cli, args: &NextArgs) -> Result<Output> {
+    let next = next(args, Utc::now());
+    let text = if cli.json { next.json()? } else { next.human() };
+    Ok(Output { text, exit_code: 0 })
 }
