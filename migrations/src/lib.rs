@@ -74,11 +74,18 @@ impl Migration {
 ///
 /// Databases record these names: never rename, reorder or change an applied
 /// migration; append a new one instead.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    name: "m20261130_000001_create_leases",
-    postgres: postgres::create_leases,
-    sqlite: sqlite::create_leases,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "m20261130_000001_create_leases",
+        postgres: postgres::create_leases,
+        sqlite: sqlite::create_leases,
+    },
+    Migration {
+        name: "m20261201_000002_cancel_requests",
+        postgres: postgres::add_cancel_tick,
+        sqlite: sqlite::add_cancel_tick,
+    },
+];
 
 #[cfg(test)]
 mod tests {
@@ -89,7 +96,13 @@ mod tests {
         let names: Vec<&str> = MIGRATIONS.iter().map(Migration::name).collect();
         // Existing databases hold these names in their bookkeeping tables: changing
         // one would apply its migration again.
-        assert_eq!(names[..1], ["m20261130_000001_create_leases"]);
+        assert_eq!(
+            names[..2],
+            [
+                "m20261130_000001_create_leases",
+                "m20261201_000002_cancel_requests"
+            ]
+        );
         // Oldest first, each once.
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
     }

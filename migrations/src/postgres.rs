@@ -89,6 +89,17 @@ pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Adds `cancel_tick`: a newer tick of the job asks the holder of an older one to
+/// stop (overlap policy "cancel running"); the holder's renewal reads it.
+///
+/// ```sql
+/// ALTER TABLE scheduler_leases ADD COLUMN cancel_tick timestamptz
+/// ```
+pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
+    let t = table.quoted();
+    vec![format!("ALTER TABLE {t} ADD COLUMN cancel_tick timestamptz")]
+}
+
 /// How many columns the history table has once [`create_history`] ran: a table with
 /// fewer is brought up to date by running it again.
 pub const HISTORY_COLUMNS: i64 = 12;

@@ -44,6 +44,13 @@ pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Adds `cancel_tick` (integer microseconds, as `tick`): see the PostgreSQL
+/// migration of the same name.
+pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
+    let t = table.quoted();
+    vec![format!("ALTER TABLE {t} ADD COLUMN cancel_tick INTEGER")]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

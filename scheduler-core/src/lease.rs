@@ -344,6 +344,10 @@ pub struct Renewed {
     pub name: LeaseName,
     /// Its new expiry, on the store's clock.
     pub expires_at: DateTime<Utc>,
+    /// A newer tick of the job asked this run to stop
+    /// ([`Store::request_cancel`](crate::Store::request_cancel)): the runtime cancels
+    /// the run, whose lease stays held until it ends.
+    pub cancel_requested: bool,
 }
 
 /// How a lease is given back.

@@ -51,6 +51,8 @@ pub struct Row {
     pub expires_at: DateTime<Utc>,
     /// Whether the tick was released as completed.
     pub completed: bool,
+    /// A newer tick asked the holder to stop ([`Store::request_cancel`]).
+    pub cancel_tick: Option<Tick>,
 }
 
 impl Row {
@@ -201,6 +203,7 @@ impl Store for MemoryStore {
                 token: FencingToken::new(1),
                 expires_at,
                 completed: false,
+                cancel_tick: None,
             };
             match rows.get_mut(&req.name) {
                 None => {
@@ -220,6 +223,8 @@ impl Store for MemoryStore {
                 Some(row) if row.free_for(req.tick, now) => {
                     *row = Row {
                         token: FencingToken::new(row.token.get() + 1),
+                        // A cancel request outlives the takeover, as a column would.
+                        cancel_tick: row.cancel_tick,
                         ..fresh
                     };
                     taken.won.push(lease(&req.name, row));
@@ -249,6 +254,7 @@ impl Store for MemoryStore {
                 renewed.push(Renewed {
                     name: key.name.clone(),
                     expires_at: row.expires_at,
+                    cancel_requested: row.cancel_tick.is_some_and(|t| t > row.tick),
                 });
             }
         }
@@ -282,5 +288,22 @@ impl Store for MemoryStore {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.call()
+    }
+
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
+        let now = self.call()?;
+        let mut rows = self.lock();
+        match rows.get_mut(name) {
+            Some(row)
+                if row.tick < newer
+                    && !row.completed
+                    && row.expires_at > now
+                    && row.cancel_tick.is_none_or(|t| t < newer) =>
+            {
+                row.cancel_tick = Some(newer);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }

@@ -62,6 +62,12 @@ pub enum Overlap {
     /// come due during one run, the most recent waits (the others are skipped). It
     /// still has to start within its window.
     BufferOne,
+    /// The newest tick wins: the running run, wherever it runs in the cluster, is
+    /// cancelled through its token (here at once; on another instance at its next
+    /// renewal, through a mark on the lease row its renewal reads), completes as
+    /// `cancelled_by_newer`, and the new tick starts when its lease is released.
+    /// The run should watch its [cancellation token](crate::JobContext::cancellation).
+    CancelRunning,
 }
 
 impl fmt::Display for Overlap {
@@ -69,6 +75,7 @@ impl fmt::Display for Overlap {
         f.write_str(match self {
             Overlap::Skip => "skip",
             Overlap::BufferOne => "buffer one",
+            Overlap::CancelRunning => "cancel running",
         })
     }
 }

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::Result;
-use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Ttl};
+use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick, Ttl};
 
 /// A backend that keeps leases: PostgreSQL for clusters, SQLite for one machine, the
 /// [`MemoryStore`](crate::MemoryStore) for unit tests.
@@ -54,6 +54,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`Error::Store`](crate::Error::Store) if the backend fails.
     async fn now(&self) -> Result<DateTime<Utc>>;
+
+    /// Asks the holder of lease `name` to stop its run, on behalf of the job's newer
+    /// tick `newer` (overlap policy [`Overlap::CancelRunning`](crate::Overlap)): marks
+    /// the row when it is held, unexpired and unreleased, for a tick older than
+    /// `newer`. The holder's next [`renew`](Store::renew) reports it
+    /// ([`Renewed::cancel_requested`]). Returns whether a row was marked.
+    ///
+    /// The default marks nothing: on a store without it, a newer tick waits for the
+    /// running one to end, as with [`Overlap::BufferOne`](crate::Overlap).
+    ///
+    /// # Errors
+    /// [`Error::Store`](crate::Error::Store) if the backend fails.
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
+        let _ = (name, newer);
+        Ok(false)
+    }
 }
 
 /// A shared store is a store: `Scheduler::builder(Arc::new(store))` and
@@ -74,5 +90,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     async fn now(&self) -> Result<DateTime<Utc>> {
         (**self).now().await
+    }
+
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
+        (**self).request_cancel(name, newer).await
     }
 }

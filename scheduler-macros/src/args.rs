@@ -88,6 +88,7 @@ pub(crate) enum CatchUp {
 pub(crate) enum Overlap {
     Skip,
     BufferOne,
+    CancelRunning,
 }
 
 /// `scheduler_core::Retry`.
@@ -335,11 +336,15 @@ impl Setters {
     fn overlap(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
         once(&self.overlap, meta, "overlap")?;
         let lit = string(meta, "overlap", r#""buffer_one""#)?;
-        let words = [("skip", Overlap::Skip), ("buffer_one", Overlap::BufferOne)];
+        let words = [
+            ("skip", Overlap::Skip),
+            ("buffer_one", Overlap::BufferOne),
+            ("cancel_running", Overlap::CancelRunning),
+        ];
         let overlap = word(&lit, &words, |written, guess| {
-            let valid = r#"use "skip" (a tick due during a run is skipped) or "buffer_one" (the latest tick due during a run waits for it to end)"#;
+            let valid = r#"use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#;
             match written {
-                "cancel_running" | "concurrent" => {
+                "concurrent" => {
                     format!("overlap policy {written:?} is not available yet; {valid}")
                 }
                 _ => format!(
@@ -980,19 +985,15 @@ mod tests {
             ),
             (
                 quote!(every = "1m", overlap = "buffer-one"),
-                r#"unknown overlap policy "buffer-one"; did you mean "buffer_one"? use "skip" (a tick due during a run is skipped) or "buffer_one" (the latest tick due during a run waits for it to end)"#,
+                r#"unknown overlap policy "buffer-one"; did you mean "buffer_one"? use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
             ),
             (
                 quote!(every = "1m", overlap = "queue"),
-                r#"unknown overlap policy "queue"; use "skip" (a tick due during a run is skipped) or "buffer_one" (the latest tick due during a run waits for it to end)"#,
+                r#"unknown overlap policy "queue"; use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
             ),
             (
                 quote!(every = "1m", overlap = "concurrent"),
-                r#"overlap policy "concurrent" is not available yet; use "skip" (a tick due during a run is skipped) or "buffer_one" (the latest tick due during a run waits for it to end)"#,
-            ),
-            (
-                quote!(every = "1m", overlap = "cancel_running"),
-                r#"overlap policy "cancel_running" is not available yet; use "skip" (a tick due during a run is skipped) or "buffer_one" (the latest tick due during a run waits for it to end)"#,
+                r#"overlap policy "concurrent" is not available yet; use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
             ),
             (
                 quote!(every = "1m", retry),

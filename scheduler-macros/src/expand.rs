@@ -332,6 +332,7 @@ fn policy(policy: &Policy) -> TokenStream {
         let overlap = match overlap {
             Overlap::Skip => quote!(Skip),
             Overlap::BufferOne => quote!(BufferOne),
+            Overlap::CancelRunning => quote!(CancelRunning),
         };
         quote!(.overlap(#private::Overlap::#overlap))
     });

@@ -63,7 +63,7 @@ async fn report(_: JobContext) -> Result<(), BoxError> {
     cron = "0 */15 * * * *",
     catch_up = "skip",
     retry = 4,
-    overlap = "skip"
+    overlap = "cancel_running"
 )]
 async fn poll(_: JobContext) -> Result<(), BoxError> {
     Ok(())
@@ -130,7 +130,7 @@ fn every_policy_key_reaches_the_policy() {
         poll.policy(),
         Policy::default()
             .catch_up(CatchUp::Skip)
-            .overlap(Overlap::Skip)
+            .overlap(Overlap::CancelRunning)
             .retry(4, Duration::from_secs(1))
     );
     assert_eq!(backfill.catch_up(), None);

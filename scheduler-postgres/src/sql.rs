@@ -13,12 +13,14 @@ pub(crate) const NOW: &str = "SELECT clock_timestamp() AS now";
 /// - take (`$1` names, `$2` ticks, `$3` holders, `$4` ttl in ms): one row per lease
 ///   asked for, `won` or held (`completed` when released as completed);
 /// - renew (`$1` names, `$2` holders, `$3` ttl in ms): the renewed names and expiries;
-/// - release (`$1` names, `$2` holders, `$3` completed): the released names.
+/// - release (`$1` names, `$2` holders, `$3` completed): the released names;
+/// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any.
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
     pub(crate) take: String,
     pub(crate) renew: String,
     pub(crate) release: String,
+    pub(crate) request_cancel: String,
 }
 
 impl Sql {
@@ -112,9 +114,19 @@ impl Sql {
              WHERE l.name = ANY (ARRAY[mine.name]) \
                AND l.holder IS NOT DISTINCT FROM mine.holder \
                AND l.released_at IS NOT DISTINCT FROM mine.released_at";
+        // `cancel_requested`: a newer tick of the job asked this run to stop.
         let renew = format!(
             "UPDATE {t} l SET expires_at = now() + $3::bigint * interval '1 millisecond' \
-             {mine} RETURNING l.name, l.expires_at"
+             {mine} RETURNING l.name, l.expires_at, (l.cancel_tick > l.tick) IS TRUE AS cancel_requested"
+        );
+        // Marks a run of an older tick that still holds the lease, once per newer
+        // tick; a row that is free, released, or already asked by this tick or a
+        // later one is left alone.
+        let request_cancel = format!(
+            "UPDATE {t} SET cancel_tick = $2 \
+             WHERE name = $1 AND tick < $2 AND released_at IS NULL AND expires_at > now() \
+               AND (cancel_tick IS NULL OR cancel_tick < $2) \
+             RETURNING name"
         );
         let release = format!(
             "UPDATE {t} l SET expires_at = LEAST(l.expires_at, now()), \
@@ -125,6 +137,7 @@ impl Sql {
             take,
             renew,
             release,
+            request_cancel,
         }
     }
 }

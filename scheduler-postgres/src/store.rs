@@ -294,6 +294,7 @@ impl Store for PostgresStore {
                 Ok(Renewed {
                     name: name_from_row(row, "renew leases")?,
                     expires_at: time(row, "expires_at", "renew leases")?,
+                    cancel_requested: get(row, "cancel_requested", "renew leases")?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -320,6 +321,20 @@ impl Store for PostgresStore {
             .map(|row| name_from_row(row, "release leases"))
             .collect::<Result<_>>()?;
         Ok(released)
+    }
+
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> scheduler_core::Result<bool> {
+        let values = vec![name.as_str().to_owned().into(), newer.at().into()];
+        let rows = self
+            .session
+            .lease_query(
+                "ask a run to stop",
+                &self.sql.request_cancel,
+                values,
+                Duration::MAX,
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
     async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {

@@ -137,7 +137,14 @@ async fn a_changed_column_type_is_a_clear_error() {
         "operator does not exist: text < timestamp with time zone",
         SHAPE_HINT,
     );
-    assert_eq!(store.renew(&a, ttl()).await.expect("renew").len(), 1);
+    // The renewal reads `tick` too (is a newer tick asking this run to stop?).
+    let err = store.renew(&a, ttl()).await.expect_err("renew");
+    assert_statement(
+        &err,
+        "renew leases",
+        "operator does not exist: timestamp with time zone > text",
+        SHAPE_HINT,
+    );
 
     let (_db, store, a, _) =
         altered("ALTER TABLE scheduler_leases ALTER expires_at TYPE text").await;
@@ -248,7 +255,7 @@ async fn a_table_dropped_under_an_open_store_is_a_clear_error() {
         err.to_string(),
         format!(
             "migration setup failed: the bookkeeping table scheduler_leases_migrations records \
-             {CREATE_LEASES} as applied, but the lease table scheduler_leases does not exist; was it dropped by hand? \
+             {CREATE_LEASES}, m20261201_000002_cancel_requests as applied, but the lease table scheduler_leases does not exist; was it dropped by hand? \
              delete the rows of scheduler_leases_migrations (DELETE FROM scheduler_leases_migrations) to have the \
              migrations create it again"
         )
@@ -364,8 +371,9 @@ async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed()
             .with_subscriber(logs.clone()),
     );
     let job = "broken table job";
+    // Passed over for the next tick (coalesced, the default catch-up) or missed.
     wait_for(Duration::from_secs(60), "two ticks missed", || {
-        let missed = stats.count(job, Outcome::Missed);
+        let missed = stats.count(job, Outcome::Missed) + stats.count(job, Outcome::Coalesced);
         async move { missed >= 2 }
     })
     .await;

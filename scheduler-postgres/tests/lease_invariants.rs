@@ -63,6 +63,13 @@ async fn a_retried_take_of_the_same_holder_wins() {
 }
 
 #[tokio::test]
+async fn cancel_requests_reach_the_holder() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 2).await;
+    scheduler_store_tests::cancel_requests_reach_the_holder(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn node_clocks_do_not_matter() {
     let db = TestDb::new().await;
     let s = instances(&db, 2).await;

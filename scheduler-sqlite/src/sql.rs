@@ -19,6 +19,7 @@ pub(crate) struct Sql {
     pub(crate) held: String,
     pub(crate) renew: String,
     pub(crate) release: String,
+    pub(crate) request_cancel: String,
     pub(crate) now: String,
 }
 
@@ -64,9 +65,18 @@ impl Sql {
         // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.
         let mine = "released_at IS NULL \
              AND (name, holder) IN (SELECT r.value ->> 0, r.value ->> 1 FROM json_each(?1) AS r)";
+        // `cancel_requested`: a newer tick of the job asked this run to stop.
         let renew = format!(
             "UPDATE {t} SET expires_at = {NOW} + ?2 * 1000 \
-             WHERE {mine} RETURNING name, expires_at"
+             WHERE {mine} RETURNING name, expires_at, coalesce(cancel_tick > tick, 0) AS cancel_requested"
+        );
+        // `?1` the name, `?2` the newer tick (microseconds): marks a run of an older
+        // tick that still holds the lease, once per newer tick.
+        let request_cancel = format!(
+            "UPDATE {t} SET cancel_tick = ?2 \
+             WHERE name = ?1 AND tick < ?2 AND released_at IS NULL AND expires_at > {NOW} \
+               AND (cancel_tick IS NULL OR cancel_tick < ?2) \
+             RETURNING name"
         );
         let release = format!(
             "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \
@@ -79,6 +89,7 @@ impl Sql {
             held,
             renew,
             release,
+            request_cancel,
             now: format!("SELECT {NOW} AS now"),
         }
     }

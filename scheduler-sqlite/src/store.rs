@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use scheduler_core::lease::ensure_unique;
-use scheduler_core::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Ttl};
+use scheduler_core::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick, Ttl};
 use scheduler_migrations::TableName;
 use sea_orm::sqlx::ConnectOptions as _;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
@@ -22,7 +22,7 @@ use crate::error::{Error, Origin, Result, connect_error};
 use crate::migrate;
 use crate::open::{check_path, check_version, check_writable, literal_path, use_wal};
 use crate::options::{SqliteOptions, check_unqualified};
-use crate::row::{held_from_row, lease_from_row, name_from_row, time};
+use crate::row::{get, held_from_row, lease_from_row, name_from_row, time};
 use crate::sql::Sql;
 
 /// The embedded lease store: leases in a table of one SQLite file, shared by every
@@ -270,6 +270,7 @@ impl scheduler_core::Store for SqliteStore {
                 Ok(Renewed {
                     name: name_from_row(row, "renew leases")?,
                     expires_at: time(row, "expires_at", "renew leases")?,
+                    cancel_requested: get::<i64>(row, "cancel_requested", "renew leases")? != 0,
                 })
             })
             .collect::<Result<_>>()?;
@@ -298,6 +299,17 @@ impl scheduler_core::Store for SqliteStore {
             .map(|row| name_from_row(row, "release leases"))
             .collect::<Result<_>>()?;
         Ok(released)
+    }
+
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> scheduler_core::Result<bool> {
+        const OP: &str = "ask a run to stop";
+        let values = vec![
+            name.as_str().to_owned().into(),
+            newer.at().timestamp_micros().into(),
+        ];
+        let _turn = self.write_turn(OP).await?;
+        let rows = self.query(OP, &self.sql.request_cancel, values).await?;
+        Ok(!rows.is_empty())
     }
 
     async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {

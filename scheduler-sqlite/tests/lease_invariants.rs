@@ -70,6 +70,13 @@ async fn a_retried_take_of_the_same_holder_wins() {
 }
 
 #[tokio::test]
+async fn cancel_requests_reach_the_holder() {
+    let dir = TempDir::new("cancel");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    scheduler_store_tests::cancel_requests_reach_the_holder(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn node_clocks_do_not_matter() {
     let dir = TempDir::new("node-clock");
     let s = instances(&dir.join("ahead.db"), 2).await;
@@ -142,7 +149,7 @@ async fn many_stores_open_one_new_file_at_once() {
         ))
         .await
         .expect("bookkeeping");
-    assert_eq!(applied.len(), 1);
+    assert_eq!(applied.len(), scheduler_migrations::MIGRATIONS.len());
     let tick = Tick::new(stores[0].now().await.expect("clock"));
     let name = LeaseName::new("shared").expect("name");
     let ttl = Ttl::new(Duration::from_secs(60)).expect("ttl");
@@ -255,7 +262,7 @@ async fn leases_survive_reopening_and_the_schema_is_applied_once() {
         ))
         .await
         .expect("bookkeeping");
-    assert_eq!(rows.len(), 1);
+    assert_eq!(rows.len(), scheduler_migrations::MIGRATIONS.len());
     let mode = again
         .connection()
         .query_one_raw(Statement::from_string(

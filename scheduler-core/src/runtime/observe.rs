@@ -26,7 +26,7 @@ use crate::lease::{FencingToken, Holder, Tick};
 pub mod names {
     /// Counter of tick outcomes; attributes `job.name`, `outcome`
     /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`,
-    /// `coalesced`, `retried`, `timed_out`).
+    /// `coalesced`, `retried`, `timed_out`, `cancelled_by_newer`).
     pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
     /// Histogram of run durations in seconds; attributes `job.name`, `outcome`.
     pub const RUN_DURATION: &str = "scheduler.run.duration";
@@ -62,11 +62,14 @@ pub enum RunOutcome {
     Retried,
     /// It took longer than its timeout.
     TimedOut,
+    /// A newer tick cancelled it (overlap policy "cancel running"); its tick counts
+    /// as done.
+    CancelledByNewer,
 }
 
 impl RunOutcome {
     /// The outcome as stored: `succeeded`, `failed`, `cancelled`, `retried`,
-    /// `timed_out`.
+    /// `timed_out`, `cancelled_by_newer`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Succeeded => "succeeded",
@@ -74,6 +77,7 @@ impl RunOutcome {
             RunOutcome::Cancelled => "cancelled",
             RunOutcome::Retried => "retried",
             RunOutcome::TimedOut => "timed_out",
+            RunOutcome::CancelledByNewer => "cancelled_by_newer",
         }
     }
 }
@@ -148,7 +152,7 @@ impl Instruments {
             outcomes: meter
                 .u64_counter(names::TICK_OUTCOMES)
                 .with_unit("{tick}")
-                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out")
+                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out, cancelled_by_newer")
                 .build(),
             run_duration: meter
                 .f64_histogram(names::RUN_DURATION)
@@ -283,6 +287,14 @@ impl Observer {
                 tracing::info!(job, tick = %tick, holder = %holder,
                     "tick dropped after an unanswered take: releasing its holder in case the take was applied");
             }
+            TickEvent::CancelledByNewer { tick, newer } => {
+                tracing::info!(job, tick = %tick, newer = %newer,
+                    "run cancelled: a newer tick came due and the newest tick wins");
+            }
+            TickEvent::AskCancel { newer } => {
+                tracing::info!(job, newer = %newer,
+                    "an older tick runs elsewhere: asking its holder to stop, the newest tick wins");
+            }
             TickEvent::WonTooLate { tick, late, .. } => {
                 self.outcome(job, Outcome::Missed);
                 tracing::warn!(job, tick = %tick, late_ms = late.num_milliseconds(),
@@ -312,6 +324,10 @@ impl Observer {
                 self.outcome(job, Outcome::Retried);
                 tracing::warn!(job, tick = %run.tick, attempt = run.attempt, error = %error,
                     "run failed; retrying under the same lease");
+            }
+            (_, _) if run.outcome == RunOutcome::CancelledByNewer => {
+                self.outcome(job, Outcome::CancelledByNewer);
+                tracing::info!(job, tick = %run.tick, "run ended after a newer tick cancelled it");
             }
             (Some(error), _) if run.outcome == RunOutcome::TimedOut => {
                 self.outcome(job, Outcome::TimedOut);

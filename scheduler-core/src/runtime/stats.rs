@@ -28,10 +28,13 @@ pub enum Outcome {
     Retried,
     /// The run took longer than its timeout and was cancelled.
     TimedOut,
+    /// A newer tick cancelled the run (overlap policy
+    /// [`Overlap::CancelRunning`](crate::Overlap::CancelRunning)).
+    CancelledByNewer,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 9] = [
+    const ALL: [Outcome; 10] = [
         Outcome::Ran,
         Outcome::Failed,
         Outcome::HeldElsewhere,
@@ -41,6 +44,7 @@ impl Outcome {
         Outcome::Coalesced,
         Outcome::Retried,
         Outcome::TimedOut,
+        Outcome::CancelledByNewer,
     ];
 
     /// The outcome's name, as logs and metrics spell it.
@@ -55,6 +59,7 @@ impl Outcome {
             Outcome::Coalesced => "coalesced",
             Outcome::Retried => "retried",
             Outcome::TimedOut => "timed_out",
+            Outcome::CancelledByNewer => "cancelled_by_newer",
         }
     }
 

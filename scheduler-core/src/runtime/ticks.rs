@@ -81,6 +81,12 @@ pub(crate) enum TickEvent {
     /// A tick dropped while a take of it had gone unanswered: the store may have
     /// granted it to `holder` all the same, so that holder is to be released.
     Abandoned { tick: Tick, holder: Holder },
+    /// A newer tick, come due during the run of `tick`, cancelled that run
+    /// ([`Overlap::CancelRunning`]).
+    CancelledByNewer { tick: Tick, newer: Tick },
+    /// The run of an older tick holds the lease on another instance: it is to be
+    /// asked to stop, for `newer` ([`Overlap::CancelRunning`]).
+    AskCancel { newer: Tick },
     /// Ticks that could not start and were passed over for a later one that runs in
     /// their place ([`CatchUp::Latest`]); `tick` is the last of them.
     Coalesced { tick: Tick, count: u64 },
@@ -156,6 +162,8 @@ struct Pending {
     unanswered: bool,
     /// When to ask again after a refusal (store clock); `None`: at once.
     retry_at: Option<DateTime<Utc>>,
+    /// The holder of the previous tick was asked to stop ([`Overlap::CancelRunning`]).
+    cancel_asked: bool,
 }
 
 /// A run this instance holds the lease for.
@@ -170,6 +178,9 @@ pub(crate) struct Running {
     pub(crate) lost: bool,
     /// Which attempt at the tick runs: 1, then 2 for the first retry, …
     pub(crate) attempt: u32,
+    /// A newer tick cancelled it ([`Overlap::CancelRunning`]): it completes its tick
+    /// when it ends, however it ends.
+    pub(crate) superseded: bool,
 }
 
 /// One job's ticks.
@@ -242,6 +253,7 @@ impl JobTicks {
             refused: false,
             unanswered: false,
             retry_at: None,
+            cancel_asked: false,
         }
     }
 
@@ -342,10 +354,21 @@ impl JobTicks {
         events: &mut Vec<TickEvent>,
     ) {
         let (tick, at, window) = due;
-        if let Some(running) = &self.running {
-            let running = running.lease.tick;
+        if let Some(run) = &mut self.running {
+            let running = run.lease.tick;
             let skipped = match cadence.policy.overlap {
                 Overlap::BufferOne => self.buffered.replace(due).map(|(old, _, _)| old),
+                Overlap::CancelRunning => {
+                    if !run.superseded && !run.lost {
+                        run.superseded = true;
+                        run.cancel.cancel();
+                        events.push(TickEvent::CancelledByNewer {
+                            tick: running,
+                            newer: tick,
+                        });
+                    }
+                    self.buffered.replace(due).map(|(old, _, _)| old)
+                }
                 _ => Some(tick),
             };
             if let Some(tick) = skipped {
@@ -418,6 +441,7 @@ impl JobTicks {
             cancel: CancellationToken::new(),
             lost: false,
             attempt: 1,
+            superseded: false,
         });
         Won::Run { took_over }
     }
@@ -427,7 +451,7 @@ impl JobTicks {
     /// win, or drops the tick.
     pub(crate) fn on_refused(
         &mut self,
-
+        cadence_overlap: Overlap,
         held: Option<&Held>,
         now: DateTime<Utc>,
         polling: Polling,
@@ -455,8 +479,15 @@ impl JobTicks {
             Some(h) if h.tick == p.tick => {
                 Some(same_tick_poll.map_or(h.expires_at, |at| at.min(h.expires_at)))
             }
-            // The previous tick still runs elsewhere: this one may start when it ends.
-            Some(h) if h.expires_at > now => Some(h.expires_at.min(overlap_poll)),
+            // The previous tick still runs elsewhere: this one may start when it ends
+            // (and asks it to end, if the newest tick wins).
+            Some(h) if h.expires_at > now => {
+                if cadence_overlap == Overlap::CancelRunning && !p.cancel_asked {
+                    p.cancel_asked = true;
+                    events.push(TickEvent::AskCancel { newer: p.tick });
+                }
+                Some(h.expires_at.min(overlap_poll))
+            }
             // The row the statement read was already free for this tick, yet the take
             // lost (or the store reports no row: it was free, or did not exist, when
             // the statement read it): another instance won this tick in the same
@@ -519,6 +550,15 @@ impl JobTicks {
         if let Some(r) = &mut self.running {
             r.lease.expires_at = expires_at;
         }
+    }
+
+    /// A newer tick asked the run to stop (its renewal said so): it is cancelled and
+    /// completes its tick as `cancelled_by_newer`. Returns the run if this is news.
+    pub(crate) fn on_cancel_requested(&mut self) -> Option<&Running> {
+        let running = self.running.as_mut().filter(|r| !r.lost && !r.superseded)?;
+        running.superseded = true;
+        running.cancel.cancel();
+        Some(running)
     }
 
     /// The run's lease is lost. Returns the run if it was not already marked lost.
@@ -715,6 +755,7 @@ mod tests {
         ev.clear();
         j.on_unanswered();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1010, 1_010_300, true)),
             ms(1_010_010),
             POLL,
@@ -733,6 +774,7 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1000, 1_000_300, true)),
             ms(1_000_510),
             POLL,
@@ -755,6 +797,7 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(990, 991_000, true)),
             ms(1_000_505),
             POLL,
@@ -770,6 +813,7 @@ mod tests {
         j.start(&c, ms(1_000_500));
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(999, 999_100, true)),
             ms(1_000_505),
             POLL,
@@ -783,6 +827,7 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1000, 1_000_800, false)),
             ms(1_000_510),
             POLL,
@@ -796,6 +841,7 @@ mod tests {
         // Expired unreleased (its holder crashed): the retry may win.
         assert!(j.due(&c, ms(1_000_800), Z, &mut ev).is_some());
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1000, 1_008_000, false)),
             ms(1_000_810),
             POLL,
@@ -804,6 +850,7 @@ mod tests {
         assert_eq!(j.next_wake(Z), Some(ms(1_001_810)), "then the poll");
         // A retry past the window drops the tick.
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1000, 1_020_000, false)),
             ms(1_009_500),
             POLL,
@@ -818,6 +865,7 @@ mod tests {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(990, 1_030_000, false)),
             ms(1_000_510),
             POLL,
@@ -975,6 +1023,58 @@ mod tests {
     }
 
     #[test]
+    fn cancel_running_cancels_a_run_here_at_once_and_asks_one_elsewhere_once() {
+        // Here: the tick due during the run cancels it and waits for it to end.
+        let (mut j, mut c, mut ev) = started();
+        c.policy = Policy::default().overlap(Overlap::CancelRunning);
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+        assert!(j.due(&c, ms(1_010_000), Z, &mut ev).is_none());
+        let t = |s| Tick::new(at(s));
+        assert_eq!(
+            ev,
+            [TickEvent::CancelledByNewer {
+                tick: t(1000),
+                newer: t(1010)
+            }]
+        );
+        let run = j.running().unwrap();
+        assert!(run.superseded && run.cancel.is_cancelled());
+        j.on_finished();
+        let (tick, _) = j.due(&c, ms(1_010_100), Z, &mut ev).unwrap();
+        assert_eq!(tick, t(1010));
+
+        // Elsewhere: a take refused because an older tick still runs asks its holder
+        // to stop, once; then polls as usual.
+        let (mut j, mut c, mut ev) = started();
+        c.policy = Policy::default().overlap(Overlap::CancelRunning);
+        j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        for _ in 0..2 {
+            j.on_refused(
+                Overlap::CancelRunning,
+                Some(&held(990, 1_003_000, false)),
+                ms(1_000_510),
+                POLL,
+                &mut ev,
+            );
+        }
+        assert_eq!(
+            ev,
+            [
+                TickEvent::HeldElsewhere { tick: t(1000) },
+                TickEvent::AskCancel { newer: t(1000) }
+            ]
+        );
+        // Its own renewal tells a holder it was asked: cancelled, once.
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+        assert!(j.on_cancel_requested().is_some());
+        assert!(j.on_cancel_requested().is_none(), "news once");
+        assert!(j.running().unwrap().cancel.is_cancelled());
+    }
+
+    #[test]
     fn buffer_one_runs_the_latest_tick_due_during_a_run_once_it_ends() {
         let (mut j, mut c, mut ev) = started();
         c.policy = Policy::default().overlap(Overlap::BufferOne);
@@ -1022,6 +1122,7 @@ mod tests {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_refused(
+            Overlap::Skip,
             Some(&held(1000, 1_000_600, false)),
             ms(1_000_510),
             POLL,

@@ -323,8 +323,11 @@ impl Troubles {
             .map(|j| {
                 [
                     Outcome::Missed,
+                    Outcome::Coalesced,
                     Outcome::SkippedOverlap,
                     Outcome::Failed,
+                    Outcome::TimedOut,
+                    Outcome::Retried,
                     Outcome::LeaseLost,
                 ]
                 .iter()

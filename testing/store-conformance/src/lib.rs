@@ -501,6 +501,75 @@ pub async fn retried_take_of_the_same_holder_wins(a: &SharedStore, b: &SharedSto
     );
 }
 
+/// A newer tick asks the holder of an older one to stop: the mark is set only on a
+/// row held (unexpired, unreleased) for an older tick, once per newer tick, and the
+/// holder's renewal reports it; other leases' renewals do not.
+pub async fn cancel_requests_reach_the_holder(a: &SharedStore, b: &SharedStore) {
+    let (lease, other) = (name("cancel-me"), name("cancel-bystander"));
+    let t = tick(a, 0).await;
+    let later = Tick::new(t.at() + TimeDelta::seconds(1));
+    let won = a
+        .take(
+            &[
+                TakeRequest::new(lease.clone(), t),
+                TakeRequest::new(other.clone(), t),
+            ],
+            ttl(60_000),
+        )
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(won.len(), 2);
+    let (held, bystander) = if won[0].name == lease {
+        (won[0].clone(), won[1].clone())
+    } else {
+        (won[1].clone(), won[0].clone())
+    };
+    // Not for the same tick or an older one.
+    assert!(
+        !b.request_cancel(&lease, t).await.expect("ask"),
+        "same tick"
+    );
+    let renewed = a.renew(&[held.key()], ttl(60_000)).await.expect("renew");
+    assert!(!renewed[0].cancel_requested, "nobody asked yet");
+    assert!(
+        b.request_cancel(&lease, later).await.expect("ask"),
+        "a newer tick asks"
+    );
+    assert!(
+        !b.request_cancel(&lease, later).await.expect("ask"),
+        "asked once per tick"
+    );
+    let renewed = a
+        .renew(&[held.key(), bystander.key()], ttl(60_000))
+        .await
+        .expect("renew");
+    for r in &renewed {
+        assert_eq!(r.cancel_requested, r.name == lease, "{r:?}");
+    }
+    // Once released, nothing is left to ask.
+    a.release(&[held.key()], Release::Completed)
+        .await
+        .expect("release");
+    let newest = Tick::new(t.at() + TimeDelta::seconds(2));
+    assert!(
+        !b.request_cancel(&lease, newest).await.expect("ask"),
+        "released"
+    );
+    // The newer tick takes the lease as usual, and its own renewals are clean.
+    let next = b
+        .take(&[TakeRequest::new(lease.clone(), later)], ttl(60_000))
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(next.len(), 1, "the newer tick takes the released lease");
+    let renewed = b.renew(&[next[0].key()], ttl(60_000)).await.expect("renew");
+    assert!(
+        !renewed[0].cancel_requested,
+        "the request was for this tick"
+    );
+}
+
 /// Every invariant above, in turn, on fresh names each time.
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[1 % stores.len()]);
@@ -510,6 +579,7 @@ pub async fn all(stores: &[SharedStore]) {
     fencing_tokens_increase(a, b).await;
     released_tick_is_done(a, b).await;
     retried_take_of_the_same_holder_wins(a, b).await;
+    cancel_requests_reach_the_holder(a, b).await;
     batch_returns_exactly_the_free(a, b, 100).await;
     awkward_names_round_trip(a).await;
 }

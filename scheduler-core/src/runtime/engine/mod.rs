@@ -34,7 +34,7 @@ use super::ticks::{JobTicks, Polling, TickEvent};
 use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error, StoreFailure};
 use crate::job::Duplicate;
-use crate::lease::{LeaseKey, Release};
+use crate::lease::{LeaseKey, LeaseName, Release, Tick};
 
 type RunResult = (usize, Result<(), BoxError>);
 
@@ -86,6 +86,9 @@ pub(super) struct Engine {
     beat: Arc<Heartbeat>,
     /// Shutting down: failed runs are not retried.
     draining: bool,
+    /// Runs of older ticks on other instances to ask to stop, for newer ticks
+    /// (overlap policy "cancel running"): lease name and the newer tick.
+    to_cancel: Vec<(LeaseName, Tick)>,
 }
 
 impl Engine {
@@ -118,6 +121,7 @@ impl Engine {
             },
             beat: s.health.heartbeat(),
             draining: false,
+            to_cancel: Vec::new(),
             s,
         }
     }
@@ -255,7 +259,26 @@ impl Engine {
         if !due.is_empty() {
             self.take_due(due).await;
         }
+        if !self.to_cancel.is_empty() {
+            self.ask_cancels().await;
+        }
         self.expire_unrenewed();
+    }
+
+    /// Asks the holders of older ticks to stop, one statement each (rare: only jobs
+    /// whose newest tick wins, only when a tick finds the previous one running
+    /// elsewhere). A failed ask is logged; the tick still waits for the run to end.
+    async fn ask_cancels(&mut self) {
+        for (name, newer) in std::mem::take(&mut self.to_cancel) {
+            let store = self.s.store.clone();
+            let lease = name.clone();
+            let call = async move { store.request_cancel(&lease, newer).await };
+            match self.leases.run("request cancel", call).await {
+                Ok(marked) => debug!(lease = %name, newer = %newer, marked, "asked the holder to stop"),
+                Err(err) => warn!(lease = %name, newer = %newer, error = %err,
+                    "could not ask the holder of an older tick to stop; the newer tick waits for it"),
+            }
+        }
     }
 
     fn next_wake(&self) -> Instant {
@@ -377,11 +400,17 @@ impl Engine {
                 self.next_renew = Instant::now() + renew_every;
                 let renewed: HashMap<_, _> = renewed
                     .into_iter()
-                    .map(|r| (r.name, r.expires_at))
+                    .map(|r| (r.name, (r.expires_at, r.cancel_requested)))
                     .collect();
                 for (i, key) in ours {
                     match renewed.get(&key.name) {
-                        Some(expires_at) => self.jobs[i].on_renewed(*expires_at),
+                        Some((expires_at, cancel)) => {
+                            self.jobs[i].on_renewed(*expires_at);
+                            if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
+                                info!(job = %self.s.entries[i].name, tick = %r.lease.tick,
+                                    "run cancelled: a newer tick of the job asked for the lease");
+                            }
+                        }
                         None => self.lost(i, "the renewal found the lease taken over or gone"),
                     }
                 }
@@ -437,15 +466,20 @@ impl std::fmt::Debug for Engine {
 
 /// Hands job `i`'s tick events to the observer; the holder of an abandoned tick is
 /// queued for release (harmless if the store never granted it: releases are
-/// conditional on the holder), and so is a tick won too late, unrun.
+/// conditional on the holder), and so is a tick won too late, unrun; an older
+/// tick's holder to ask to stop is queued for [`Engine::ask_cancels`].
 pub(super) fn report(
     s: &Scheduler,
     to_release: &mut Vec<(LeaseKey, Release)>,
+    to_cancel: &mut Vec<(LeaseName, Tick)>,
     i: usize,
     events: &mut Vec<TickEvent>,
 ) {
     let e = &s.entries[i];
     for event in events.drain(..) {
+        if let TickEvent::AskCancel { newer } = &event {
+            to_cancel.push((e.lease.clone(), *newer));
+        }
         if let TickEvent::Abandoned { holder, .. } | TickEvent::WonTooLate { holder, .. } = &event {
             let key = LeaseKey {
                 name: e.lease.clone(),

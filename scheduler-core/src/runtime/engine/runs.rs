@@ -16,7 +16,7 @@ impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
         let mut events = Vec::new();
         let won = self.jobs[i].on_won(lease, now, &mut events);
-        report(&self.s, &mut self.to_release, i, &mut events);
+        report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
         let e = &self.s.entries[i];
         if won == (Won::Run { took_over: true })
             && let Some(r) = self.jobs[i].running()
@@ -128,6 +128,7 @@ impl Engine {
         if let Err(err) = &result
             && !err.is::<Interrupted>()
             && !self.draining
+            && !self.jobs[i].running().is_some_and(|r| r.superseded)
         {
             let now = self.db_now();
             let failed_attempt = self.jobs[i].running().map(|r| (r.started, r.attempt));
@@ -164,11 +165,15 @@ impl Engine {
     /// tick whatever happened meanwhile; [`Interrupted`] (or an error after the run
     /// was cancelled) hands the tick back for a retry.
     fn ended(&mut self, i: usize, running: &Running, result: Result<(), BoxError>) {
+        // A run a newer tick cancelled completes its tick however it ends: the
+        // newer tick runs in its place.
         let interrupted = match &result {
             Ok(()) => false,
+            Err(_) if running.superseded => false,
             Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
         };
         let outcome = match &result {
+            _ if running.superseded => RunOutcome::CancelledByNewer,
             Ok(()) => RunOutcome::Succeeded,
             Err(_) if interrupted => RunOutcome::Cancelled,
             Err(err) if err.is::<TimedOut>() => RunOutcome::TimedOut,

@@ -25,7 +25,7 @@ impl Engine {
                 let name = e.lease.clone();
                 due.push((i, TakeRequest { name, tick, holder }));
             }
-            report(&self.s, &mut self.to_release, i, &mut events);
+            report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
         }
         due
     }
@@ -127,12 +127,13 @@ impl Engine {
                 Some(lease) => self.start(i, lease, answered),
                 None => {
                     self.jobs[i].on_refused(
+                        e.cadence.policy.overlap,
                         refused.get(&e.lease),
                         answered,
                         self.polling,
                         &mut events,
                     );
-                    report(&self.s, &mut self.to_release, i, &mut events);
+                    report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
                 }
             }
         }
