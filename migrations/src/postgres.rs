@@ -97,7 +97,9 @@ pub(crate) fn create_leases(table: &TableName) -> Vec<String> {
 /// ```
 pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
     let t = table.quoted();
-    vec![format!("ALTER TABLE {t} ADD COLUMN cancel_tick timestamptz")]
+    vec![format!(
+        "ALTER TABLE {t} ADD COLUMN cancel_tick timestamptz"
+    )]
 }
 
 /// How many columns the history table has once [`create_history`] ran: a table with

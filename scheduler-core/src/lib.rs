@@ -52,11 +52,11 @@ pub use lease::{
 };
 pub use memory::MemoryStore;
 pub use policy::{CatchUp, Overlap, Policy, Retry};
+pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
     Health, HealthReport, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
     Stats, metric_names,
 };
-pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;

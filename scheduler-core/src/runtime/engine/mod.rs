@@ -274,7 +274,9 @@ impl Engine {
             let lease = name.clone();
             let call = async move { store.request_cancel(&lease, newer).await };
             match self.leases.run("request cancel", call).await {
-                Ok(marked) => debug!(lease = %name, newer = %newer, marked, "asked the holder to stop"),
+                Ok(marked) => {
+                    debug!(lease = %name, newer = %newer, marked, "asked the holder to stop")
+                }
                 Err(err) => warn!(lease = %name, newer = %newer, error = %err,
                     "could not ask the holder of an older tick to stop; the newer tick waits for it"),
             }

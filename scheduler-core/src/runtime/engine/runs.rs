@@ -16,7 +16,13 @@ impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
         let mut events = Vec::new();
         let won = self.jobs[i].on_won(lease, now, &mut events);
-        report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
+        report(
+            &self.s,
+            &mut self.to_release,
+            &mut self.to_cancel,
+            i,
+            &mut events,
+        );
         let e = &self.s.entries[i];
         if won == (Won::Run { took_over: true })
             && let Some(r) = self.jobs[i].running()

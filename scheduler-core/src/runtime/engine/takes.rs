@@ -25,7 +25,13 @@ impl Engine {
                 let name = e.lease.clone();
                 due.push((i, TakeRequest { name, tick, holder }));
             }
-            report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
+            report(
+                &self.s,
+                &mut self.to_release,
+                &mut self.to_cancel,
+                i,
+                &mut events,
+            );
         }
         due
     }
@@ -133,7 +139,13 @@ impl Engine {
                         self.polling,
                         &mut events,
                     );
-                    report(&self.s, &mut self.to_release, &mut self.to_cancel, i, &mut events);
+                    report(
+                        &self.s,
+                        &mut self.to_release,
+                        &mut self.to_cancel,
+                        i,
+                        &mut events,
+                    );
                 }
             }
         }
