@@ -88,6 +88,42 @@ pub enum Error {
         /// The renewal interval.
         renew_every: Duration,
     },
+    /// No job of this name is registered with the scheduler.
+    #[error(
+        "no job named {name:?} is registered with this scheduler; name one given to SchedulerBuilder::job"
+    )]
+    UnknownJob {
+        /// The name asked for.
+        name: String,
+    },
+    /// A backfill range holds more ticks than the backfill may run
+    /// ([`BackfillOptions::max_ticks`](crate::BackfillOptions::max_ticks)).
+    #[error(
+        "cannot backfill job {job:?} from {from} to {to}: the range holds more than {max_ticks} ticks; backfill it in parts, or raise BackfillOptions::max_ticks"
+    )]
+    BackfillTooLarge {
+        /// The job.
+        job: String,
+        /// The start of the range.
+        from: chrono::DateTime<chrono::Utc>,
+        /// The end of the range.
+        to: chrono::DateTime<chrono::Utc>,
+        /// The most ticks allowed.
+        max_ticks: usize,
+    },
+    /// A backfill range reaching past the store's clock: ticks still to come are the
+    /// live schedule's.
+    #[error(
+        "cannot backfill job {job:?} up to {to}: that is after the store's clock ({now}), and ticks still to come are the live schedule's; end the range in the past"
+    )]
+    BackfillInFuture {
+        /// The job.
+        job: String,
+        /// The end of the range.
+        to: chrono::DateTime<chrono::Utc>,
+        /// The store's clock when the backfill began.
+        now: chrono::DateTime<chrono::Utc>,
+    },
     /// The store's backend failed (database unreachable, statement failed, …).
     ///
     /// The runtime treats this as transient: it logs it and retries with backoff.

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
 pub use health::{Health, HealthReport};
 use observe::Observer;
 pub use observe::{RunOutcome, RunRecord, RunRecorder, names as metric_names};
