@@ -52,6 +52,7 @@ pub use lease::{
 };
 pub use memory::MemoryStore;
 pub use policy::{CatchUp, Overlap, Policy, Retry};
+pub use runtime::{BackfillOptions, BackfillReport, Backfiller};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
     Health, HealthReport, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
