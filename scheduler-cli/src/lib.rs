@@ -71,7 +71,7 @@ pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
     name = "scheduler-cli",
     version,
     about = "Who holds which lease, each job's last run, and who holds advisory locks; \
-             forget a lease whose holder is gone",
+             forget a lease whose holder is gone; preview a schedule's next ticks",
     long_about = None
 )]
 pub struct Cli {
