@@ -68,6 +68,17 @@ pub enum Overlap {
     /// `cancelled_by_newer`, and the new tick starts when its lease is released.
     /// The run should watch its [cancellation token](crate::JobContext::cancellation).
     CancelRunning,
+    /// Up to `max` runs of different ticks at once, across the cluster. Each tick
+    /// belongs to one of `max` lease slots (tick `n` of an `every` schedule to slot
+    /// `n mod max`; a cron tick by its instant over the schedule's shortest gap), and
+    /// runs under that slot's lease, so every tick still runs once. A tick whose
+    /// slot still runs the tick `max` before it is skipped. Slot 0 is the job's own
+    /// lease, slot `k` `job\#k`. Switch a job to or from it only with every instance
+    /// stopped: an instance of each kind could run one tick under two leases.
+    Concurrent {
+        /// How many runs at once, at most.
+        max: u32,
+    },
 }
 
 impl fmt::Display for Overlap {
@@ -76,6 +87,7 @@ impl fmt::Display for Overlap {
             Overlap::Skip => "skip",
             Overlap::BufferOne => "buffer one",
             Overlap::CancelRunning => "cancel running",
+            Overlap::Concurrent { max } => return write!(f, "concurrent (at most {max})"),
         })
     }
 }

@@ -144,16 +144,68 @@ impl FromStr for Schedule {
 pub(crate) enum Compiled {
     Every(Every),
     Cron(Box<CronSchedule>),
+    /// The ticks of `inner` that belong to lease slot `slot` of `slots`
+    /// ([`Overlap::Concurrent`](crate::Overlap::Concurrent)).
+    Slot {
+        inner: Box<Compiled>,
+        slots: u32,
+        slot: u32,
+        /// The schedule's shortest gap, in milliseconds: a tick's index is its
+        /// instant over it.
+        gap_ms: i64,
+    },
 }
 
 impl Compiled {
     /// The first tick strictly after `after`.
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<Tick> {
         match self {
-            Compiled::Every(every) => every.next_after(after),
-            Compiled::Cron(cron) => cron.next_after(after),
+            Compiled::Every(every) => every.next_after(after).map(Tick::new),
+            Compiled::Cron(cron) => cron.next_after(after).map(Tick::new),
+            Compiled::Slot {
+                inner,
+                slots,
+                slot,
+                gap_ms,
+            } => {
+                // An `every` schedule reaches its slot within `slots` ticks; a cron
+                // schedule whose ticks never fall in this slot leaves it to the
+                // others (every tick belongs to exactly one slot).
+                let mut cursor = after;
+                for _ in 0..(u64::from(*slots) * 64).max(1024) {
+                    let tick = inner.next_after(cursor)?;
+                    if Self::slot_of(tick, *gap_ms, *slots) == *slot {
+                        return Some(tick);
+                    }
+                    cursor = tick.at();
+                }
+                None
+            }
         }
-        .map(Tick::new)
+    }
+
+    /// The schedule a slot's ticks come from (itself, when not a slot).
+    pub(crate) fn base(&self) -> &Compiled {
+        match self {
+            Compiled::Slot { inner, .. } => inner.base(),
+            other => other,
+        }
+    }
+
+    /// The lease slot of `tick` among `slots`.
+    pub(crate) fn slot_of(tick: Tick, gap_ms: i64, slots: u32) -> u32 {
+        let index = tick.at().timestamp_millis().div_euclid(gap_ms.max(1));
+        u32::try_from(index.rem_euclid(i64::from(slots.max(1)))).unwrap_or(0)
+    }
+
+    /// This schedule's ticks of lease slot `slot` of `slots`.
+    pub(crate) fn slot(&self, slots: u32, slot: u32, gap_ms: i64) -> Compiled {
+        Compiled::Slot {
+            inner: Box::new(self.clone()),
+            slots,
+            slot,
+            gap_ms,
+        }
     }
 
     /// The latest tick at or before `at`, looking back no further than `window`.
@@ -175,6 +227,7 @@ impl Compiled {
     /// must stay below).
     pub(crate) fn shortest_gap(&self, from: DateTime<Utc>) -> Option<Duration> {
         match self {
+            Compiled::Slot { inner, .. } => inner.shortest_gap(from),
             Compiled::Every(every) => u64::try_from(every.period_ms())
                 .ok()
                 .map(Duration::from_millis),
@@ -197,6 +250,8 @@ impl Compiled {
     /// The time between the tick `tick` and the one after (the catch-up default).
     pub(crate) fn period_after(&self, tick: Tick) -> TimeDelta {
         match self {
+            // The job's period, not the slot's: a tick's window is the same either way.
+            Compiled::Slot { inner, .. } => inner.period_after(tick),
             Compiled::Every(every) => TimeDelta::milliseconds(every.period_ms()),
             Compiled::Cron(_) => self
                 .next_after(tick.at())
@@ -209,6 +264,38 @@ impl Compiled {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_slots_share_out_every_tick_once() {
+        let every = Schedule::every(Duration::from_secs(10))
+            .compile()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let from = utc("2026-12-01T00:00:05Z");
+        let slots: Vec<Compiled> = (0..3).map(|k| every.slot(3, k, 10_000)).collect();
+        let mut seen = Vec::new();
+        for (k, slot) in slots.iter().enumerate() {
+            let mut at = from;
+            for _ in 0..4 {
+                let tick = slot
+                    .next_after(at)
+                    .unwrap_or_else(|| panic!("slot {k} ends"));
+                assert_eq!(Compiled::slot_of(tick, 10_000, 3) as usize, k);
+                seen.push(tick);
+                at = tick.at();
+            }
+        }
+        seen.sort();
+        let mut whole = Vec::new();
+        let mut at = from;
+        for _ in 0..12 {
+            let tick = every.next_after(at).unwrap_or_else(|| panic!("ends"));
+            whole.push(tick);
+            at = tick.at();
+        }
+        assert_eq!(seen, whole, "each tick in exactly one slot, none lost");
+        // A slot's window is the job's period, not the slot's.
+        assert_eq!(slots[1].period_after(whole[0]), TimeDelta::seconds(10));
+    }
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s)

@@ -109,6 +109,7 @@ fn timing_that_cannot_work_is_refused_by_build() {
         Policy::default().retry(0, Duration::from_millis(100)),
         Policy::default().retry(2, Duration::from_secs(1)),
         Policy::default().catch_up(CatchUp::All { max: 0 }),
+        Policy::default().overlap(scheduler_core::Overlap::Concurrent { max: 0 }),
     ];
     for policy in cases {
         let err = builder(&store)

@@ -344,9 +344,11 @@ impl Setters {
         let overlap = word(&lit, &words, |written, guess| {
             let valid = r#"use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#;
             match written {
-                "concurrent" => {
-                    format!("overlap policy {written:?} is not available yet; {valid}")
-                }
+                "concurrent" => format!(
+                    "overlap policy \"concurrent\" has no `#[job]` key yet: register the job with \
+                     `SchedulerBuilder::job_with_policy(job, Policy::default().overlap(Overlap::Concurrent {{ max }}))`; \
+                     or {valid}"
+                ),
                 _ => format!(
                     "unknown overlap policy {written:?}; {}{valid}",
                     did_you_mean(guess)
@@ -993,7 +995,7 @@ mod tests {
             ),
             (
                 quote!(every = "1m", overlap = "concurrent"),
-                r#"overlap policy "concurrent" is not available yet; use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
+                r#"overlap policy "concurrent" has no `#[job]` key yet: register the job with `SchedulerBuilder::job_with_policy(job, Policy::default().overlap(Overlap::Concurrent { max }))`; or use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
             ),
             (
                 quote!(every = "1m", retry),

@@ -158,3 +158,66 @@ async fn a_newer_tick_cancels_a_run_on_another_instance_through_the_lease_row() 
     );
     assert!(a_stats.count("newest-wins", scheduler_core::Outcome::CancelledByNewer) >= 1);
 }
+
+/// Up to two runs at once: runs of 1.5 s on a 1 s schedule overlap their
+/// neighbours, never three at once, and every tick runs once in the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_runs_overlap_up_to_max_and_each_tick_runs_once() {
+    let db = TestDb::new().await;
+    let jobs = |store: &PostgresStore| {
+        let mut job = Recorder::new("two-at-once", store, "");
+        job.work = Duration::from_millis(1_500);
+        job.policy = Policy::default().overlap(Overlap::Concurrent { max: 2 });
+        vec![job]
+    };
+    let mut instances = Vec::new();
+    for node in ["a", "b"] {
+        let config = InstanceConfig {
+            node: format!("node-{node}"),
+            ..InstanceConfig::default()
+        };
+        instances.push(Instance::start(node, db.url(), config, jobs).await);
+    }
+    let conn = instances[0].inspect.clone();
+    wait_for(Duration::from_secs(60), "eight finished runs", || {
+        let conn = conn.clone();
+        async move {
+            runs(&conn)
+                .await
+                .iter()
+                .filter(|r| r.finished.is_some())
+                .count()
+                >= 8
+        }
+    })
+    .await;
+    for instance in instances {
+        instance.shutdown().await;
+    }
+    let runs = runs(&conn).await;
+    let mut ticks: Vec<_> = runs.iter().map(|r| r.tick).collect();
+    ticks.dedup();
+    assert_eq!(ticks.len(), runs.len(), "a tick ran twice: {runs:#?}");
+    // At every start, how many runs were under way (itself included)?
+    let busiest = runs
+        .iter()
+        .map(|r| {
+            runs.iter()
+                .filter(|o| o.started <= r.started && o.finished.is_none_or(|f| f > r.started))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        busiest, 2,
+        "at most two at once, and two did overlap: {runs:#?}"
+    );
+    // Consecutive ticks kept coming: none skipped for its slot being busy.
+    for pair in runs.windows(2) {
+        assert_eq!(
+            pair[1].tick - pair[0].tick,
+            TimeDelta::seconds(1),
+            "{runs:#?}"
+        );
+    }
+}

@@ -65,6 +65,9 @@ pub enum TimingError {
         /// The period.
         period: Duration,
     },
+    /// At most zero runs at once.
+    #[error("concurrent runs with `max` 0 run nothing; give a `max` of at least 1")]
+    ZeroConcurrency,
     /// Catch up on at most zero ticks.
     #[error(
         "catching up on all missed ticks with `max` 0 catches up on none; give a `max` of at least 1, or choose skip"

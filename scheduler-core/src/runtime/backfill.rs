@@ -152,7 +152,7 @@ impl Scheduler {
             .map(|e| Job {
                 name: e.name.clone(),
                 lease: e.lease.clone(),
-                schedule: e.cadence.schedule.clone(),
+                schedule: e.schedule.clone(),
                 policy: e.cadence.policy,
                 holder_prefix: e.cadence.holder_prefix.clone(),
                 duplicate: e.duplicate,

@@ -28,7 +28,7 @@ use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Idempotent, Scope, State, StateValue};
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
-use crate::policy::{CatchUp, Policy};
+use crate::policy::{CatchUp, Overlap, Policy};
 use crate::store::Store;
 use scheduler_spec::{Timing, check_timing};
 use ticks::Cadence;
@@ -251,21 +251,53 @@ impl SchedulerBuilder {
                 return Err(state.missing(&name, missing.name()));
             }
             let scope = job.scope();
-            entries.push(Entry {
-                lease: LeaseName::for_job(&name, scope, &node)?,
-                name: name.into(),
-                cadence: Cadence {
-                    schedule,
-                    catch_up: job.catch_up(),
-                    jitter: job.jitter(),
-                    holder_prefix: Arc::clone(&holder_prefix),
-                    policy,
-                },
-                schedule_text: schedule_spec.to_string(),
-                scope,
-                duplicate: job.duplicate(),
-                job,
-            });
+            let lease = LeaseName::for_job(&name, scope, &node)?;
+            let name: Arc<str> = name.into();
+            // Concurrent runs: one entry per lease slot, each with its share of the
+            // ticks, skipping a tick whose slot still runs the one `max` before it.
+            let slots = match policy.overlap {
+                Overlap::Concurrent { max: 0 } => {
+                    return Err(Error::InvalidTiming {
+                        job: name.to_string(),
+                        cause: scheduler_spec::TimingError::ZeroConcurrency,
+                    });
+                }
+                Overlap::Concurrent { max } => max,
+                _ => 1,
+            };
+            let gap_ms = timing
+                .period
+                .and_then(|gap| i64::try_from(gap.as_millis()).ok())
+                .unwrap_or(1000);
+            for slot in 0..slots {
+                let (lease, cadence_schedule, policy) = if slots == 1 {
+                    (lease.clone(), schedule.clone(), policy)
+                } else {
+                    let lease = if slot == 0 {
+                        lease.clone()
+                    } else {
+                        LeaseName::new(format!("{lease}\\#{slot}"))?
+                    };
+                    let policy = policy.overlap(Overlap::Skip);
+                    (lease, schedule.slot(slots, slot, gap_ms), policy)
+                };
+                entries.push(Entry {
+                    lease,
+                    name: Arc::clone(&name),
+                    schedule: schedule.clone(),
+                    cadence: Cadence {
+                        schedule: cadence_schedule,
+                        catch_up: job.catch_up(),
+                        jitter: job.jitter(),
+                        holder_prefix: Arc::clone(&holder_prefix),
+                        policy,
+                    },
+                    schedule_text: schedule_spec.to_string(),
+                    scope,
+                    duplicate: job.duplicate(),
+                    job: Arc::clone(&job),
+                });
+            }
         }
         let stats = Stats::new(entries.iter().map(|e| &*e.name));
         let health = Health::new(self.store.clone(), renew_every);
@@ -285,6 +317,9 @@ impl SchedulerBuilder {
 /// A registered job, checked.
 pub(crate) struct Entry {
     pub(crate) job: Arc<dyn Idempotent>,
+    /// The job's whole schedule (a slot's cadence has only its share of the ticks,
+    /// [`Overlap::Concurrent`](crate::Overlap::Concurrent)).
+    pub(crate) schedule: crate::schedule::Compiled,
     pub(crate) name: Arc<str>,
     pub(crate) lease: LeaseName,
     pub(crate) cadence: Cadence,
@@ -361,6 +396,8 @@ impl Scheduler {
         self.entries
             .iter()
             .filter(|e| e.duplicate == Duplicate::NeedsFencing)
+            // One declaration per job, not per lease slot.
+            .filter(|e| !e.lease.as_str().contains("\\#"))
             .map(|e| Declaration {
                 job: e.name.to_string(),
                 lease: e.lease.clone(),

@@ -194,11 +194,7 @@ impl Scheduler {
     /// [`SchedulerBuilder::clock`]: crate::SchedulerBuilder::clock
     pub fn upcoming(&self, job: &str, n: usize) -> Option<Vec<UpcomingTick>> {
         let entry = self.entries.iter().find(|e| &*e.name == job)?;
-        Some(upcoming(
-            &entry.cadence.schedule,
-            self.settings.clock.now(),
-            n,
-        ))
+        Some(upcoming(&entry.schedule, self.settings.clock.now(), n))
     }
 }
 
@@ -212,8 +208,8 @@ fn upcoming(schedule: &Compiled, after: DateTime<Utc>, n: usize) -> Vec<Upcoming
             break;
         };
         let at = tick.at();
-        ticks.push(match schedule {
-            Compiled::Every(_) => UpcomingTick {
+        ticks.push(match schedule.base() {
+            Compiled::Every(_) | Compiled::Slot { .. } => UpcomingTick {
                 at,
                 local: at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
                 zone: None,
