@@ -1184,4 +1184,656 @@ mod tests {
         assert!(j.due(&c, ms(1_004_999), ahead, &mut ev).is_none());
         assert!(j.due(&c, ms(1_005_000), ahead, &mut ev).is_some());
     }
+
+    // Every policy × every event (issue 16). A job every 10 s driven one event at a
+    // time through `Drive`. `ROWS` spells out, for each of the nine combinations of a
+    // catch-up and an overlap policy, what it does where the policies differ; the
+    // `…_under_every_policy` tests check what all nine do alike. A panicked or timed
+    // out run reaches the state machine as a failed one (the same `retry` call).
+
+    fn policy(catch_up: CatchUp, overlap: Overlap) -> Policy {
+        Policy::default().catch_up(catch_up).overlap(overlap)
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// Every catch-up policy with every overlap policy, in `ROWS` order.
+    fn combinations() -> Vec<(CatchUp, Overlap)> {
+        let overlaps = [Overlap::Skip, Overlap::BufferOne, Overlap::CancelRunning];
+        [CatchUp::Skip, CatchUp::Latest, CatchUp::All { max: 3 }]
+            .into_iter()
+            .flat_map(|c| overlaps.map(|o| (c, o)))
+            .collect()
+    }
+
+    /// A [`TickEvent`] as the tables write it: ticks in seconds, and no holder (it is
+    /// the one every take of its tick asked as).
+    #[derive(Debug, Clone, Copy)]
+    enum Ev {
+        /// `Missed(tick)`, not superseded: its window closed.
+        Missed(i64),
+        /// `Superseded(last, count)`: `Missed`, superseded, `last` the latest of
+        /// `count` ticks passed over.
+        Superseded(i64, u64),
+        /// `Coalesced(last, count)`.
+        Coalesced(i64, u64),
+        /// `Skipped(tick, running)`: `SkippedOverlap`.
+        Skipped(i64, i64),
+        /// `HeldElsewhere(tick)`.
+        HeldElsewhere(i64),
+        /// `Abandoned(tick)`.
+        Abandoned(i64),
+        /// `CancelledByNewer(tick, newer)`.
+        CancelledByNewer(i64, i64),
+        /// `AskCancel(newer)`.
+        AskCancel(i64),
+        /// `WonTooLate(tick, late_ms)`.
+        WonTooLate(i64, i64),
+    }
+
+    /// One job driven event by event, times in milliseconds on the store's clock:
+    /// every 10 s with a catch-up window of `window` seconds, started at 999.5 s with
+    /// whatever its catch-up policy runs at start-up already run, so that tick
+    /// 1000 s comes next under every policy.
+    struct Drive {
+        j: JobTicks,
+        c: Cadence,
+        ev: Vec<TickEvent>,
+        /// Every tick (s) asked for, with the holder it asked as.
+        asked: Vec<(i64, Holder)>,
+        /// The policies, for messages.
+        name: String,
+    }
+
+    impl Drive {
+        fn new(policy: Policy, window: u64) -> Self {
+            let mut c = every(10, Some(window));
+            c.policy = policy;
+            let mut j = JobTicks::default();
+            j.start(&c, ms(999_500));
+            run_all(&mut j, &c, ms(999_500));
+            assert_eq!(j.next_wake(Z), Some(at(1000)));
+            let name = format!("catch-up {}, overlap {}", policy.catch_up, policy.overlap);
+            Self {
+                j,
+                c,
+                ev: Vec::new(),
+                asked: Vec::new(),
+                name,
+            }
+        }
+
+        /// Asks for a tick at `now`: the tick (s) to take, if any.
+        fn take(&mut self, now: i64) -> Option<i64> {
+            let (tick, holder) = self.j.due(&self.c, ms(now), Z, &mut self.ev)?;
+            let tick = tick.at().timestamp();
+            self.asked.push((tick, holder));
+            Some(tick)
+        }
+
+        /// The holder every take of `tick` (s) asked as.
+        fn holder_of(&self, tick: i64) -> Holder {
+            let mut holders = self.asked.iter().filter(|(t, _)| *t == tick);
+            let (_, first) = holders.next().expect("the tick was asked for");
+            assert!(
+                holders.all(|(_, h)| h == first),
+                "{}: every take of tick {tick} asks as one holder",
+                self.name
+            );
+            first.clone()
+        }
+
+        /// The last take is granted, the answer coming at `now`.
+        fn win(&mut self, now: i64) -> Won {
+            let (tick, holder) = self.asked.last().cloned().unwrap();
+            self.j
+                .on_won(lease(Tick::new(at(tick)), holder), ms(now), &mut self.ev)
+        }
+
+        /// The last take is refused, the answer coming at `now` with the lease's row
+        /// as `held`.
+        fn refuse(&mut self, held: &Held, now: i64) {
+            let overlap = self.c.policy.overlap;
+            self.j
+                .on_refused(overlap, Some(held), ms(now), POLL, &mut self.ev);
+        }
+
+        /// The run failed (or panicked, or timed out) at `now`: its retry, if any.
+        fn fail(&mut self, now: i64) -> Option<(u32, Duration)> {
+            self.j.retry(&self.c, ms(now))
+        }
+
+        /// Takes every tick due at `now`, wins it at once and ends its run: the ticks
+        /// (s) run, in order.
+        fn run_due(&mut self, now: i64) -> Vec<i64> {
+            let mut ran = Vec::new();
+            while let Some(tick) = self.take(now) {
+                let won = self.win(now);
+                assert!(matches!(won, Won::Run { .. }), "{}: {won:?}", self.name);
+                self.j.on_finished();
+                ran.push(tick);
+            }
+            ran
+        }
+
+        /// When the job next needs the loop (ms).
+        fn wake(&self) -> Option<i64> {
+            self.j.next_wake(Z).map(|w| w.timestamp_millis())
+        }
+
+        /// Asserts that the events since the last call were exactly `expected`.
+        #[track_caller]
+        fn events(&mut self, expected: &[Ev], what: &str) {
+            let t = |s: i64| Tick::new(at(s));
+            let expected: Vec<_> = expected
+                .iter()
+                .map(|e| match *e {
+                    Ev::Missed(tick) => TickEvent::Missed {
+                        tick: t(tick),
+                        count: 1,
+                        superseded: false,
+                    },
+                    Ev::Superseded(tick, count) => TickEvent::Missed {
+                        tick: t(tick),
+                        count,
+                        superseded: true,
+                    },
+                    Ev::Coalesced(tick, count) => TickEvent::Coalesced {
+                        tick: t(tick),
+                        count,
+                    },
+                    Ev::Skipped(tick, running) => TickEvent::SkippedOverlap {
+                        tick: t(tick),
+                        running: t(running),
+                    },
+                    Ev::HeldElsewhere(tick) => TickEvent::HeldElsewhere { tick: t(tick) },
+                    Ev::Abandoned(tick) => TickEvent::Abandoned {
+                        tick: t(tick),
+                        holder: self.holder_of(tick),
+                    },
+                    Ev::CancelledByNewer(tick, newer) => TickEvent::CancelledByNewer {
+                        tick: t(tick),
+                        newer: t(newer),
+                    },
+                    Ev::AskCancel(newer) => TickEvent::AskCancel { newer: t(newer) },
+                    Ev::WonTooLate(tick, late_ms) => TickEvent::WonTooLate {
+                        tick: t(tick),
+                        holder: self.holder_of(tick),
+                        late: TimeDelta::milliseconds(late_ms),
+                    },
+                })
+                .collect();
+            let seen = std::mem::take(&mut self.ev);
+            assert_eq!(seen, expected, "{}: {what}", self.name);
+        }
+    }
+
+    /// What one combination of policies does where the policies make a difference:
+    /// a job every 10 s with a 25 s catch-up window ([`Drive`]), so a tick outlives
+    /// the next one.
+    struct Row {
+        catch_up: CatchUp,
+        overlap: Overlap,
+        /// Started at 1045.5 s, every instance down since 1000 s (a 50 s window,
+        /// [`after_downtime`]): the ticks run at once.
+        after_downtime: &'static [i64],
+        /// Ticks 1010 and 1020 come due while tick 1000 runs here: the events of each.
+        during_run: [&'static [Ev]; 2],
+        /// Whether the run is cancelled for them (its token fires, it is superseded).
+        cancels_run: bool,
+        /// The same while the run's lease is lost (a lost run is never cancelled).
+        during_lost_run: [&'static [Ev]; 2],
+        /// The tick taken when that run ends, at 1021 s (lost or not).
+        after_run: Option<i64>,
+        /// Tick 1000 refused twice because tick 990 still runs elsewhere: the events.
+        older_elsewhere: &'static [Ev],
+        /// Tick 1000's take unanswered from 1000.5 s until 1026 s, past its window
+        /// (ticks 1010 and 1020 came due meanwhile): the events then…
+        outage: &'static [Ev],
+        /// …and the ticks run then, in order.
+        outage_runs: &'static [i64],
+    }
+
+    const ROWS: [Row; 9] = [
+        Row {
+            catch_up: CatchUp::Skip,
+            overlap: Overlap::Skip,
+            after_downtime: &[],
+            during_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            after_run: None,
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Superseded(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::Skip,
+            overlap: Overlap::BufferOne,
+            after_downtime: &[],
+            during_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Superseded(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::Skip,
+            overlap: Overlap::CancelRunning,
+            after_downtime: &[],
+            during_run: [
+                &[Ev::CancelledByNewer(1000, 1010)],
+                &[Ev::Skipped(1010, 1000)],
+            ],
+            cancels_run: true,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000), Ev::AskCancel(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Superseded(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::Latest,
+            overlap: Overlap::Skip,
+            after_downtime: &[1040],
+            during_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            after_run: None,
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Coalesced(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::Latest,
+            overlap: Overlap::BufferOne,
+            after_downtime: &[1040],
+            during_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Coalesced(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::Latest,
+            overlap: Overlap::CancelRunning,
+            after_downtime: &[1040],
+            during_run: [
+                &[Ev::CancelledByNewer(1000, 1010)],
+                &[Ev::Skipped(1010, 1000)],
+            ],
+            cancels_run: true,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000), Ev::AskCancel(1000)],
+            outage: &[Ev::Abandoned(1000), Ev::Coalesced(1010, 2)],
+            outage_runs: &[1020],
+        },
+        Row {
+            catch_up: CatchUp::All { max: 3 },
+            overlap: Overlap::Skip,
+            after_downtime: &[1020, 1030, 1040],
+            during_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[Ev::Skipped(1010, 1000)], &[Ev::Skipped(1020, 1000)]],
+            after_run: None,
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Missed(1000), Ev::Abandoned(1000)],
+            outage_runs: &[1010, 1020],
+        },
+        Row {
+            catch_up: CatchUp::All { max: 3 },
+            overlap: Overlap::BufferOne,
+            after_downtime: &[1020, 1030, 1040],
+            during_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            cancels_run: false,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000)],
+            outage: &[Ev::Missed(1000), Ev::Abandoned(1000)],
+            outage_runs: &[1010, 1020],
+        },
+        Row {
+            catch_up: CatchUp::All { max: 3 },
+            overlap: Overlap::CancelRunning,
+            after_downtime: &[1020, 1030, 1040],
+            during_run: [
+                &[Ev::CancelledByNewer(1000, 1010)],
+                &[Ev::Skipped(1010, 1000)],
+            ],
+            cancels_run: true,
+            during_lost_run: [&[], &[Ev::Skipped(1010, 1000)]],
+            after_run: Some(1020),
+            older_elsewhere: &[Ev::HeldElsewhere(1000), Ev::AskCancel(1000)],
+            outage: &[Ev::Missed(1000), Ev::Abandoned(1000)],
+            outage_runs: &[1010, 1020],
+        },
+    ];
+
+    #[test]
+    fn every_catch_up_policy_by_every_overlap_policy() {
+        let listed: Vec<_> = ROWS.iter().map(|r| (r.catch_up, r.overlap)).collect();
+        assert_eq!(listed, combinations(), "one row per combination");
+        for row in &ROWS {
+            let p = policy(row.catch_up, row.overlap);
+
+            let (mut j, mut c, _) = after_downtime(row.catch_up);
+            c.policy = p;
+            assert_eq!(
+                run_all(&mut j, &c, ms(1_045_500)),
+                row.after_downtime,
+                "catch-up {}, overlap {}: after downtime",
+                row.catch_up,
+                row.overlap
+            );
+
+            // Ticks 1010 and 1020 come due while tick 1000 runs here, until 1021 s.
+            for lost in [false, true] {
+                let mut d = Drive::new(p, 25);
+                assert_eq!(d.take(1_000_500), Some(1000));
+                d.win(1_000_510);
+                if lost {
+                    assert!(d.j.on_lost().is_some());
+                }
+                let expected = if lost {
+                    row.during_lost_run
+                } else {
+                    row.during_run
+                };
+                for (now, expected) in [1_010_000, 1_020_000].into_iter().zip(expected) {
+                    assert_eq!(d.take(now), None, "{}: the run holds the job", d.name);
+                    d.events(expected, &format!("due at {now} ms, lost: {lost}"));
+                }
+                let run = d.j.running().unwrap();
+                let cancelled = row.cancels_run && !lost;
+                assert_eq!(run.cancel.is_cancelled(), cancelled, "{}", d.name);
+                assert_eq!(run.superseded, cancelled, "{}", d.name);
+                d.j.on_finished();
+                assert_eq!(d.take(1_021_000), row.after_run, "{}: ended", d.name);
+                d.events(&[], "the run ended");
+            }
+
+            // Tick 990 still runs elsewhere: polled every 0.5 s (sooner than its
+            // expiry), and asked to stop once if the newest tick wins.
+            let mut d = Drive::new(p, 25);
+            let older = held(990, 1_003_000, false);
+            for (now, wake) in [(1_000_510, 1_001_010), (1_001_010, 1_001_510)] {
+                assert_eq!(d.take(now), Some(1000), "{}", d.name);
+                d.refuse(&older, now);
+                assert_eq!(d.wake(), Some(wake), "{}: refused at {now} ms", d.name);
+            }
+            d.events(row.older_elsewhere, "an older tick runs elsewhere");
+            // It ended there: the next poll wins.
+            assert_eq!(d.take(1_001_510), Some(1000), "{}", d.name);
+            let won = d.win(1_001_520);
+            assert!(matches!(won, Won::Run { .. }), "{}: {won:?}", d.name);
+
+            // An outage past the window of the tick whose take went unanswered.
+            let mut d = Drive::new(p, 25);
+            assert_eq!(d.take(1_000_500), Some(1000));
+            d.j.on_unanswered();
+            assert_eq!(d.run_due(1_026_000), row.outage_runs, "{}", d.name);
+            d.events(row.outage, "an outage from 1000.5 s to 1026 s");
+        }
+    }
+
+    #[test]
+    fn a_won_take_runs_its_tick_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            let mut d = Drive::new(policy(catch_up, overlap), 25);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            assert_eq!(d.win(1_000_510), Won::Run { took_over: false });
+            let run = d.j.running().unwrap();
+            assert_eq!(run.lease.tick, Tick::new(at(1000)));
+            assert_eq!(
+                run.started,
+                ms(1_000_510),
+                "{}: begins when answered",
+                d.name
+            );
+            assert_eq!(run.attempt, 1);
+            assert!(!run.lost && !run.superseded && !run.cancel.is_cancelled());
+            assert_eq!(d.take(1_005_000), None, "{}: nothing else to take", d.name);
+            assert_eq!(d.wake(), Some(1_010_000), "{}: the next tick", d.name);
+            assert!(d.j.on_finished().is_some());
+            assert_eq!(d.take(1_010_000), Some(1010), "{}", d.name);
+            assert_ne!(d.holder_of(1010), d.holder_of(1000), "a holder per tick");
+            d.events(&[], "a run and the next take");
+        }
+    }
+
+    #[test]
+    fn this_tick_held_elsewhere_is_polled_until_its_expiry_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            // Held by another holder until 1003 s: asked again every second (a 5 s
+            // window leaves room for two polls), then at its expiry, and taken over.
+            let mut d = Drive::new(policy(catch_up, overlap), 5);
+            let elsewhere = held(1000, 1_003_000, false);
+            for (now, wake) in [
+                (1_000_510, 1_001_510),
+                (1_001_510, 1_002_510),
+                (1_002_510, 1_003_000),
+            ] {
+                assert_eq!(d.take(now), Some(1000), "{}", d.name);
+                d.refuse(&elsewhere, now);
+                assert_eq!(d.wake(), Some(wake), "{}: refused at {now} ms", d.name);
+                assert_eq!(d.take(wake - 1), None, "{}: not before", d.name);
+            }
+            assert_eq!(d.take(1_003_000), Some(1000), "{}", d.name);
+            assert_eq!(d.win(1_003_010), Won::Run { took_over: true });
+            assert_eq!(d.j.running().unwrap().started, ms(1_003_010));
+            assert_eq!(d.asked.len(), 4);
+            d.holder_of(1000);
+            d.events(&[Ev::HeldElsewhere(1000)], "counted once");
+
+            // Held past its window: polled until the next poll would fall past the
+            // window, then left to its holder (not missed: it runs there).
+            let mut d = Drive::new(policy(catch_up, overlap), 5);
+            let elsewhere = held(1000, 1_020_000, false);
+            for now in [1_000_510, 1_001_510, 1_002_510, 1_003_510, 1_004_510] {
+                assert_eq!(d.take(now), Some(1000), "{}", d.name);
+                d.refuse(&elsewhere, now);
+            }
+            assert_eq!(d.wake(), Some(1_010_000), "{}: dropped", d.name);
+            assert_eq!(d.take(1_004_600), None, "{}", d.name);
+            d.events(&[Ev::HeldElsewhere(1000)], "held elsewhere past its window");
+            assert_eq!(d.take(1_010_000), Some(1010), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn a_tick_done_elsewhere_is_dropped_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            for (row, what) in [
+                (held(1000, 1_000_300, true), "completed elsewhere"),
+                (
+                    held(1010, 1_020_000, false),
+                    "a later tick taken (a clock ahead)",
+                ),
+            ] {
+                let mut d = Drive::new(policy(catch_up, overlap), 5);
+                assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+                d.refuse(&row, 1_000_510);
+                d.events(&[Ev::HeldElsewhere(1000)], what);
+                assert_eq!(d.take(1_000_600), None, "{}: {what}", d.name);
+                assert_eq!(d.wake(), Some(1_010_000), "{}: {what}", d.name);
+                assert_eq!(d.take(1_010_000), Some(1010), "{}: {what}", d.name);
+                d.events(&[], what);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_is_neither_renewed_nor_retried_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            let p = policy(catch_up, overlap).retry(2, secs(1));
+            let mut d = Drive::new(p, 25);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            d.win(1_000_510);
+            d.j.on_renewed(ms(1_005_000));
+            assert!(!d.j.expired_unrenewed(ms(1_004_999)), "{}", d.name);
+            assert!(d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
+            assert!(d.j.on_lost().is_some(), "{}", d.name);
+            assert!(d.j.on_lost().is_none(), "{}: reported once", d.name);
+            // The engine renews only runs not lost, and looks for expiry among them.
+            assert!(d.j.running().unwrap().lost);
+            assert!(!d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
+            assert!(d.j.on_cancel_requested().is_none(), "{}", d.name);
+            assert_eq!(d.fail(1_006_000), None, "{}: no retry", d.name);
+            let run = d.j.on_finished().unwrap();
+            assert!(run.lost && run.attempt == 1 && !run.cancel.is_cancelled());
+            assert_eq!(d.take(1_010_000), Some(1010), "{}: the next tick", d.name);
+            d.events(&[], "a lost lease");
+        }
+    }
+
+    #[test]
+    fn a_failed_run_is_retried_before_the_next_tick_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            // Two retries, after 1 s then 2 s.
+            let p = policy(catch_up, overlap).retry(2, secs(1));
+            let mut d = Drive::new(p, 25);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            d.win(1_000_510);
+            assert_eq!(d.fail(1_001_000), Some((2, secs(1))), "{}", d.name);
+            assert_eq!(d.j.running().unwrap().started, ms(1_002_000));
+            // The second attempt times out: the timeout cancels that attempt's own
+            // token, not the run's, so it is a failure like any other.
+            d.j.running().unwrap().cancel.child_token().cancel();
+            assert_eq!(d.fail(1_003_000), Some((3, secs(2))), "{}", d.name);
+            assert_eq!(d.j.running().unwrap().started, ms(1_005_000));
+            // The third panics: no retry left.
+            assert_eq!(d.fail(1_006_000), None, "{}: both retries used", d.name);
+            assert_eq!(d.j.on_finished().map(|r| r.attempt), Some(3));
+            d.events(&[], "retries");
+
+            // No retry at or past the next tick, 1010 s.
+            for (failed, retried) in [(1_004_999, true), (1_005_000, false)] {
+                let mut d = Drive::new(policy(catch_up, overlap).retry(1, secs(5)), 25);
+                assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+                d.win(1_000_510);
+                let retry = d.fail(failed);
+                assert_eq!(
+                    retry.is_some(),
+                    retried,
+                    "{}: failed at {failed} ms",
+                    d.name
+                );
+            }
+
+            // None once the lease is lost, nor once a newer tick asked the run to stop.
+            for lost in [true, false] {
+                let mut d = Drive::new(p, 25);
+                assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+                d.win(1_000_510);
+                if lost {
+                    assert!(d.j.on_lost().is_some());
+                } else {
+                    assert!(d.j.on_cancel_requested().is_some());
+                }
+                assert_eq!(d.fail(1_001_000), None, "{}: lost: {lost}", d.name);
+            }
+        }
+    }
+
+    #[test]
+    fn an_unanswered_take_asks_again_as_the_same_holder_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            // No answer three times; due again at once (the loop's own backoff paces
+            // the takes), as the same holder; then won within the window, as the take
+            // the store may already have applied, not as a takeover.
+            let mut d = Drive::new(policy(catch_up, overlap), 25);
+            for now in [1_000_500, 1_001_000, 1_003_000] {
+                assert_eq!(d.take(now), Some(1000), "{}", d.name);
+                d.j.on_unanswered();
+                assert_eq!(d.wake(), Some(1_000_000), "{}", d.name);
+            }
+            assert_eq!(d.take(1_004_000), Some(1000), "{}", d.name);
+            assert_eq!(d.asked.len(), 4);
+            d.holder_of(1000);
+            assert_eq!(d.win(1_004_100), Won::Run { took_over: false });
+            d.events(&[], "an outage within the window");
+
+            // No answer until its window closed: missed, and its holder handed back.
+            let mut d = Drive::new(policy(catch_up, overlap), 5);
+            for now in [1_000_500, 1_004_000] {
+                assert_eq!(d.take(now), Some(1000), "{}", d.name);
+                d.j.on_unanswered();
+            }
+            assert_eq!(d.take(1_005_100), None, "{}", d.name);
+            d.events(
+                &[Ev::Missed(1000), Ev::Abandoned(1000)],
+                "an outage past the window",
+            );
+            assert_eq!(d.wake(), Some(1_010_000), "{}", d.name);
+            assert_eq!(d.take(1_010_000), Some(1010), "{}", d.name);
+            assert_ne!(d.holder_of(1010), d.holder_of(1000));
+        }
+    }
+
+    #[test]
+    fn a_take_answered_after_its_window_runs_nothing_under_every_policy() {
+        for (catch_up, overlap) in combinations() {
+            // Answered at the window's last instant: it runs.
+            let mut d = Drive::new(policy(catch_up, overlap), 5);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            assert_eq!(d.win(1_005_000), Won::Run { took_over: false });
+
+            // Answered 5.2 s after the tick, sent once or again after no answer: too
+            // late, nothing runs, its lease is to be released unrun (no `Abandoned`).
+            for unanswered_first in [false, true] {
+                let mut d = Drive::new(policy(catch_up, overlap), 5);
+                assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+                if unanswered_first {
+                    d.j.on_unanswered();
+                    assert_eq!(d.take(1_003_000), Some(1000), "{}", d.name);
+                }
+                assert_eq!(d.win(1_005_200), Won::TooLate, "{}", d.name);
+                assert!(d.j.running().is_none(), "{}", d.name);
+                d.events(&[Ev::WonTooLate(1000, 5_200)], "answered too late");
+                assert_eq!(d.take(1_005_300), None, "{}", d.name);
+                assert_eq!(d.take(1_010_000), Some(1010), "{}", d.name);
+                d.events(&[], "the next tick");
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "bug: retry() is granted past the next tick once that tick came due during the run"]
+    fn no_retry_starts_past_the_next_tick_once_it_came_due_during_the_run() {
+        // `Retry`: "No retry starts at or past the job's next tick". `retry` compares
+        // with `next`, the next tick not yet due; once the loop has seen tick 1010 come
+        // due during the run (skipped, or buffered behind it), `next` is 1020 and a
+        // retry is granted past 1010. Whether a failure at 1010.5 s is retried then
+        // depends on whether the loop looked at the job's ticks first.
+        for (catch_up, overlap) in combinations() {
+            let p = policy(catch_up, overlap).retry(3, secs(1));
+            let mut d = Drive::new(p, 25);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            d.win(1_000_510);
+            assert_eq!(
+                d.fail(1_010_500),
+                None,
+                "{}: tick 1010 not seen yet",
+                d.name
+            );
+
+            let mut d = Drive::new(p, 25);
+            assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
+            d.win(1_000_510);
+            assert_eq!(d.take(1_010_000), None, "{}", d.name);
+            assert_eq!(
+                d.fail(1_010_500),
+                None,
+                "{}: a retry at 1011.5 s, past tick 1010 come due during the run",
+                d.name
+            );
+        }
+    }
 }
