@@ -18,7 +18,7 @@ use syn::spanned::Spanned;
 use syn::{Error, Expr, ExprLit, Lit, LitInt, LitStr, Result, Token, Type};
 
 /// The keys `#[job]` accepts, in the order the docs list them.
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "every",
     "cron",
     "tz",
@@ -30,6 +30,7 @@ const KEYS: [&str; 15] = [
     "catch_up_window",
     "catch_up_max",
     "overlap",
+    "max_concurrent",
     "retry",
     "retry_backoff",
     "timeout",
@@ -89,6 +90,10 @@ pub(crate) enum Overlap {
     Skip,
     BufferOne,
     CancelRunning,
+    /// `max` comes from `max_concurrent`.
+    Concurrent {
+        max: u32,
+    },
 }
 
 /// `scheduler_core::Retry`.
@@ -165,6 +170,7 @@ struct Setters {
     catch_up_window: Option<Given<Duration>>,
     catch_up_max: Option<Given<u32>>,
     overlap: Option<Given<Overlap>>,
+    max_concurrent: Option<Given<u32>>,
     retry: Option<Given<u32>>,
     retry_backoff: Option<Given<Duration>>,
     timeout: Option<Given<Duration>>,
@@ -188,6 +194,7 @@ impl Setters {
             Some("catch_up_window") => self.catch_up_window(meta),
             Some("catch_up_max") => self.catch_up_max(meta),
             Some("overlap") => self.overlap(meta),
+            Some("max_concurrent") => self.max_concurrent(meta),
             Some("retry") => self.retry(meta),
             Some("retry_backoff") => self.retry_backoff(meta),
             Some("timeout") => self.timeout(meta),
@@ -340,22 +347,24 @@ impl Setters {
             ("skip", Overlap::Skip),
             ("buffer_one", Overlap::BufferOne),
             ("cancel_running", Overlap::CancelRunning),
+            ("concurrent", Overlap::Concurrent { max: 0 }),
         ];
         let overlap = word(&lit, &words, |written, guess| {
-            let valid = r#"use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#;
-            match written {
-                "concurrent" => format!(
-                    "overlap policy \"concurrent\" has no `#[job]` key yet: register the job with \
-                     `SchedulerBuilder::job_with_policy(job, Policy::default().overlap(Overlap::Concurrent {{ max }}))`; \
-                     or {valid}"
-                ),
-                _ => format!(
-                    "unknown overlap policy {written:?}; {}{valid}",
-                    did_you_mean(guess)
-                ),
-            }
+            let valid = r#"use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end), "cancel_running" (the newest tick cancels the run) or "concurrent" (with `max_concurrent = N`: up to N runs at once)"#;
+            format!(
+                "unknown overlap policy {written:?}; {}{valid}",
+                did_you_mean(guess)
+            )
         })?;
         self.overlap = given(meta, overlap, lit.span());
+        Ok(())
+    }
+
+    fn max_concurrent(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
+        once(&self.max_concurrent, meta, "max_concurrent")?;
+        let usage = "`max_concurrent` takes how many runs `overlap = \"concurrent\"` allows at once, like `max_concurrent = 2`";
+        let (max, at) = whole_number(meta, "max_concurrent", usage)?;
+        self.max_concurrent = given(meta, max, at);
         Ok(())
     }
 
@@ -481,9 +490,30 @@ impl Setters {
             }
             (None, None) => None,
         };
+        let overlap = match (self.overlap.as_ref().map(|o| o.value), &self.max_concurrent) {
+            (Some(Overlap::Concurrent { .. }), Some(max)) if max.value == 0 => {
+                let msg = "`max_concurrent` of 0 runs nothing; give at least 1";
+                return Err(Error::new(max.at, msg));
+            }
+            (Some(Overlap::Concurrent { .. }), Some(max)) => {
+                Some(Overlap::Concurrent { max: max.value })
+            }
+            (Some(Overlap::Concurrent { .. }), None) => {
+                let msg = "`overlap = \"concurrent\"` needs how many runs at once: add `max_concurrent = 2`";
+                return Err(Error::new(
+                    self.overlap.as_ref().map_or(Span::call_site(), |o| o.key),
+                    msg,
+                ));
+            }
+            (_, Some(max)) => {
+                let msg = r#"`max_concurrent` bounds the runs of `overlap = "concurrent"`, and applies to nothing else; add `overlap = "concurrent"` or remove `max_concurrent`"#;
+                return Err(Error::new(max.key, msg));
+            }
+            (overlap, None) => overlap,
+        };
         let policy = Policy {
             catch_up,
-            overlap: self.overlap.as_ref().map(|o| o.value),
+            overlap,
             retry,
             timeout: self.timeout.as_ref().map(|t| t.value),
         };
@@ -872,11 +902,11 @@ mod tests {
         let cases = [
             (
                 quote!(evry = "30s"),
-                "unknown key `evry`; did you mean `every`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, retry, retry_backoff, timeout, state",
+                "unknown key `evry`; did you mean `every`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, max_concurrent, retry, retry_backoff, timeout, state",
             ),
             (
                 quote!(every = "30s", schedule = "x"),
-                "unknown key `schedule`; valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, retry, retry_backoff, timeout, state",
+                "unknown key `schedule`; valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, max_concurrent, retry, retry_backoff, timeout, state",
             ),
             (
                 quote!(every = "30s", every = "1m"),
@@ -934,7 +964,7 @@ mod tests {
             ),
             (
                 quote!(every = "1m", timout = "5m"),
-                "unknown key `timout`; did you mean `timeout`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, retry, retry_backoff, timeout, state",
+                "unknown key `timout`; did you mean `timeout`? valid keys: every, cron, tz, scope, name, fencing, jitter, catch_up, catch_up_window, catch_up_max, overlap, max_concurrent, retry, retry_backoff, timeout, state",
             ),
             // Policies.
             (
@@ -987,15 +1017,23 @@ mod tests {
             ),
             (
                 quote!(every = "1m", overlap = "buffer-one"),
-                r#"unknown overlap policy "buffer-one"; did you mean "buffer_one"? use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
+                r#"unknown overlap policy "buffer-one"; did you mean "buffer_one"? use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end), "cancel_running" (the newest tick cancels the run) or "concurrent" (with `max_concurrent = N`: up to N runs at once)"#,
             ),
             (
                 quote!(every = "1m", overlap = "queue"),
-                r#"unknown overlap policy "queue"; use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
+                r#"unknown overlap policy "queue"; use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end), "cancel_running" (the newest tick cancels the run) or "concurrent" (with `max_concurrent = N`: up to N runs at once)"#,
             ),
             (
                 quote!(every = "1m", overlap = "concurrent"),
-                r#"overlap policy "concurrent" has no `#[job]` key yet: register the job with `SchedulerBuilder::job_with_policy(job, Policy::default().overlap(Overlap::Concurrent { max }))`; or use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end) or "cancel_running" (the newest tick cancels the run)"#,
+                r#"`overlap = "concurrent"` needs how many runs at once: add `max_concurrent = 2`"#,
+            ),
+            (
+                quote!(every = "1m", overlap = "concurrent", max_concurrent = 0),
+                "`max_concurrent` of 0 runs nothing; give at least 1",
+            ),
+            (
+                quote!(every = "1m", overlap = "skip", max_concurrent = 2),
+                r#"`max_concurrent` bounds the runs of `overlap = "concurrent"`, and applies to nothing else; add `overlap = "concurrent"` or remove `max_concurrent`"#,
             ),
             (
                 quote!(every = "1m", retry),

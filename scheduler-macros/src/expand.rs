@@ -333,6 +333,7 @@ fn policy(policy: &Policy) -> TokenStream {
             Overlap::Skip => quote!(Skip),
             Overlap::BufferOne => quote!(BufferOne),
             Overlap::CancelRunning => quote!(CancelRunning),
+            Overlap::Concurrent { max } => quote!(Concurrent { max: #max }),
         };
         quote!(.overlap(#private::Overlap::#overlap))
     });

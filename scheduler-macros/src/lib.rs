@@ -54,7 +54,8 @@ use proc_macro::TokenStream;
 /// | `catch_up` | a duration, the catch-up window: how late a tick may still start (`catch_up = "10m"`); or the catch-up policy, which of the ticks that could not start on time still run: `"skip"` (none), `"latest"` (the most recent, once), `"all"` (each, oldest first) | window: one period; policy: `"latest"` |
 /// | `catch_up_window` | the catch-up window, next to a policy word: `catch_up = "all", catch_up_window = "6h"` (alone, the same as `catch_up = "6h"`); not with a duration in `catch_up` | one period |
 /// | `catch_up_max` | with `catch_up = "all"` only: how many missed ticks it runs at most, an integer (`catch_up_max = 3`) | 10 |
-/// | `overlap` | a tick due while this instance's previous run still runs: `"skip"` (skipped), `"buffer_one"` (the latest such tick waits for the run to end) or `"cancel_running"` (the newest tick cancels the run, anywhere in the cluster) | `"skip"` |
+/// | `overlap` | a tick due while this instance's previous run still runs: `"skip"` (skipped), `"buffer_one"` (the latest such tick waits for the run to end) `"cancel_running"` (the newest tick cancels the run, anywhere in the cluster) or `"concurrent"` (up to `max_concurrent` runs of different ticks at once, each tick under one of that many lease slots) | `"skip"` |
+/// | `max_concurrent` | an integer: how many runs `overlap = "concurrent"` allows at once; required with it, refused without it | |
 /// | `retry` | how many times a failed run is retried, after the first attempt, under the same lease: an integer (`retry = 3`) | no retries |
 /// | `retry_backoff` | with `retry` only: the wait before the first retry, doubling for each next one; shorter than the period | `"1s"` |
 /// | `timeout` | a duration: how long a run may take before it is cancelled | no limit |

@@ -69,6 +69,11 @@ async fn poll(_: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+#[job(every = "1m", overlap = "concurrent", max_concurrent = 3)]
+async fn fan_out(_: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
 #[job(every = "1m", catch_up = "all", timeout = "30s")]
 async fn backfill(_: JobContext) -> Result<(), BoxError> {
     Ok(())
@@ -132,6 +137,10 @@ fn every_policy_key_reaches_the_policy() {
             .catch_up(CatchUp::Skip)
             .overlap(Overlap::CancelRunning)
             .retry(4, Duration::from_secs(1))
+    );
+    assert_eq!(
+        fan_out.policy(),
+        Policy::default().overlap(Overlap::Concurrent { max: 3 })
     );
     assert_eq!(backfill.catch_up(), None);
     assert_eq!(
