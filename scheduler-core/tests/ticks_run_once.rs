@@ -14,6 +14,7 @@ use support::{Log, Probe, builder, runs, store};
 #[tokio::test(start_paused = true)]
 async fn every_tick_runs_once_in_order() {
     let (store, log) = (store(), Log::default());
+    support::mid_second(&store).await;
     let scheduler = builder(&store)
         .job(Probe::new("tick", &store, &log))
         .build()

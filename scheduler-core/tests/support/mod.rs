@@ -122,3 +122,16 @@ pub(crate) fn builder(store: &Arc<MemoryStore>) -> scheduler_core::SchedulerBuil
         .node_id("node-a")
         .lease_ttl(Duration::from_secs(4))
 }
+
+/// Sleeps (paused time: at once) until the store's clock is half a second past a
+/// whole second. A scheduler started in the last milliseconds of a second runs the
+/// tick at that second late, at start-up (catch-up), and that run may still hold the
+/// lease when the next tick comes due a few milliseconds later: that tick is then
+/// skipped as overlapping — correct, but not what a test of "every tick in turn"
+/// is about.
+pub(crate) async fn mid_second(store: &MemoryStore) {
+    let now = store.clock().now();
+    let into = i64::from(now.timestamp_subsec_millis());
+    let wait = (500 - into).rem_euclid(1000);
+    tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0))).await;
+}
