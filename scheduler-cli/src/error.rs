@@ -24,6 +24,19 @@ pub enum Error {
     /// A row did not have the expected shape (a table altered by hand?).
     #[error("{0}")]
     BadRow(scheduler_postgres::Error),
+    /// `backfill` asked of this tool, which has the lease table but not the app's jobs.
+    #[error(
+        "backfill runs job {job:?}'s own code, which lives in your app, not in this tool: mount \
+         scheduler_cli::BackfillArgs in your app's command line and call scheduler_cli::backfill \
+         with its scheduler's backfiller (see the README's Backfill section); nothing was run"
+    )]
+    BackfillOutsideApp {
+        /// The job asked for.
+        job: String,
+    },
+    /// The backfill was refused, or the store stayed unreachable.
+    #[error("{0}")]
+    Backfill(scheduler_core::Error),
     /// The JSON output could not be written.
     #[error("cannot write the JSON output: {0}")]
     Json(serde_json::Error),

@@ -45,6 +45,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod backfill;
 mod columns;
 pub mod error;
 pub mod forget;
@@ -59,6 +60,7 @@ use chrono::Utc;
 use clap::{Parser, Subcommand};
 use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
 
+pub use backfill::{BackfillArgs, Backfilled, backfill};
 pub use error::{Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use locks::{AdvisoryLock, Locks, locks};
@@ -132,6 +134,11 @@ pub enum Command {
     ///
     /// Exit status: 0; 2 for a bad expression, zone or period.
     Next(NextArgs),
+    /// Run every tick of a past range of a job, once across the cluster: this runs
+    /// the job's code, so it belongs in the app's own command line
+    /// (scheduler_cli::BackfillArgs and scheduler_cli::backfill; see the README).
+    /// Here it only says so, and exits 1.
+    Backfill(BackfillArgs),
 }
 
 /// What a command prints, and how the process ends.
@@ -171,6 +178,11 @@ pub async fn run(cli: &Cli) -> Result<Output> {
     if let Command::Next(args) = &cli.command {
         return run_next(cli, args);
     }
+    if let Command::Backfill(args) = &cli.command {
+        return Err(Error::BackfillOutsideApp {
+            job: args.job.clone(),
+        });
+    }
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
     let store = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
     let mut exit_code = 0;
@@ -202,6 +214,11 @@ pub async fn run(cli: &Cli) -> Result<Output> {
         }
         // Answered above, before connecting.
         Command::Next(args) => run_next(cli, args)?.text,
+        Command::Backfill(args) => {
+            return Err(Error::BackfillOutsideApp {
+                job: args.job.clone(),
+            });
+        }
     };
     let _ = store.connection().clone().close().await;
     Ok(Output { text, exit_code })
