@@ -30,7 +30,7 @@ use super::backoff::Backoff;
 use super::calls::Gate;
 use super::observe::Observer;
 use crate::error::{BoxError, Error, Result};
-use crate::job::{Duplicate, Idempotent, Interrupted, JobContext, State, TimedOut};
+use crate::job::{Duplicate, Idempotent, Interrupted, JobContext, State};
 use crate::lease::{Holder, Lease, LeaseKey, LeaseName, Release, TakeRequest, Tick};
 use crate::policy::Policy;
 use crate::schedule::Compiled;
@@ -680,7 +680,6 @@ impl<'a> Run<'a> {
         };
         let (job, inner) = (self.job, self.inner);
         let lease = &running.lease;
-        let attempt_cancel = running.cancel.child_token();
         let ctx = JobContext {
             job: job.name.clone(),
             tick: lease.tick,
@@ -688,7 +687,8 @@ impl<'a> Run<'a> {
             lease: lease.name.clone(),
             holder: lease.holder.clone(),
             token: lease.token,
-            cancel: attempt_cancel.clone(),
+            // The attempt's own token: a timeout cancels it, not the run's.
+            cancel: running.cancel.child_token(),
             state: inner.state.clone(),
             attempt: running.attempt,
         };
@@ -699,25 +699,7 @@ impl<'a> Run<'a> {
         let timeout = job.policy.timeout;
         let grace = inner.settings.grace;
         let task = async move {
-            if !wait.is_zero() {
-                tokio::select! {
-                    () = tokio::time::sleep_until(begin_at) => {}
-                    () = ctx.cancel.cancelled() => return (i, Err(Interrupted.into())),
-                }
-            }
-            let run = run.run(ctx);
-            let Some(timeout) = timeout else {
-                return (i, run.await);
-            };
-            tokio::pin!(run);
-            let result = match tokio::time::timeout(timeout, &mut run).await {
-                Ok(result) => result,
-                Err(_) => {
-                    attempt_cancel.cancel();
-                    let _ = tokio::time::timeout(grace, &mut run).await;
-                    Err(TimedOut { timeout }.into())
-                }
-            };
+            let result = super::run_attempt(run, ctx, begin_at, timeout, grace).await;
             (i, result)
         };
         let handle = self.tasks.spawn(task.instrument(span));

@@ -434,3 +434,39 @@ impl Scheduler {
         engine::Engine::new(self).run(shutdown).await;
     }
 }
+
+/// One attempt at a tick, as a run task does it: waits until `begin_at` (unless the
+/// attempt's token fires first: [`Interrupted`](crate::Interrupted)), runs the job,
+/// and under a `timeout` cancels the attempt's own token when it runs out (not the
+/// run's: a timed-out run is a failed run, not an interrupted one), then drops it if
+/// it has not ended within `grace`: [`TimedOut`](crate::TimedOut).
+pub(crate) async fn run_attempt(
+    job: Arc<dyn Idempotent>,
+    ctx: crate::JobContext,
+    begin_at: tokio::time::Instant,
+    timeout: Option<Duration>,
+    grace: Duration,
+) -> std::result::Result<(), crate::BoxError> {
+    if begin_at > tokio::time::Instant::now() {
+        tokio::select! {
+            () = tokio::time::sleep_until(begin_at) => {}
+            () = ctx.cancel.cancelled() => return Err(crate::Interrupted.into()),
+        }
+    }
+    let attempt_cancel = ctx.cancel.clone();
+    let run = job.run(ctx);
+    let Some(timeout) = timeout else {
+        return run.await;
+    };
+    tokio::pin!(run);
+    match tokio::time::timeout(timeout, &mut run).await {
+        Ok(result) => result,
+        Err(_) => {
+            attempt_cancel.cancel();
+            // Whatever it returns now, it ran out of time; past the grace it is
+            // dropped.
+            let _ = tokio::time::timeout(grace, &mut run).await;
+            Err(crate::TimedOut { timeout }.into())
+        }
+    }
+}

@@ -59,7 +59,6 @@ impl Engine {
             return;
         };
         let lease = &running.lease;
-        let attempt_cancel = running.cancel.child_token();
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -67,7 +66,8 @@ impl Engine {
             lease: lease.name.clone(),
             holder: lease.holder.clone(),
             token: lease.token,
-            cancel: attempt_cancel.clone(),
+            // The attempt's own token: a timeout cancels it, not the run's.
+            cancel: running.cancel.child_token(),
             state: self.s.state.clone(),
             attempt: running.attempt,
         };
@@ -80,27 +80,7 @@ impl Engine {
         let timeout = e.cadence.policy.timeout;
         let grace = self.s.settings.grace;
         let run = async move {
-            if !wait.is_zero() {
-                tokio::select! {
-                    () = tokio::time::sleep_until(begin_at) => {}
-                    () = ctx.cancel.cancelled() => return (i, Err(Interrupted.into())),
-                }
-            }
-            let run = job.run(ctx);
-            let Some(timeout) = timeout else {
-                return (i, run.await);
-            };
-            tokio::pin!(run);
-            let result = match tokio::time::timeout(timeout, &mut run).await {
-                Ok(result) => result,
-                Err(_) => {
-                    attempt_cancel.cancel();
-                    // Whatever it returns now, it ran out of time; past the grace
-                    // it is dropped.
-                    let _ = tokio::time::timeout(grace, &mut run).await;
-                    Err(TimedOut { timeout }.into())
-                }
-            };
+            let result = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace).await;
             (i, result)
         };
         let task = self.tasks.spawn(run.instrument(span));
