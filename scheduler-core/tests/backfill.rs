@@ -147,6 +147,12 @@ async fn every_tick_runs_once_and_a_second_backfill_finds_them_done() {
         .expect("backfill");
     assert_eq!(first, report(50, 50, 0, 0));
     assert_eq!(done(&tally), seconds(from, to));
+    // Counted as the outcome `backfilled` (stats and metrics).
+    assert_eq!(
+        a.stats()
+            .count("filler", scheduler_core::Outcome::Backfilled),
+        50
+    );
 
     // Again, from another instance and a wider range: only the new ticks run.
     let b = scheduler(&store, "b", &Filler::new(&tally));

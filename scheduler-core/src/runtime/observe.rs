@@ -26,7 +26,7 @@ use crate::lease::{FencingToken, Holder, Tick};
 pub mod names {
     /// Counter of tick outcomes; attributes `job.name`, `outcome`
     /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`,
-    /// `coalesced`, `retried`, `timed_out`, `cancelled_by_newer`).
+    /// `coalesced`, `retried`, `timed_out`, `cancelled_by_newer`, `backfilled`).
     pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
     /// Histogram of run durations in seconds; attributes `job.name`, `outcome`.
     pub const RUN_DURATION: &str = "scheduler.run.duration";
@@ -152,7 +152,7 @@ impl Instruments {
             outcomes: meter
                 .u64_counter(names::TICK_OUTCOMES)
                 .with_unit("{tick}")
-                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out, cancelled_by_newer")
+                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out, cancelled_by_newer, backfilled")
                 .build(),
             run_duration: meter
                 .f64_histogram(names::RUN_DURATION)

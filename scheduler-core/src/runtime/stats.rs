@@ -31,10 +31,13 @@ pub enum Outcome {
     /// A newer tick cancelled the run (overlap policy
     /// [`Overlap::CancelRunning`](crate::Overlap::CancelRunning)).
     CancelledByNewer,
+    /// A tick of a backfill ran to success
+    /// ([`Scheduler::backfill`](crate::Scheduler::backfill)).
+    Backfilled,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 10] = [
+    const ALL: [Outcome; 11] = [
         Outcome::Ran,
         Outcome::Failed,
         Outcome::HeldElsewhere,
@@ -45,6 +48,7 @@ impl Outcome {
         Outcome::Retried,
         Outcome::TimedOut,
         Outcome::CancelledByNewer,
+        Outcome::Backfilled,
     ];
 
     /// The outcome's name, as logs and metrics spell it.
@@ -60,6 +64,7 @@ impl Outcome {
             Outcome::Retried => "retried",
             Outcome::TimedOut => "timed_out",
             Outcome::CancelledByNewer => "cancelled_by_newer",
+            Outcome::Backfilled => "backfilled",
         }
     }
 
