@@ -24,11 +24,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use super::Outcome;
 use super::Scheduler;
 use super::Settings;
 use super::backoff::Backoff;
 use super::calls::Gate;
-use super::Outcome;
 use super::observe::Observer;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Duplicate, Idempotent, Interrupted, JobContext, State};
@@ -746,7 +746,9 @@ impl<'a> Run<'a> {
         match &result {
             Ok(()) => {
                 self.report.ran += 1;
-                self.inner.observe.outcome(&self.job.name, Outcome::Backfilled);
+                self.inner
+                    .observe
+                    .outcome(&self.job.name, Outcome::Backfilled);
                 if running.lost {
                     warn!(tick = %tick, "backfill run finished after its lease was lost; the tick may have run twice");
                 } else {
