@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::Result;
-use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Ttl};
+use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick, Ttl};
 use crate::store::Store;
 
 /// A [`Store`] that counts the calls made through it, by operation: for tests and
@@ -105,5 +105,9 @@ impl<S: Store> Store for Counted<S> {
     async fn now(&self) -> Result<DateTime<Utc>> {
         self.calls.add(NOW);
         self.inner.now().await
+    }
+
+    async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
+        self.inner.request_cancel(name, newer).await
     }
 }

@@ -62,7 +62,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// ([`Renewed::cancel_requested`]). Returns whether a row was marked.
     ///
     /// The default marks nothing: on a store without it, a newer tick waits for the
-    /// running one to end, as with [`Overlap::BufferOne`](crate::Overlap).
+    /// running one to end, as with [`Overlap::BufferOne`](crate::Overlap). A store
+    /// that wraps another must forward it.
     ///
     /// # Errors
     /// [`Error::Store`](crate::Error::Store) if the backend fails.

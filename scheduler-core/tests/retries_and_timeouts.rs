@@ -198,3 +198,42 @@ async fn a_run_past_its_timeout_is_cancelled_and_counted() {
         "the token fired at the timeout and the run stopped: {took}"
     );
 }
+
+/// A retry waiting out its backoff never begins once the lease is known lost
+/// (taken over meanwhile): a harmless duplicate run may go on, but a new attempt is
+/// not started on a lease this instance no longer holds.
+#[tokio::test(start_paused = true)]
+async fn a_retry_never_begins_after_its_lease_is_lost() {
+    let store = store();
+    // Hourly, always failing, the first retry 2 s after the first failure.
+    let (job, attempts) = flaky(
+        Duration::from_secs(3600),
+        u32::MAX,
+        Duration::from_millis(10),
+    );
+    let scheduler = builder(&store)
+        .job_with_policy(job, Policy::default().retry(3, Duration::from_secs(2)))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let thief = {
+        let store = store.clone();
+        async move {
+            // The first attempt has failed; another holder takes the lease over
+            // during the backoff; the next renewal finds it gone.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let name = scheduler_core::LeaseName::new("flaky").expect("name");
+            let ttl = scheduler_core::Ttl::new(Duration::from_secs(60)).expect("ttl");
+            assert!(store.steal(&name, ttl).is_some(), "the lease row exists");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    };
+    scheduler.run_until(thief).await;
+    let attempts = attempts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(
+        attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [1],
+        "no attempt begins on a lost lease: {attempts:?}"
+    );
+    assert_eq!(stats.count("flaky", Outcome::LeaseLost), 1);
+}

@@ -266,8 +266,9 @@ impl Backfiller {
     /// - A node-scoped job's ticks are backfilled for this node (its lease names the
     ///   node).
     ///
-    /// Backfill runs are logged (`tracing`), not counted in [`Stats`](crate::Stats),
-    /// the metrics or the run history.
+    /// Backfill runs are logged (`tracing`); each tick run to success is counted
+    /// [`Outcome::Backfilled`](crate::Outcome::Backfilled) in [`Stats`](crate::Stats)
+    /// and the metrics. They are not written to the run history.
     ///
     /// Cancel safety: dropping the future stops the backfill like a crash: runs are
     /// aborted, their leases left to expire, and a later backfill resumes.

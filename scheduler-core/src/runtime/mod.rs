@@ -44,6 +44,11 @@ pub struct SchedulerBuilder {
     recorder: Option<Arc<dyn RunRecorder>>,
 }
 
+/// Where the shortest gap of a schedule is measured to lay its ticks out over lease
+/// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
+const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
+    chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
+
 /// A registered job, and the policy it was registered with, if not its own.
 struct JobBox(Arc<dyn Idempotent>, Option<Policy>);
 
@@ -265,8 +270,11 @@ impl SchedulerBuilder {
                 Overlap::Concurrent { max } => max,
                 _ => 1,
             };
-            let gap_ms = timing
-                .period
+            // A tick's slot must be a function of the tick alone, the same on every
+            // instance whenever it was built: the gap is measured from a fixed
+            // instant, not from now (a cron schedule's gaps vary, with DST say).
+            let gap_ms = schedule
+                .shortest_gap(SLOT_ANCHOR)
                 .and_then(|gap| i64::try_from(gap.as_millis()).ok())
                 .unwrap_or(1000);
             for slot in 0..slots {
@@ -283,6 +291,7 @@ impl SchedulerBuilder {
                 };
                 entries.push(Entry {
                     lease,
+                    slot,
                     name: Arc::clone(&name),
                     schedule: schedule.clone(),
                     cadence: Cadence {
@@ -320,6 +329,8 @@ pub(crate) struct Entry {
     /// The job's whole schedule (a slot's cadence has only its share of the ticks,
     /// [`Overlap::Concurrent`](crate::Overlap::Concurrent)).
     pub(crate) schedule: crate::schedule::Compiled,
+    /// Its lease slot (0 unless the job runs concurrent ticks).
+    pub(crate) slot: u32,
     pub(crate) name: Arc<str>,
     pub(crate) lease: LeaseName,
     pub(crate) cadence: Cadence,
@@ -397,7 +408,7 @@ impl Scheduler {
             .iter()
             .filter(|e| e.duplicate == Duplicate::NeedsFencing)
             // One declaration per job, not per lease slot.
-            .filter(|e| !e.lease.as_str().contains("\\#"))
+            .filter(|e| e.slot == 0)
             .map(|e| Declaration {
                 job: e.name.to_string(),
                 lease: e.lease.clone(),
@@ -468,5 +479,75 @@ pub(crate) async fn run_attempt(
             let _ = tokio::time::timeout(grace, &mut run).await;
             Err(crate::TimedOut { timeout }.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+    use crate::{BoxError, JobContext, MemoryStore, Schedule};
+
+    struct Nightly;
+
+    #[async_trait::async_trait]
+    impl Idempotent for Nightly {
+        fn name(&self) -> &str {
+            "nightly"
+        }
+        fn schedule(&self) -> Schedule {
+            Schedule::cron("0 30 2 * * *").in_time_zone("Europe/Berlin")
+        }
+        fn policy(&self) -> Policy {
+            Policy::default().overlap(Overlap::Concurrent { max: 2 })
+        }
+        async fn run(&self, _ctx: JobContext) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+
+    /// The lease of each tick, as a scheduler built at `built` lays them out.
+    fn leases(built: &str, ticks: &[DateTime<Utc>]) -> Vec<String> {
+        let at: DateTime<Utc> = built.parse().unwrap();
+        let scheduler = Scheduler::builder(MemoryStore::new())
+            .node_id("n")
+            .clock(LocalClock::starting_at(at))
+            .job(Nightly)
+            .build()
+            .unwrap();
+        ticks
+            .iter()
+            .map(|t| {
+                let before = *t - chrono::TimeDelta::seconds(1);
+                let entry = scheduler
+                    .entries
+                    .iter()
+                    .find(|e| {
+                        e.cadence
+                            .schedule
+                            .next_after(before)
+                            .is_some_and(|n| n.at() == *t)
+                    })
+                    .unwrap();
+                entry.lease.to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn instances_built_at_any_time_put_a_tick_in_the_same_lease_slot() {
+        // Built in January, or a month before a spring-forward (whose 23.5 h gap is
+        // then among the next ticks): the same slot for every tick, so no tick runs
+        // under two leases. Slots used to be laid out from the build time's gaps.
+        let ticks: Vec<DateTime<Utc>> = (0..6)
+            .map(|d| format!("2026-04-{:02}T00:30:00Z", 10 + d).parse().unwrap())
+            .collect();
+        assert_eq!(
+            leases("2026-01-10T12:00:00Z", &ticks),
+            leases("2026-03-01T12:00:00Z", &ticks)
+        );
     }
 }

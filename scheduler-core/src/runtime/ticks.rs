@@ -181,6 +181,10 @@ pub(crate) struct Running {
     /// A newer tick cancelled it ([`Overlap::CancelRunning`]): it completes its tick
     /// when it ends, however it ends.
     pub(crate) superseded: bool,
+    /// When the current attempt begins (the fire time of a tick taken ahead, the
+    /// end of a retry's backoff), and its own token: an attempt that has not begun
+    /// when the lease is lost never begins.
+    pub(crate) attempt_token: Option<(tokio::time::Instant, CancellationToken)>,
 }
 
 /// One job's ticks.
@@ -293,6 +297,14 @@ impl JobTicks {
         events: &mut Vec<TickEvent>,
     ) -> Option<(Tick, Holder)> {
         let mut passed_over = PassedOver::default();
+        if self.running.is_none()
+            && let Some(buffered) = self.buffered.take()
+        {
+            // The run it waited for has ended. It is older than any tick still in
+            // `next`, so it goes first: a newer tick that came due meanwhile then
+            // supersedes it, as the catch-up policy says.
+            self.came_due(cadence, buffered, &mut passed_over, events);
+        }
         while let Some((tick, at, window)) = self.next {
             let idle = self.pending.is_none()
                 && self.running.is_none()
@@ -308,12 +320,6 @@ impl JobTicks {
             }
             self.advance_from(cadence, tick.at());
             self.came_due(cadence, (tick, at, window), &mut passed_over, events);
-        }
-        if self.running.is_none()
-            && let Some(buffered) = self.buffered.take()
-        {
-            // The run it waited for has ended.
-            self.came_due(cadence, buffered, &mut passed_over, events);
         }
         passed_over.report(cadence.policy.catch_up, events);
         if self.running.is_some() {
@@ -442,6 +448,7 @@ impl JobTicks {
             lost: false,
             attempt: 1,
             superseded: false,
+            attempt_token: None,
         });
         Won::Run { took_over }
     }
@@ -540,6 +547,13 @@ impl JobTicks {
     /// The run this job holds, if any.
     pub(crate) fn running(&self) -> Option<&Running> {
         self.running.as_ref()
+    }
+
+    /// The run's current attempt begins at `begins`, under `token`.
+    pub(crate) fn on_attempt(&mut self, begins: tokio::time::Instant, token: CancellationToken) {
+        if let Some(r) = &mut self.running {
+            r.attempt_token = Some((begins, token));
+        }
     }
 
     /// The run's lease, renewed until `expires_at`.
@@ -1069,6 +1083,30 @@ mod tests {
         assert!(j.on_cancel_requested().is_some());
         assert!(j.on_cancel_requested().is_none(), "news once");
         assert!(j.running().unwrap().cancel.is_cancelled());
+    }
+
+    #[test]
+    fn a_buffered_tick_gives_way_to_a_newer_one_that_came_due_before_the_loop_looked() {
+        let (mut j, mut c, mut ev) = started();
+        c.policy = Policy::default().overlap(Overlap::BufferOne);
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+        // 1010 and 1020 come due during the run: 1020 waits.
+        assert!(j.due(&c, ms(1_025_000), Z, &mut ev).is_none());
+        // The run ends at 1029.9 s, but the loop looks again only at 1030.2 s, when
+        // 1030 is due too: 1030 runs, in place of the older buffered 1020 (which
+        // used to replace it, and then miss its own window: nothing ran).
+        j.on_finished();
+        ev.clear();
+        let (tick, _) = j.due(&c, ms(1_030_200), Z, &mut ev).unwrap();
+        assert_eq!(tick, Tick::new(at(1030)));
+        assert_eq!(
+            ev,
+            [TickEvent::Coalesced {
+                tick: Tick::new(at(1020)),
+                count: 1
+            }]
+        );
     }
 
     #[test]

@@ -443,6 +443,14 @@ impl Engine {
             return;
         };
         self.s.observe.outcome(&e.name, Outcome::LeaseLost);
+        // An attempt still waiting to begin (a retry's backoff, a tick taken ahead)
+        // never begins: a duplicate run may be harmless, but starting one once the
+        // lease is known lost is not tolerated.
+        if let Some((begins, token)) = &running.attempt_token
+            && Instant::now() < *begins
+        {
+            token.cancel();
+        }
         match e.duplicate {
             Duplicate::NeedsFencing => {
                 running.cancel.cancel();

@@ -59,6 +59,7 @@ impl Engine {
             return;
         };
         let lease = &running.lease;
+        let attempt_token = running.cancel.child_token();
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -67,7 +68,7 @@ impl Engine {
             holder: lease.holder.clone(),
             token: lease.token,
             // The attempt's own token: a timeout cancels it, not the run's.
-            cancel: running.cancel.child_token(),
+            cancel: attempt_token.clone(),
             state: self.s.state.clone(),
             attempt: running.attempt,
         };
@@ -85,6 +86,7 @@ impl Engine {
         };
         let task = self.tasks.spawn(run.instrument(span));
         self.by_task.insert(task.id(), i);
+        self.jobs[i].on_attempt(begin_at, attempt_token);
     }
 
     pub(super) fn finished(&mut self, done: Result<(Id, RunResult), tokio::task::JoinError>) {
