@@ -70,6 +70,11 @@ impl Migration {
     }
 }
 
+/// The lease table's columns added after its first migration, each with the
+/// migration that adds it: what a store opened without migrations checks for, since
+/// its statements use them (renewals read `cancel_tick`).
+pub const ADDED_COLUMNS: &[(&str, &str)] = &[("cancel_tick", "m20261201_000002_cancel_requests")];
+
 /// Every migration of the lease table, oldest first.
 ///
 /// Databases record these names: never rename, reorder or change an applied
@@ -105,6 +110,24 @@ mod tests {
         );
         // Oldest first, each once.
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+    }
+
+    #[test]
+    fn every_added_column_names_a_migration_that_adds_it() {
+        let table = TableName::default();
+        for (column, name) in ADDED_COLUMNS {
+            let migration = MIGRATIONS
+                .iter()
+                .find(|m| m.name == *name)
+                .unwrap_or_else(|| panic!("{name}"));
+            assert!(
+                migration
+                    .postgres(&table)
+                    .iter()
+                    .any(|s| s.contains(column))
+            );
+            assert!(migration.sqlite(&table).iter().any(|s| s.contains(column)));
+        }
     }
 
     #[test]

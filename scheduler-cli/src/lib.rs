@@ -164,6 +164,9 @@ pub async fn connect(url: &str) -> Result<PostgresStore> {
 async fn connect_within(url: &str, timeout: Duration) -> Result<PostgresStore> {
     let options = PostgresOptions::default()
         .migrate(false)
+        // Whatever version the tables are at: the tool only reads (and forget
+        // writes columns every version has).
+        .check_schema(false)
         .max_connections(1)
         .connect_timeout(timeout);
     Ok(PostgresStore::connect(url, options).await?)

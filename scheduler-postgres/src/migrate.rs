@@ -54,6 +54,62 @@ pub(crate) fn in_recovery(err: &Error) -> bool {
         if migration == "setup" && why == STANDBY)
 }
 
+/// Checks, for a store opened without migrations, that the lease table has the
+/// columns this version's statements use — from the catalogs, which any user may
+/// read (the bookkeeping table may not be readable by an app user with only the
+/// lease table's grants). A missing table is left to the statements' own errors.
+pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
+    const OP: &str = "check the lease table's columns";
+    let rows = match store
+        .query(
+            OP,
+            "SELECT attname::text AS name FROM pg_catalog.pg_attribute \
+             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+            vec![store.table().quoted().into()],
+        )
+        .await
+    {
+        Ok(rows) => rows,
+        // A schema the user may not look into: the statements will say so, with the
+        // grant they need.
+        Err(Error::Statement { cause, .. }) if sqlstate(&cause).as_deref() == Some("42501") => {
+            return Ok(());
+        }
+        Err(err) => return Err(err),
+    };
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let columns: Vec<String> = rows
+        .iter()
+        .map(|row| row.try_get::<String>("", "name"))
+        .collect::<Result<_, DbErr>>()
+        .map_err(|cause| Error::BadRow {
+            operation: OP,
+            cause,
+        })?;
+    let missing: Vec<&(&str, &str)> = scheduler_migrations::ADDED_COLUMNS
+        .iter()
+        .filter(|(column, _)| !columns.iter().any(|c| c == column))
+        .collect();
+    let Some((_, migration)) = missing.first() else {
+        return Ok(());
+    };
+    let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
+    Err(Error::Migrate {
+        migration: (*migration).to_owned(),
+        cause: DbErr::Custom(format!(
+            "the lease table {} lacks column(s) {} that this version needs, and the store was \
+             opened with migrate(false)",
+            store.table(),
+            names.join(", ")
+        )),
+        hint: "; run the migrations once (a store opened with migrate(true), as a database user \
+               that may alter the lease table), then start again"
+            .to_owned(),
+    })
+}
+
 /// Applies every pending migration of the store's lease table; creates the schema of
 /// a qualified one only when `create_schema` says so (a typo in it would otherwise
 /// start a second, silent cluster).

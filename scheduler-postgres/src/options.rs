@@ -15,8 +15,15 @@ use crate::session::Pooling;
 pub struct PostgresOptions {
     /// The lease table, optionally schema-qualified. Default `scheduler_leases`.
     pub table: TableName,
-    /// Run the migrations when the store opens. Default `true`.
+    /// Run the migrations when the store opens. Default `true`. Without them, the
+    /// store still checks at open that the lease table has every column this
+    /// version needs (see [`check_schema`](Self::check_schema)).
     pub migrate: bool,
+    /// With [`migrate`](Self::migrate) off, refuse to open on a lease table that
+    /// lacks a column this version's statements need (a migration a later deploy
+    /// step would apply, say): its renewals would fail, and every long run would lose
+    /// its lease. Default `true`; an operator's tool that only reads turns it off.
+    pub check_schema: bool,
     /// Let the migrations create the schema of a schema-qualified
     /// [`table`](Self::table) when it does not exist. Default `false`: a missing
     /// schema is [`Error::MissingSchema`](crate::Error::MissingSchema), since a typo
@@ -67,6 +74,7 @@ impl Default for PostgresOptions {
         Self {
             table: TableName::default(),
             migrate: true,
+            check_schema: true,
             create_schema: false,
             max_connections: 4,
             connect_timeout: Duration::from_secs(5),
@@ -90,6 +98,13 @@ impl PostgresOptions {
     /// Whether to run the migrations when the store opens.
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Whether a store opened without migrations checks that every migration it
+    /// needs was applied; see [`PostgresOptions::check_schema`].
+    pub fn check_schema(mut self, check: bool) -> Self {
+        self.check_schema = check;
         self
     }
 

@@ -151,6 +151,8 @@ impl PostgresStore {
                     done => break done?,
                 }
             }
+        } else if options.check_schema {
+            migrate::check(&store).await?;
         }
         Ok(store)
     }

@@ -58,3 +58,45 @@ async fn eight_instances_migrate_at_once() {
         .expect("row");
     assert_eq!(row.try_get::<i64>("", "n").expect("n"), 0);
 }
+
+/// A store opened without migrations on a lease table that lacks one this version
+/// needs is refused at open, naming it: its renewals would fail (they read
+/// `cancel_tick`) while its takes work, and every long run would lose its lease.
+#[tokio::test]
+async fn a_store_without_migrations_refuses_a_table_missing_one() {
+    let db = TestDb::new().await;
+    // The table as the first migration left it, recorded as such.
+    drop(
+        PostgresStore::connect(db.url(), PostgresOptions::default())
+            .await
+            .expect("migrated"),
+    );
+    let conn = &Database::connect(db.direct_url()).await.expect("connect");
+    conn.execute_unprepared(
+        "ALTER TABLE scheduler_leases DROP COLUMN cancel_tick; \
+         DELETE FROM scheduler_leases_migrations WHERE version = 'm20261201_000002_cancel_requests'",
+    )
+    .await
+    .expect("back to the first migration");
+    let options = PostgresOptions::default().migrate(false);
+    let err = PostgresStore::connect(db.url(), options.clone())
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        err.to_string(),
+        "migration m20261201_000002_cancel_requests failed: the lease table scheduler_leases lacks \
+         column(s) cancel_tick that this version needs, and the store was \
+         opened with migrate(false); run the migrations once (a store opened with migrate(true), as \
+         a database user that may alter the lease table), then start again"
+    );
+    // A reading tool may still open it; migrating brings it up to date.
+    PostgresStore::connect(db.url(), options.clone().check_schema(false))
+        .await
+        .expect("opens unchecked");
+    PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("migrates");
+    PostgresStore::connect(db.url(), options)
+        .await
+        .expect("up to date");
+}

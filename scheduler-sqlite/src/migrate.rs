@@ -18,6 +18,50 @@ use sea_orm::{
 use crate::error::{Error, Origin, Result};
 use crate::sql::NOW;
 
+/// Checks, for a store opened without migrations, that the lease table has the
+/// columns this version's statements use (a missing table is left to the
+/// statements' own errors): renewals read `cancel_tick`.
+pub(crate) async fn check(db: &DatabaseConnection, table: &TableName) -> Result<()> {
+    const OP: &str = "check the lease table's columns";
+    let columns: Vec<String> = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "SELECT name FROM pragma_table_info(?1)",
+            [table.table().to_owned().into()],
+        ))
+        .await
+        .map_err(|cause| Error::Statement {
+            operation: OP,
+            cause,
+        })?
+        .iter()
+        .map(|row| row.try_get::<String>("", "name"))
+        .collect::<Result<_, DbErr>>()
+        .map_err(|cause| Error::BadRow {
+            operation: OP,
+            cause,
+        })?;
+    if columns.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<&(&str, &str)> = scheduler_migrations::ADDED_COLUMNS
+        .iter()
+        .filter(|(column, _)| !columns.iter().any(|c| c == column))
+        .collect();
+    let Some((_, migration)) = missing.first() else {
+        return Ok(());
+    };
+    let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
+    Err(Error::Migrate {
+        migration: (*migration).to_owned(),
+        cause: DbErr::Custom(format!(
+            "the lease table {table} lacks column(s) {} that this version needs, and the store was \
+             opened with migrate(false); open it once with migrate(true) to upgrade it",
+            names.join(", ")
+        )),
+    })
+}
+
 /// Applies every pending migration of the lease table `table`.
 pub(crate) async fn run(db: &DatabaseConnection, table: &TableName, origin: &Origin) -> Result<()> {
     let fail = |migration: &'static str| {

@@ -139,6 +139,8 @@ impl SqliteStore {
             check_writable(&db, &options.table, &origin).await?;
             if options.migrate {
                 migrate::run(&db, &options.table, &origin).await?;
+            } else {
+                migrate::check(&db, &options.table).await?;
             }
         }
         Ok(Self {

@@ -344,3 +344,39 @@ async fn a_lock_held_beyond_the_busy_timeout_is_a_typed_error_and_harms_nothing(
     assert!(held.won.is_empty(), "the failed release released nothing");
     assert_eq!(integrity(&store).await, "ok");
 }
+
+/// Opened without migrations on a lease table that lacks a column this version
+/// needs (renewals read `cancel_tick`), the store refuses at open, naming it.
+#[tokio::test]
+async fn a_store_without_migrations_refuses_a_table_missing_a_column() {
+    use sea_orm::ConnectionTrait;
+
+    let dir = TempDir::new("old-table");
+    let path = dir.join("leases.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrated");
+    store
+        .connection()
+        .execute_unprepared(
+            "ALTER TABLE scheduler_leases DROP COLUMN cancel_tick; \
+             DELETE FROM scheduler_leases_migrations WHERE version = 'm20261201_000002_cancel_requests'",
+        )
+        .await
+        .expect("back to the first migration");
+    store.close().await.expect("close");
+    let err = SqliteStore::open(&path, SqliteOptions::default().migrate(false))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::Migrate { migration, .. } if migration == "m20261201_000002_cancel_requests"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("lacks column(s) cancel_tick"),
+        "{err}"
+    );
+    SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrating brings it up to date");
+}
