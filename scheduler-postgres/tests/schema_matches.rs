@@ -191,7 +191,8 @@ async fn the_lease_table_has_the_same_columns_in_both_dialects() {
                 "token",
                 "taken_at",
                 "expires_at",
-                "released_at"
+                "released_at",
+                "cancel_tick"
             ],
             "{table} on PostgreSQL"
         );
@@ -221,8 +222,8 @@ async fn the_lease_table_has_the_same_columns_in_both_dialects() {
                 .iter()
                 .filter(|(_, f)| *f == Family::Timestamp)
                 .count(),
-            4,
-            "tick, taken_at, expires_at, released_at are times"
+            5,
+            "tick, taken_at, expires_at, released_at, cancel_tick are times"
         );
 
         // The same named CHECK constraints.
