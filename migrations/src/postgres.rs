@@ -102,9 +102,9 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
     )]
 }
 
-/// How many columns the history table has once [`create_history`] ran: a table with
-/// fewer is brought up to date by running it again.
-pub const HISTORY_COLUMNS: i64 = 12;
+/// The history table's newest column: a table without it is brought up to date by
+/// running [`create_history`] again.
+pub const HISTORY_NEWEST_COLUMN: &str = "attempt";
 
 /// Creates the run history table and its indexes when they are missing.
 ///
@@ -133,7 +133,7 @@ pub const HISTORY_COLUMNS: i64 = 12;
 /// ```
 ///
 /// followed by an `ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt` for a table
-/// created before the column existed ([`HISTORY_COLUMNS`] tells whether it is due).
+/// created before the column existed ([`HISTORY_NEWEST_COLUMN`] tells whether it is due).
 ///
 /// The first index serves "the last run of each job", the second the retention
 /// sweep. The primary key gives the table a replica identity, so the sweep's deletes

@@ -201,10 +201,13 @@ async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
     let rows = store
         .query(
             OP,
-            "SELECT coalesce((SELECT count(*) FROM pg_catalog.pg_attribute \
-                              WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), 0) \
-                    >= $2 AS present",
-            vec![table.quoted().into(), ddl::HISTORY_COLUMNS.into()],
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute \
+                            WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped) \
+                    AS present",
+            vec![
+                table.quoted().into(),
+                ddl::HISTORY_NEWEST_COLUMN.to_owned().into(),
+            ],
         )
         .await?;
     match rows.first() {
