@@ -4,7 +4,7 @@
 //! This tool has the lease table, not the app's jobs, so its own `backfill` command
 //! only explains that. An app mounts [`BackfillArgs`] in its command line (clap) and
 //! hands them to [`backfill`] with its scheduler's
-//! [`Backfiller`](scheduler_core::Backfiller):
+//! [`Backfiller`]:
 //!
 //! ```no_run
 //! use clap::Parser;

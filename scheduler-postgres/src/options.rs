@@ -26,7 +26,7 @@ pub struct PostgresOptions {
     pub check_schema: bool,
     /// Let the migrations create the schema of a schema-qualified
     /// [`table`](Self::table) when it does not exist. Default `false`: a missing
-    /// schema is [`Error::MissingSchema`](crate::Error::MissingSchema), since a typo
+    /// schema is [`Error::MissingSchema`], since a typo
     /// in it (`nosuchschema.leases`) would otherwise quietly start a lease table that
     /// no other instance uses — a second cluster running every job again.
     pub create_schema: bool,
