@@ -136,8 +136,8 @@ impl PassedOver {
 /// What a granted take leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Won {
-    /// The run begins; `took_over`: an earlier take of the tick had been refused
-    /// (the tick is taken over from another holder).
+    /// The run begins; `took_over`: an earlier take found this tick held by another
+    /// holder (the tick is taken over from it).
     Run { took_over: bool },
     /// The answer came after the tick's window closed: nothing runs
     /// ([`TickEvent::WonTooLate`]).
@@ -164,6 +164,9 @@ struct Pending {
     retry_at: Option<DateTime<Utc>>,
     /// The holder of the previous tick was asked to stop ([`Overlap::CancelRunning`]).
     cancel_asked: bool,
+    /// A take found this very tick held by another holder: winning it later is a
+    /// takeover (a refusal for an older tick still running elsewhere is not).
+    held_elsewhere: bool,
 }
 
 /// A run this instance holds the lease for.
@@ -258,6 +261,7 @@ impl JobTicks {
             unanswered: false,
             retry_at: None,
             cancel_asked: false,
+            held_elsewhere: false,
         }
     }
 
@@ -439,7 +443,7 @@ impl JobTicks {
             });
             return Won::TooLate;
         }
-        let took_over = pending.as_ref().is_some_and(|p| p.refused);
+        let took_over = pending.as_ref().is_some_and(|p| p.held_elsewhere);
         let started = pending.map_or(now, |p| p.fire_at.max(now));
         self.running = Some(Running {
             lease,
@@ -484,6 +488,7 @@ impl JobTicks {
             // This tick runs elsewhere: it frees up when that lease expires (its holder
             // crashed) or is handed back interrupted.
             Some(h) if h.tick == p.tick => {
+                p.held_elsewhere = true;
                 Some(same_tick_poll.map_or(h.expires_at, |at| at.min(h.expires_at)))
             }
             // The previous tick still runs elsewhere: this one may start when it ends
@@ -1150,6 +1155,26 @@ mod tests {
         assert!(j.on_lost().is_none(), "reported once");
         assert!(!j.expired_unrenewed(at(10_000)));
         assert!(j.on_finished().is_some_and(|r| r.lost));
+    }
+
+    #[test]
+    fn waiting_for_an_older_tick_elsewhere_is_not_a_takeover() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        // Refused: tick 990 still runs elsewhere until 1000.6 s.
+        j.on_refused(
+            Overlap::Skip,
+            Some(&held(990, 1_000_600, false)),
+            ms(1_000_510),
+            POLL,
+            &mut ev,
+        );
+        assert!(j.due(&c, ms(1_000_600), Z, &mut ev).is_some());
+        assert_eq!(
+            j.on_won(lease(tick, holder), ms(1_000_610), &mut ev),
+            Won::Run { took_over: false },
+            "nobody held this tick: the log must not say it was taken over"
+        );
     }
 
     #[test]
