@@ -75,6 +75,25 @@ impl Migration {
 /// its statements use them (renewals read `cancel_tick`).
 pub const ADDED_COLUMNS: &[(&str, &str)] = &[("cancel_tick", "m20261201_000002_cancel_requests")];
 
+/// Of [`ADDED_COLUMNS`], those the lease table with columns `present` lacks: the
+/// first missing column's migration and every missing column's name, or `None`
+/// when nothing is missing. An empty `present` (no table) lacks nothing here: the
+/// statements report a missing table themselves.
+pub fn missing_columns(present: &[String]) -> Option<(&'static str, Vec<&'static str>)> {
+    if present.is_empty() {
+        return None;
+    }
+    let missing: Vec<&(&str, &str)> = ADDED_COLUMNS
+        .iter()
+        .filter(|(column, _)| !present.iter().any(|c| c == column))
+        .collect();
+    let (_, migration) = missing.first()?;
+    Some((
+        migration,
+        missing.iter().map(|(column, _)| *column).collect(),
+    ))
+}
+
 /// Every migration of the lease table, oldest first.
 ///
 /// Databases record these names: never rename, reorder or change an applied

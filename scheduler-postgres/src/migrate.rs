@@ -77,9 +77,6 @@ pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
         }
         Err(err) => return Err(err),
     };
-    if rows.is_empty() {
-        return Ok(());
-    }
     let columns: Vec<String> = rows
         .iter()
         .map(|row| row.try_get::<String>("", "name"))
@@ -88,16 +85,11 @@ pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
             operation: OP,
             cause,
         })?;
-    let missing: Vec<&(&str, &str)> = scheduler_migrations::ADDED_COLUMNS
-        .iter()
-        .filter(|(column, _)| !columns.iter().any(|c| c == column))
-        .collect();
-    let Some((_, migration)) = missing.first() else {
+    let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) else {
         return Ok(());
     };
-    let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
     Err(Error::Migrate {
-        migration: (*migration).to_owned(),
+        migration: migration.to_owned(),
         cause: DbErr::Custom(format!(
             "the lease table {} lacks column(s) {} that this version needs, and the store was \
              opened with migrate(false)",

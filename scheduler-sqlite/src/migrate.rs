@@ -41,19 +41,11 @@ pub(crate) async fn check(db: &DatabaseConnection, table: &TableName) -> Result<
             operation: OP,
             cause,
         })?;
-    if columns.is_empty() {
-        return Ok(());
-    }
-    let missing: Vec<&(&str, &str)> = scheduler_migrations::ADDED_COLUMNS
-        .iter()
-        .filter(|(column, _)| !columns.iter().any(|c| c == column))
-        .collect();
-    let Some((_, migration)) = missing.first() else {
+    let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) else {
         return Ok(());
     };
-    let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
     Err(Error::Migrate {
-        migration: (*migration).to_owned(),
+        migration: migration.to_owned(),
         cause: DbErr::Custom(format!(
             "the lease table {table} lacks column(s) {} that this version needs, and the store was \
              opened with migrate(false); open it once with migrate(true) to upgrade it",
