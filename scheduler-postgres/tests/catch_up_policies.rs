@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Timelike, Utc};
 use scheduler_core::{CatchUp, Policy};
 use scheduler_postgres::PostgresStore;
-use support::{Instance, InstanceConfig, Recorder, db_now, runs};
+use support::{Instance, Recorder, db_now, runs};
 use test_postgres::TestDb;
 
 /// The three jobs, every second with a ten-second window, one per policy.
@@ -34,15 +34,7 @@ fn jobs(store: &PostgresStore) -> Vec<Recorder> {
 }
 
 async fn cluster(url: &str, round: &str) -> Vec<Instance> {
-    let mut instances = Vec::new();
-    for node in ["a", "b", "c"] {
-        let config = InstanceConfig {
-            node: format!("node-{node}"),
-            ..InstanceConfig::default()
-        };
-        instances.push(Instance::start(&format!("{node}{round}"), url, config, jobs).await);
-    }
-    instances
+    Instance::start_nodes(url, &["a", "b", "c"], round, jobs).await
 }
 
 /// Sleeps until the database's clock is `fraction` of a second past a whole second.
@@ -123,14 +115,7 @@ async fn a_retry_runs_on_the_same_holder_with_the_same_fencing_token() {
         job.fail_attempts = 2;
         vec![job]
     };
-    let mut instances = Vec::new();
-    for node in ["a", "b"] {
-        let config = InstanceConfig {
-            node: format!("node-{node}"),
-            ..InstanceConfig::default()
-        };
-        instances.push(Instance::start(node, db.url(), config, flaky).await);
-    }
+    let instances = Instance::start_nodes(db.url(), &["a", "b"], "", flaky).await;
     let conn = instances[0].inspect.clone();
     support::wait_for(Duration::from_secs(60), "three attempts", || {
         let conn = conn.clone();

@@ -55,14 +55,7 @@ async fn the_newest_tick_cancels_the_running_one_on_any_instance() {
         job.policy = Policy::default().overlap(Overlap::CancelRunning);
         vec![job]
     };
-    let mut instances = Vec::new();
-    for node in ["a", "b"] {
-        let config = InstanceConfig {
-            node: format!("node-{node}"),
-            ..InstanceConfig::default()
-        };
-        instances.push(Instance::start(node, db.url(), config, jobs).await);
-    }
+    let instances = Instance::start_nodes(db.url(), &["a", "b"], "", jobs).await;
     let conn = instances[0].inspect.clone();
     wait_for(Duration::from_secs(60), "six ticks", || {
         let conn = conn.clone();
@@ -170,14 +163,7 @@ async fn concurrent_runs_overlap_up_to_max_and_each_tick_runs_once() {
         job.policy = Policy::default().overlap(Overlap::Concurrent { max: 2 });
         vec![job]
     };
-    let mut instances = Vec::new();
-    for node in ["a", "b"] {
-        let config = InstanceConfig {
-            node: format!("node-{node}"),
-            ..InstanceConfig::default()
-        };
-        instances.push(Instance::start(node, db.url(), config, jobs).await);
-    }
+    let instances = Instance::start_nodes(db.url(), &["a", "b"], "", jobs).await;
     let conn = instances[0].inspect.clone();
     wait_for(Duration::from_secs(60), "eight finished runs", || {
         let conn = conn.clone();

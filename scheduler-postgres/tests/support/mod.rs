@@ -275,6 +275,24 @@ impl Instance {
         }
     }
 
+    /// One instance per name of `names` (`a` runs as node `node-a`), each named
+    /// after its node and `suffix` (`a1`), with `jobs`.
+    pub async fn start_nodes<F>(url: &str, names: &[&str], suffix: &str, jobs: F) -> Vec<Instance>
+    where
+        F: Fn(&PostgresStore) -> Vec<Recorder> + Clone,
+    {
+        let mut instances = Vec::new();
+        for name in names {
+            let config = InstanceConfig {
+                node: format!("node-{name}"),
+                ..InstanceConfig::default()
+            };
+            let named = format!("{name}{suffix}");
+            instances.push(Instance::start(&named, url, config, jobs.clone()).await);
+        }
+        instances
+    }
+
     /// Graceful shutdown; waits until it is done.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
