@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         postgres: postgres::add_cancel_tick,
         sqlite: sqlite::add_cancel_tick,
     },
+    Migration {
+        name: "m20261202_000003_controls",
+        postgres: postgres::create_controls,
+        sqlite: sqlite::create_controls,
+    },
 ];
 
 #[cfg(test)]
@@ -121,10 +126,11 @@ mod tests {
         // Existing databases hold these names in their bookkeeping tables: changing
         // one would apply its migration again.
         assert_eq!(
-            names[..2],
+            names[..3],
             [
                 "m20261130_000001_create_leases",
-                "m20261201_000002_cancel_requests"
+                "m20261201_000002_cancel_requests",
+                "m20261202_000003_controls"
             ]
         );
         // Oldest first, each once.

@@ -102,6 +102,111 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// The operators' controls (pause, resume, trigger now, dynamic schedules) and
+/// their record, next to the lease table `t` (each suffix keeps the name within
+/// PostgreSQL's 63 characters, as `_migrations` does):
+///
+/// - `t_controls`: one row per paused (or once paused) job, per node or for every
+///   node (`node = ''`); the batched take refuses a job whose row says `paused`;
+/// - `t_audit`: every control applied — who (`actor`), when, why;
+/// - `t_triggers`: runs asked for now, `pending` → `running` → `done`;
+/// - `t_schedules`: dynamic schedules, bound by `handler` to code the app registered;
+///   a removed one stays as a tombstone (`removed`) so polling instances drop it;
+/// - `t_handlers`: the handlers each node registered (what a schedule is checked
+///   against when it is stored);
+/// - `t_version`: one row, the control version every change bumps, which instances
+///   poll.
+pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
+    let controls = table.with_suffix("_controls");
+    let audit = table.with_suffix("_audit");
+    let triggers = table.with_suffix("_triggers");
+    let schedules = table.with_suffix("_schedules");
+    let handlers = table.with_suffix("_handlers");
+    let version = table.with_suffix("_version");
+    let audit_job = table.index_name("_audit", "_job");
+    let open = table.index_name("_triggers", "_open");
+    let changed = table.index_name("_schedules", "_changed");
+    vec![
+        format!(
+            "CREATE TABLE {controls} (
+                job        text        NOT NULL,
+                node       text        NOT NULL DEFAULT '',
+                paused     boolean     NOT NULL,
+                since      timestamptz NOT NULL,
+                actor      text        NOT NULL,
+                why        text        NOT NULL,
+                resumed_at timestamptz,
+                catch_up   boolean,
+                version    bigint      NOT NULL,
+                PRIMARY KEY (job, node)
+            )"
+        ),
+        format!(
+            "CREATE TABLE {audit} (
+                id     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                at     timestamptz NOT NULL,
+                job    text        NOT NULL,
+                node   text,
+                action text        NOT NULL,
+                actor  text        NOT NULL,
+                why    text        NOT NULL,
+                detail text        NOT NULL DEFAULT ''
+            )"
+        ),
+        format!("CREATE INDEX {audit_job} ON {audit} (job, id)"),
+        format!(
+            "CREATE TABLE {triggers} (
+                id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                job          text        NOT NULL,
+                node         text,
+                requested_at timestamptz NOT NULL,
+                actor        text        NOT NULL,
+                why          text        NOT NULL,
+                state        text        NOT NULL CHECK (state IN ('pending', 'running', 'done')),
+                holder       text,
+                lease        text,
+                started_at   timestamptz,
+                finished_at  timestamptz,
+                outcome      text,
+                error        text
+            )"
+        ),
+        format!("CREATE INDEX {open} ON {triggers} (id) WHERE state <> 'done'"),
+        format!(
+            "CREATE TABLE {schedules} (
+                name       text        PRIMARY KEY,
+                handler    text        NOT NULL,
+                schedule   text        NOT NULL,
+                zone       text,
+                scope      text        NOT NULL CHECK (scope IN ('cluster', 'node')),
+                policy     text        NOT NULL DEFAULT '',
+                args       jsonb       NOT NULL DEFAULT '{{}}',
+                enabled    boolean     NOT NULL,
+                removed    boolean     NOT NULL DEFAULT false,
+                version    bigint      NOT NULL,
+                updated_at timestamptz NOT NULL,
+                actor      text        NOT NULL
+            )"
+        ),
+        format!("CREATE INDEX {changed} ON {schedules} (version)"),
+        format!(
+            "CREATE TABLE {handlers} (
+                handler text        NOT NULL,
+                node    text        NOT NULL,
+                seen_at timestamptz NOT NULL,
+                PRIMARY KEY (handler, node)
+            )"
+        ),
+        format!(
+            "CREATE TABLE {version} (
+                id      integer PRIMARY KEY CHECK (id = 1),
+                version bigint  NOT NULL
+            )"
+        ),
+        format!("INSERT INTO {version} (id, version) VALUES (1, 0)"),
+    ]
+}
+
 /// The history table's newest column: a table without it is brought up to date by
 /// running [`create_history`] again.
 pub const HISTORY_NEWEST_COLUMN: &str = "attempt";

@@ -51,6 +51,99 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
     vec![format!("ALTER TABLE {t} ADD COLUMN cancel_tick INTEGER")]
 }
 
+/// The operators' controls and their record: see the PostgreSQL migration of the
+/// same name. Times are integer microseconds; `args` is JSON text (`json_valid`).
+pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
+    let controls = table.with_suffix("_controls");
+    let audit = table.with_suffix("_audit");
+    let triggers = table.with_suffix("_triggers");
+    let schedules = table.with_suffix("_schedules");
+    let handlers = table.with_suffix("_handlers");
+    let version = table.with_suffix("_version");
+    let audit_job = table.index_name("_audit", "_job");
+    let open = table.index_name("_triggers", "_open");
+    let changed = table.index_name("_schedules", "_changed");
+    vec![
+        format!(
+            "CREATE TABLE {controls} (
+                job        TEXT    NOT NULL,
+                node       TEXT    NOT NULL DEFAULT '',
+                paused     INTEGER NOT NULL,
+                since      INTEGER NOT NULL,
+                actor      TEXT    NOT NULL,
+                why        TEXT    NOT NULL,
+                resumed_at INTEGER,
+                catch_up   INTEGER,
+                version    INTEGER NOT NULL,
+                PRIMARY KEY (job, node)
+            ) STRICT, WITHOUT ROWID"
+        ),
+        format!(
+            "CREATE TABLE {audit} (
+                id     INTEGER PRIMARY KEY AUTOINCREMENT,
+                at     INTEGER NOT NULL,
+                job    TEXT    NOT NULL,
+                node   TEXT,
+                action TEXT    NOT NULL,
+                actor  TEXT    NOT NULL,
+                why    TEXT    NOT NULL,
+                detail TEXT    NOT NULL DEFAULT ''
+            ) STRICT"
+        ),
+        format!("CREATE INDEX {audit_job} ON {audit} (job, id)"),
+        format!(
+            "CREATE TABLE {triggers} (
+                id           INTEGER PRIMARY KEY AUTOINCREMENT,
+                job          TEXT    NOT NULL,
+                node         TEXT,
+                requested_at INTEGER NOT NULL,
+                actor        TEXT    NOT NULL,
+                why          TEXT    NOT NULL,
+                state        TEXT    NOT NULL CHECK (state IN ('pending', 'running', 'done')),
+                holder       TEXT,
+                lease        TEXT,
+                started_at   INTEGER,
+                finished_at  INTEGER,
+                outcome      TEXT,
+                error        TEXT
+            ) STRICT"
+        ),
+        format!("CREATE INDEX {open} ON {triggers} (id) WHERE state <> 'done'"),
+        format!(
+            "CREATE TABLE {schedules} (
+                name       TEXT    NOT NULL PRIMARY KEY,
+                handler    TEXT    NOT NULL,
+                schedule   TEXT    NOT NULL,
+                zone       TEXT,
+                scope      TEXT    NOT NULL CHECK (scope IN ('cluster', 'node')),
+                policy     TEXT    NOT NULL DEFAULT '',
+                args       TEXT    NOT NULL DEFAULT '{{}}' CHECK (json_valid(args)),
+                enabled    INTEGER NOT NULL,
+                removed    INTEGER NOT NULL DEFAULT 0,
+                version    INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                actor      TEXT    NOT NULL
+            ) STRICT, WITHOUT ROWID"
+        ),
+        format!("CREATE INDEX {changed} ON {schedules} (version)"),
+        format!(
+            "CREATE TABLE {handlers} (
+                handler TEXT    NOT NULL,
+                node    TEXT    NOT NULL,
+                seen_at INTEGER NOT NULL,
+                PRIMARY KEY (handler, node)
+            ) STRICT, WITHOUT ROWID"
+        ),
+        format!(
+            "CREATE TABLE {version} (
+                id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+                version INTEGER NOT NULL
+            ) STRICT"
+        ),
+        format!("INSERT INTO {version} (id, version) VALUES (1, 0)"),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,6 +91,19 @@ impl TableName {
         self.quoted_with_suffix("_migrations")
     }
 
+    /// The quoted name of a table that belongs to this lease table, named after it
+    /// with `suffix` (`"_controls"`: `"app_a"."leases_controls"`). `suffix` is a
+    /// literal of this crate, never input.
+    pub fn with_suffix(&self, suffix: &'static str) -> String {
+        self.quoted_with_suffix(suffix)
+    }
+
+    /// The quoted name of an index of the table `table_suffix`, named after the lease
+    /// table (`"leases_audit_job"`; an index lives in its table's schema).
+    pub fn index_name(&self, table_suffix: &'static str, index_suffix: &'static str) -> String {
+        format!("\"{}{table_suffix}{index_suffix}\"", self.table)
+    }
+
     fn quoted_with_suffix(&self, suffix: &str) -> String {
         quoted(self.schema.as_deref(), &self.table, suffix)
     }

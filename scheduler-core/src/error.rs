@@ -124,6 +124,27 @@ pub enum Error {
         /// The store's clock when the backfill began.
         now: chrono::DateTime<chrono::Utc>,
     },
+    /// A control or a dynamic schedule that cannot be applied: a bad policy, a
+    /// row whose handler no instance registered, arguments that are not JSON, a
+    /// trigger of a job no instance runs.
+    #[error("{reason}")]
+    InvalidControl {
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// A dynamic schedule names a handler that no running instance registered.
+    #[error(
+        "no instance registered a handler named {handler:?} (registered: {known}); register it with SchedulerBuilder::handler"
+    )]
+    UnknownHandler {
+        /// The handler asked for.
+        handler: String,
+        /// The handlers registered, comma-separated (`none` when there are none).
+        known: String,
+    },
+    /// The store has no controls (the store does not keep them).
+    #[error("this store keeps no controls (pause, resume, trigger, dynamic schedules)")]
+    NoControls,
     /// The store's backend failed (database unreachable, statement failed, …).
     ///
     /// The runtime treats this as transient: it logs it and retries with backoff.

@@ -176,6 +176,28 @@ pub struct JobContext {
     pub(crate) attempt: u32,
 }
 
+/// Code that dynamic schedules ([`ScheduleRow`](crate::ScheduleRow)) run, registered
+/// by name with [`SchedulerBuilder::handler`](crate::SchedulerBuilder::handler): each
+/// run gets the job's context and the row's arguments (JSON text, `{}` for none).
+///
+/// A closure `|ctx: JobContext, args: Arc<str>| async move { … }` is a handler.
+#[async_trait::async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one tick of a schedule bound to this handler.
+    async fn run(&self, ctx: JobContext, args: Arc<str>) -> Result<(), BoxError>;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> Handler for F
+where
+    F: Fn(JobContext, Arc<str>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), BoxError>> + Send + 'static,
+{
+    async fn run(&self, ctx: JobContext, args: Arc<str>) -> Result<(), BoxError> {
+        (self)(ctx, args).await
+    }
+}
+
 /// Values the app hands to every job through the builder's
 /// [`state`](crate::SchedulerBuilder::state), one per type.
 #[derive(Clone, Default)]

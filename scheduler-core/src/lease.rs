@@ -259,6 +259,19 @@ pub struct TakeRequest {
     pub tick: Tick,
     /// The fresh holder that will hold it.
     pub holder: Holder,
+    /// The job the lease runs and the node asking: a store that keeps controls
+    /// refuses the take while the job is paused (everywhere, or on this node) and
+    /// reports it in [`Taken::paused`]. `None`: no pause applies.
+    pub control: Option<ControlKey>,
+}
+
+/// The job and node a take is for, as pauses name them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ControlKey {
+    /// The job.
+    pub job: std::sync::Arc<str>,
+    /// The node asking.
+    pub node: std::sync::Arc<str>,
 }
 
 impl TakeRequest {
@@ -268,7 +281,21 @@ impl TakeRequest {
             name,
             tick,
             holder: Holder::generate(),
+            control: None,
         }
+    }
+
+    /// Refused while `job` is paused everywhere or on `node`.
+    pub fn controlled_by(
+        mut self,
+        job: impl Into<std::sync::Arc<str>>,
+        node: impl Into<std::sync::Arc<str>>,
+    ) -> Self {
+        self.control = Some(ControlKey {
+            job: job.into(),
+            node: node.into(),
+        });
+        self
     }
 }
 
@@ -313,6 +340,9 @@ pub struct Taken {
     /// separately. `None` is always correct (the runtime then reads
     /// [`Store::now`](crate::Store::now) when it needs to).
     pub now: Option<DateTime<Utc>>,
+    /// Requests refused because their job is paused ([`TakeRequest::control`]);
+    /// they are in neither `won` nor `held`.
+    pub paused: Vec<LeaseName>,
 }
 
 /// The state of a lease that a take did not win.

@@ -30,6 +30,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod clock;
+pub mod control;
 #[cfg(feature = "test-util")]
 pub mod counted;
 pub mod error;
@@ -42,12 +43,16 @@ pub mod schedule;
 pub mod store;
 
 pub use clock::LocalClock;
+pub use control::{
+    ControlAction, ControlRecord, ControlRequest, ControlState, Controls, LeaseRow, Page, Pause,
+    Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+};
 pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
 pub use job::{
-    Declaration, Duplicate, Idempotent, Interrupted, JobContext, Scope, StateType, TimedOut,
+    Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType, TimedOut,
 };
 pub use lease::{
-    FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
+    ControlKey, FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
     Tick, Ttl,
 };
 pub use memory::MemoryStore;

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::control::Controls;
 use crate::error::Result;
 use crate::lease::{LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken, Tick, Ttl};
 
@@ -71,6 +72,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = (name, newer);
         Ok(false)
     }
+
+    /// The store's controls (pause, resume, trigger, dynamic schedules, their
+    /// record), or `None` for a store that keeps none: the runtime then polls
+    /// nothing, and takes carry no pause condition a store would honour. A store
+    /// that wraps another must forward it.
+    fn controls(&self) -> Option<&dyn Controls> {
+        None
+    }
 }
 
 /// A shared store is a store: `Scheduler::builder(Arc::new(store))` and
@@ -95,5 +104,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         (**self).request_cancel(name, newer).await
+    }
+
+    fn controls(&self) -> Option<&dyn Controls> {
+        (**self).controls()
     }
 }

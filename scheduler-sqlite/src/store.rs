@@ -255,6 +255,7 @@ impl scheduler_core::Store for SqliteStore {
             won: won.iter().map(lease_from_row).collect::<Result<_>>()?,
             held: held.iter().map(held_from_row).collect::<Result<_>>()?,
             now: now.map(|row| time(&row, "now", OP)).transpose()?,
+            paused: Vec::new(),
         })
     }
 

@@ -593,6 +593,8 @@ impl<'a> Run<'a> {
                     name: self.names[i].clone(),
                     tick: self.ticks[i],
                     holder: self.holders[i].clone(),
+                    // A backfill is asked for by an operator: a pause does not stop it.
+                    control: None,
                 })
                 .collect();
             let ttl = self.inner.settings.ttl;

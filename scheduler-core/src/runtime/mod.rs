@@ -26,7 +26,7 @@ pub use stats::{Outcome, Stats};
 
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
-use crate::job::{Declaration, Duplicate, Idempotent, Scope, State, StateValue};
+use crate::job::{Declaration, Duplicate, Handler, Idempotent, Scope, State, StateValue};
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
 use crate::policy::{CatchUp, Overlap, Policy};
 use crate::store::Store;
@@ -42,6 +42,17 @@ pub struct SchedulerBuilder {
     state: HashMap<TypeId, StateValue>,
     meter: Option<opentelemetry::metrics::Meter>,
     recorder: Option<Arc<dyn RunRecorder>>,
+    handlers: Vec<HandlerBox>,
+}
+
+/// A handler registered for dynamic schedules, by name.
+#[derive(Clone)]
+pub(crate) struct HandlerBox(pub(crate) String, pub(crate) Arc<dyn Handler>);
+
+impl std::fmt::Debug for HandlerBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// Where the shortest gap of a schedule is measured to lay its ticks out over lease
@@ -171,6 +182,17 @@ impl SchedulerBuilder {
     /// Registers a job (a job behind an `Arc` is a job too).
     pub fn job(mut self, job: impl Idempotent) -> Self {
         self.jobs.push(JobBox(Arc::new(job), None));
+        self
+    }
+
+    /// Registers `handler` under `name` for dynamic schedules
+    /// ([`ScheduleRow`](crate::ScheduleRow)): rows naming it are run by it, added,
+    /// changed and removed at run time ([`Controls::put_schedule`]), and picked up
+    /// by every instance within one control poll.
+    ///
+    /// [`Controls::put_schedule`]: crate::Controls::put_schedule
+    pub fn handler(mut self, name: impl Into<String>, handler: impl Handler) -> Self {
+        self.handlers.push(HandlerBox(name.into(), Arc::new(handler)));
         self
     }
 
@@ -399,6 +421,7 @@ impl Scheduler {
             state: HashMap::new(),
             meter: None,
             recorder: None,
+            handlers: Vec::new(),
         }
     }
 

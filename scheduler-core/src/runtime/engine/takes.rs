@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::{CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, report};
 use crate::error::Error;
-use crate::lease::{TakeRequest, Taken};
+use crate::lease::{ControlKey, TakeRequest, Taken};
 
 /// A take call's answer, with the local clock read before and after it.
 type ChunkAnswer = crate::Result<(DateTime<Utc>, Taken, DateTime<Utc>)>;
@@ -22,8 +22,16 @@ impl Engine {
         let mut events = Vec::new();
         for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
             if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
-                let name = e.lease.clone();
-                due.push((i, TakeRequest { name, tick, holder }));
+                let request = TakeRequest {
+                    name: e.lease.clone(),
+                    tick,
+                    holder,
+                    control: Some(ControlKey {
+                        job: e.name.clone(),
+                        node: self.s.node.clone(),
+                    }),
+                };
+                due.push((i, request));
             }
             report(
                 &self.s,
