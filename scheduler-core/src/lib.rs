@@ -60,7 +60,7 @@ pub use policy::{CatchUp, Overlap, Policy, Retry};
 pub use runtime::{BackfillOptions, BackfillReport, Backfiller};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
-    Health, HealthReport, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
+    Health, HealthReport, JobInfo, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
     Stats, metric_names,
 };
 pub use schedule::{Schedule, ScheduleError, parse_duration};

@@ -299,6 +299,7 @@ impl SchedulerBuilder {
                 .shortest_gap(SLOT_ANCHOR)
                 .and_then(|gap| i64::try_from(gap.as_millis()).ok())
                 .unwrap_or(1000);
+            let policy_whole = policy;
             for slot in 0..slots {
                 let (lease, cadence_schedule, policy) = if slots == 1 {
                     (lease.clone(), schedule.clone(), policy)
@@ -314,6 +315,7 @@ impl SchedulerBuilder {
                 entries.push(Entry {
                     lease,
                     slot,
+                    job_policy: policy_whole,
                     name: Arc::clone(&name),
                     schedule: schedule.clone(),
                     cadence: Cadence {
@@ -345,6 +347,25 @@ impl SchedulerBuilder {
     }
 }
 
+/// A job as [`Scheduler::jobs`] describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job's name.
+    pub name: String,
+    /// Its schedule ([`Display`](std::fmt::Display): `every 30s`,
+    /// `cron 0 0 9 * * Mon-Fri in Europe/Berlin`); [`upcoming_ticks`] lists the next.
+    pub schedule: crate::Schedule,
+    /// Once per tick in the cluster, or per node.
+    pub scope: Scope,
+    /// Its catch-up, overlap, retry and timeout policy.
+    pub policy: Policy,
+    /// Whether it declared it needs fencing.
+    pub duplicate: Duplicate,
+    /// Its lease (on this node, for a node-scoped job).
+    pub lease: LeaseName,
+}
+
 /// A registered job, checked.
 pub(crate) struct Entry {
     pub(crate) job: Arc<dyn Idempotent>,
@@ -353,6 +374,8 @@ pub(crate) struct Entry {
     pub(crate) schedule: crate::schedule::Compiled,
     /// Its lease slot (0 unless the job runs concurrent ticks).
     pub(crate) slot: u32,
+    /// The job's policy as registered (a slot's cadence has its own).
+    pub(crate) job_policy: Policy,
     pub(crate) name: Arc<str>,
     pub(crate) lease: LeaseName,
     pub(crate) cadence: Cadence,
@@ -437,6 +460,25 @@ impl Scheduler {
                 lease: e.lease.clone(),
                 scope: e.scope,
                 schedule: e.schedule_text.clone(),
+            })
+            .collect()
+    }
+
+    /// What a dashboard shows of each job registered in code: its name, schedule
+    /// (in words and in its zone), scope, policy and fencing declaration. One entry
+    /// per job (not per lease slot), in registration order. Dynamic schedules are
+    /// rows: [`Controls::schedules`](crate::Controls::schedules).
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.entries
+            .iter()
+            .filter(|e| e.slot == 0)
+            .map(|e| JobInfo {
+                name: e.name.to_string(),
+                schedule: e.job.schedule(),
+                scope: e.scope,
+                policy: e.job_policy,
+                duplicate: e.duplicate,
+                lease: e.lease.clone(),
             })
             .collect()
     }
