@@ -94,6 +94,43 @@ pub fn missing_columns(present: &[String]) -> Option<(&'static str, Vec<&'static
     ))
 }
 
+/// The tables added next to the lease table after its first migration, as suffixes
+/// of its name (`_controls`: `scheduler_leases_controls`), each with the migration
+/// that creates it: what a store opened without migrations checks for, since its
+/// statements use them (every take reads `_controls`).
+pub const ADDED_TABLES: &[(&str, &str)] = &[
+    ("_controls", "m20261202_000003_controls"),
+    ("_audit", "m20261202_000003_controls"),
+    ("_triggers", "m20261202_000003_controls"),
+    ("_schedules", "m20261202_000003_controls"),
+    ("_handlers", "m20261202_000003_controls"),
+    ("_version", "m20261202_000003_controls"),
+];
+
+/// Of [`ADDED_TABLES`], those missing beside the lease table `table`, given the
+/// unqualified names of the tables `present` in its schema: the first missing
+/// table's migration and every missing table's name, or `None` when nothing is
+/// missing. Without the lease table itself among `present`, nothing is missing here:
+/// the statements report a missing table themselves.
+pub fn missing_tables(
+    table: &TableName,
+    present: &[String],
+) -> Option<(&'static str, Vec<String>)> {
+    if !present.iter().any(|t| t == table.table()) {
+        return None;
+    }
+    let missing: Vec<(String, &'static str)> = ADDED_TABLES
+        .iter()
+        .map(|(suffix, migration)| (format!("{}{suffix}", table.table()), *migration))
+        .filter(|(name, _)| !present.contains(name))
+        .collect();
+    let (_, migration) = missing.first()?;
+    Some((
+        migration,
+        missing.into_iter().map(|(name, _)| name).collect(),
+    ))
+}
+
 /// Every migration of the lease table, oldest first.
 ///
 /// Databases record these names: never rename, reorder or change an applied
@@ -153,6 +190,49 @@ mod tests {
             );
             assert!(migration.sqlite(&table).iter().any(|s| s.contains(column)));
         }
+    }
+
+    #[test]
+    fn every_added_table_names_a_migration_that_creates_it() {
+        let table = TableName::default();
+        for (suffix, name) in ADDED_TABLES {
+            let migration = MIGRATIONS
+                .iter()
+                .find(|m| m.name == *name)
+                .unwrap_or_else(|| panic!("{name}"));
+            let created = format!("CREATE TABLE \"{}{suffix}\"", table.table());
+            assert!(
+                migration
+                    .postgres(&table)
+                    .iter()
+                    .any(|s| s.starts_with(&created))
+            );
+            assert!(
+                migration
+                    .sqlite(&table)
+                    .iter()
+                    .any(|s| s.starts_with(&created))
+            );
+        }
+    }
+
+    #[test]
+    fn missing_tables_name_their_migration() {
+        let table = TableName::default();
+        let all: Vec<String> = std::iter::once(table.table().to_owned())
+            .chain(
+                ADDED_TABLES
+                    .iter()
+                    .map(|(suffix, _)| format!("{}{suffix}", table.table())),
+            )
+            .collect();
+        assert_eq!(missing_tables(&table, &all), None);
+        assert_eq!(missing_tables(&table, &[]), None, "no lease table");
+        let (migration, names) =
+            missing_tables(&table, &all[..1]).unwrap_or_else(|| panic!("missing"));
+        assert_eq!(migration, "m20261202_000003_controls");
+        assert_eq!(names.len(), ADDED_TABLES.len());
+        assert!(names.contains(&"scheduler_leases_version".to_owned()));
     }
 
     #[test]

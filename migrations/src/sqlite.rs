@@ -1,4 +1,4 @@
-//! SQLite: the lease table and the bookkeeping table.
+//! SQLite: the lease table, the bookkeeping table, the controls and the run history.
 //!
 //! The same tables as on PostgreSQL, with SQLite's types: every time is an `INTEGER`
 //! of microseconds since the Unix epoch, on SQLite's clock (ticks are
@@ -7,7 +7,7 @@
 //! instead of storing it. SQLite has no schemas and no advisory locks: the store
 //! serialises migrations with `BEGIN IMMEDIATE`.
 
-use crate::TableName;
+use crate::{HistoryTable, TableName};
 
 /// Creates the bookkeeping table of `table` (`<table>_migrations`), which records
 /// the name of every migration applied, when it is missing.
@@ -144,6 +144,60 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     ]
 }
 
+/// Creates the run history table and its indexes when they are missing: the
+/// PostgreSQL history ([`postgres::create_history`](crate::postgres::create_history))
+/// with SQLite's types — times (`tick`, `started`, `finished`) are integer
+/// microseconds since the epoch on SQLite's clock, `lease_lost` is 0 or 1. For the
+/// lease table `scheduler_leases`:
+///
+/// ```sql
+/// CREATE TABLE IF NOT EXISTS scheduler_leases_runs (
+///     id         INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: pages by id
+///     job        TEXT    NOT NULL,
+///     tick       INTEGER NOT NULL,
+///     node       TEXT    NOT NULL,
+///     holder     TEXT    NOT NULL,
+///     token      INTEGER NOT NULL,
+///     started    INTEGER NOT NULL,
+///     finished   INTEGER NOT NULL,
+///     outcome    TEXT    NOT NULL,
+///     error      TEXT,
+///     lease_lost INTEGER NOT NULL,
+///     attempt    INTEGER NOT NULL DEFAULT 1
+/// ) STRICT;
+/// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
+/// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_time ON scheduler_leases_runs (started);
+/// ```
+///
+/// Like the PostgreSQL history it is not a migration of the lease table: it exists
+/// only for apps that ask for it. It was born with `attempt`, so it needs no
+/// upgrade statement.
+pub fn create_history(table: &HistoryTable) -> Vec<String> {
+    let t = table.quoted();
+    let by_job = table.index("_job");
+    let by_time = table.index("_time");
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            job        TEXT    NOT NULL,
+            tick       INTEGER NOT NULL,
+            node       TEXT    NOT NULL,
+            holder     TEXT    NOT NULL,
+            token      INTEGER NOT NULL,
+            started    INTEGER NOT NULL,
+            finished   INTEGER NOT NULL,
+            outcome    TEXT    NOT NULL,
+            error      TEXT,
+            lease_lost INTEGER NOT NULL,
+            attempt    INTEGER NOT NULL DEFAULT 1
+        ) STRICT"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC)"),
+        format!("CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +214,21 @@ mod tests {
             .unwrap_or_else(|v| panic!("{v:?}"));
         assert!(create.starts_with("CREATE TABLE \"leases\" ("), "{create}");
         assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
+        let history = HistoryTable::for_leases(&leases);
+        let [table, by_job, by_time] = create_history(&history)
+            .try_into()
+            .unwrap_or_else(|v| panic!("{v:?}"));
+        assert!(
+            table.starts_with("CREATE TABLE IF NOT EXISTS \"leases_runs\" ("),
+            "{table}"
+        );
+        assert_eq!(
+            by_job,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_job\" ON \"leases_runs\" (job, started DESC)"
+        );
+        assert_eq!(
+            by_time,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_time\" ON \"leases_runs\" (started)"
+        );
     }
 }
