@@ -199,7 +199,7 @@ pub enum TriggerState {
         /// When the run began (store clock).
         started_at: DateTime<Utc>,
     },
-    /// Ended with `outcome` (`ran`, `failed`, …; `skipped` when the overlap policy
+    /// Ended with `outcome` (`succeeded`, `failed`, `timed_out`, …; `skipped` when the overlap policy
     /// refused it), and the error's text if it failed.
     Done {
         /// The run's outcome.
@@ -359,9 +359,8 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<crate::Policy, String
             v.parse::<u32>()
                 .map_err(|_| format!("{key} = {v:?} is not a whole number"))
         };
-        let duration = |v: &str| {
-            crate::schedule::parse_duration(v).map_err(|e| format!("{key} = {v:?}: {e}"))
-        };
+        let duration =
+            |v: &str| crate::schedule::parse_duration(v).map_err(|e| format!("{key} = {v:?}: {e}"));
         match key {
             "catch_up" => catch_up = Some(value.to_owned()),
             "catch_up_max" => catch_up_max = Some(number(value)?),
@@ -387,7 +386,9 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<crate::Policy, String
         (Some("buffer_one"), None) => Overlap::BufferOne,
         (Some("cancel_running"), None) => Overlap::CancelRunning,
         (Some("concurrent"), Some(max)) => Overlap::Concurrent { max },
-        (Some("concurrent"), None) => return Err("overlap = \"concurrent\" needs max_concurrent".into()),
+        (Some("concurrent"), None) => {
+            return Err("overlap = \"concurrent\" needs max_concurrent".into());
+        }
         (_, Some(_)) => return Err("max_concurrent needs overlap = \"concurrent\"".into()),
         (Some(other), None) => {
             return Err(format!(
@@ -523,7 +524,7 @@ pub trait Controls: Send + Sync + fmt::Debug {
         ttl: Ttl,
     ) -> Result<Option<Lease>>;
 
-    /// Records the end of trigger `id`: `outcome` (`ran`, `failed`, `skipped`, …)
+    /// Records the end of trigger `id`: `outcome` (`succeeded`, `failed`, `skipped`, …)
     /// and the error's text. A trigger that is pending (refused before a claim) or
     /// held by `holder` is ended; any other is left alone (returns `false`).
     async fn finish_trigger(
@@ -548,8 +549,12 @@ pub trait Controls: Send + Sync + fmt::Debug {
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord>;
 
     /// Removes the dynamic schedule `name`. `Ok(None)` if there is none.
-    async fn remove_schedule(&self, name: &str, by: &str, why: &str)
-    -> Result<Option<ControlRecord>>;
+    async fn remove_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>>;
 
     /// Every dynamic schedule, by name.
     async fn schedules(&self) -> Result<Vec<ScheduleRow>>;
@@ -596,7 +601,11 @@ mod tests {
     #[test]
     fn rows_are_checked() {
         assert!(ScheduleRow::new("r", "h", "every 30s").check().is_ok());
-        assert!(ScheduleRow::new("r", "h", "0 0 9 * * Mon-Fri").check().is_ok());
+        assert!(
+            ScheduleRow::new("r", "h", "0 0 9 * * Mon-Fri")
+                .check()
+                .is_ok()
+        );
         assert!(ScheduleRow::new("r", "h", "every soon").check().is_err());
         assert!(ScheduleRow::new("r", "h", "not cron").check().is_err());
         assert!(ScheduleRow::new("", "h", "every 1s").check().is_err());

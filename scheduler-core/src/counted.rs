@@ -110,4 +110,10 @@ impl<S: Store> Store for Counted<S> {
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         self.inner.request_cancel(name, newer).await
     }
+
+    /// The inner store's controls, not counted (the lease statements are what
+    /// this wrapper measures).
+    fn controls(&self) -> Option<&dyn crate::Controls> {
+        self.inner.controls()
+    }
 }

@@ -49,19 +49,20 @@ pub use control::{
 };
 pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
 pub use job::{
-    Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType, TimedOut,
+    Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType,
+    TimedOut,
 };
 pub use lease::{
-    ControlKey, FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed, TakeRequest, Taken,
-    Tick, Ttl,
+    ControlKey, FencingToken, Held, Holder, Lease, LeaseKey, LeaseName, Release, Renewed,
+    TakeRequest, Taken, Tick, Ttl,
 };
 pub use memory::MemoryStore;
 pub use policy::{CatchUp, Overlap, Policy, Retry};
-pub use runtime::{BackfillOptions, BackfillReport, Backfiller};
+pub use runtime::{BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
-    Health, HealthReport, JobInfo, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler, SchedulerBuilder,
-    Stats, metric_names,
+    Health, HealthReport, JobInfo, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler,
+    SchedulerBuilder, Stats, metric_names,
 };
 pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;

@@ -1,5 +1,7 @@
 //! A lease store in process memory, for unit tests of the runtime.
 
+mod controls;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,6 +38,8 @@ pub struct MemoryStore {
     /// Milliseconds a take waits before it is applied (a statement held up by an
     /// outage or a lock): it is applied, and answered, at the end of the wait.
     take_delay_ms: AtomicU64,
+    /// Pauses, triggers, dynamic schedules and their record.
+    tables: Mutex<controls::Tables>,
 }
 
 /// One lease row, as the store keeps it.
@@ -152,6 +156,12 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn tables(&self) -> std::sync::MutexGuard<'_, controls::Tables> {
+        self.tables
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn call(&self) -> Result<DateTime<Utc>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.failing.load(Ordering::SeqCst) {
@@ -192,11 +202,16 @@ impl Store for MemoryStore {
         }
         let expires_at = now + delta(ttl);
         let mut rows = self.lock();
+        let tables = self.tables();
         let mut taken = Taken {
             now: Some(now),
             ..Taken::default()
         };
         for req in requests {
+            if tables.paused(req) {
+                taken.paused.push(req.name.clone());
+                continue;
+            }
             let fresh = Row {
                 holder: req.holder.clone(),
                 tick: req.tick,
@@ -305,5 +320,9 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+
+    fn controls(&self) -> Option<&dyn crate::Controls> {
+        Some(self)
     }
 }

@@ -3,6 +3,7 @@
 mod backfill;
 mod backoff;
 mod calls;
+mod dynamic;
 mod engine;
 mod health;
 mod observe;
@@ -79,6 +80,7 @@ pub(crate) struct Config {
     pub(crate) clock: LocalClock,
     pub(crate) retry_base: Duration,
     pub(crate) retry_cap: Duration,
+    pub(crate) control_poll: Option<Duration>,
 }
 
 /// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
@@ -90,7 +92,12 @@ pub(crate) struct Settings {
     pub(crate) clock: LocalClock,
     pub(crate) retry_base: Duration,
     pub(crate) retry_cap: Duration,
+    /// How often the store's controls are polled; `None`: never.
+    pub(crate) control_poll: Option<Duration>,
 }
+
+/// How often the store's controls are polled unless the builder says otherwise.
+pub const DEFAULT_CONTROL_POLL: Duration = Duration::from_secs(5);
 
 impl Default for Config {
     fn default() -> Self {
@@ -102,6 +109,7 @@ impl Default for Config {
             clock: LocalClock::system(),
             retry_base: Duration::from_millis(100),
             retry_cap: Duration::from_secs(10),
+            control_poll: Some(DEFAULT_CONTROL_POLL),
         }
     }
 }
@@ -141,6 +149,16 @@ impl SchedulerBuilder {
     pub fn retry_backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.config.retry_base = base.max(Duration::from_millis(1));
         self.config.retry_cap = cap.max(self.config.retry_base);
+        self
+    }
+
+    /// How often the store's controls are polled (one cheap read while nothing
+    /// changed): an operator's resume, trigger or dynamic schedule is picked up
+    /// within this long. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never
+    /// (pauses still hold: the take itself refuses a paused job). Stores without
+    /// controls ([`Store::controls`]) are never polled.
+    pub fn control_poll(mut self, every: Option<Duration>) -> Self {
+        self.config.control_poll = every.map(|d| d.max(Duration::from_millis(10)));
         self
     }
 
@@ -192,7 +210,8 @@ impl SchedulerBuilder {
     ///
     /// [`Controls::put_schedule`]: crate::Controls::put_schedule
     pub fn handler(mut self, name: impl Into<String>, handler: impl Handler) -> Self {
-        self.handlers.push(HandlerBox(name.into(), Arc::new(handler)));
+        self.handlers
+            .push(HandlerBox(name.into(), Arc::new(handler)));
         self
     }
 
@@ -234,6 +253,7 @@ impl SchedulerBuilder {
             clock: config.clock,
             retry_base: retry_cap.min(config.retry_base),
             retry_cap,
+            control_poll: config.control_poll,
         };
         let node = match config.node.take() {
             Some(node) => node,
@@ -247,88 +267,26 @@ impl SchedulerBuilder {
         let now = config.clock.now();
         for JobBox(job, policy) in self.jobs {
             let name = job.name().to_owned();
-            validate_name(&name)?;
             if !names.insert(name.clone()) {
                 return Err(Error::DuplicateJob { name });
             }
-            let schedule_spec = job.schedule();
-            let schedule = schedule_spec
-                .compile()
-                .map_err(|source| Error::InvalidSchedule {
-                    job: name.clone(),
-                    cause: source,
-                })?;
             let policy = policy.unwrap_or_else(|| job.policy());
-            let timing = Timing {
-                period: schedule.shortest_gap(now),
-                jitter: job.jitter(),
-                window: job.catch_up(),
-                timeout: policy.timeout,
-                retry: policy.retry.map(|r| (r.attempts, r.backoff)),
-                catch_up_max: match policy.catch_up {
-                    CatchUp::All { max } => Some(max),
-                    _ => None,
-                },
-            };
-            check_timing(&timing).map_err(|cause| Error::InvalidTiming {
-                job: name.clone(),
-                cause,
-            })?;
             if let Some(missing) = job.state_types().iter().find(|ty| !state.has(ty)) {
                 return Err(state.missing(&name, missing.name()));
             }
-            let scope = job.scope();
-            let lease = LeaseName::for_job(&name, scope, &node)?;
-            let name: Arc<str> = name.into();
-            // Concurrent runs: one entry per lease slot, each with its share of the
-            // ticks, skipping a tick whose slot still runs the one `max` before it.
-            let slots = match policy.overlap {
-                Overlap::Concurrent { max: 0 } => {
-                    return Err(Error::InvalidTiming {
-                        job: name.to_string(),
-                        cause: scheduler_spec::TimingError::ZeroConcurrency,
-                    });
-                }
-                Overlap::Concurrent { max } => max,
-                _ => 1,
-            };
-            // A tick's slot must be a function of the tick alone, the same on every
-            // instance whenever it was built: the gap is measured from a fixed
-            // instant, not from now (a cron schedule's gaps vary, with DST say).
-            let gap_ms = schedule
-                .shortest_gap(SLOT_ANCHOR)
-                .and_then(|gap| i64::try_from(gap.as_millis()).ok())
-                .unwrap_or(1000);
-            let policy_whole = policy;
-            for slot in 0..slots {
-                let (lease, cadence_schedule, policy) = if slots == 1 {
-                    (lease.clone(), schedule.clone(), policy)
-                } else {
-                    let lease = if slot == 0 {
-                        lease.clone()
-                    } else {
-                        LeaseName::new(format!("{lease}\\#{slot}"))?
-                    };
-                    let policy = policy.overlap(Overlap::Skip);
-                    (lease, schedule.slot(slots, slot, gap_ms), policy)
-                };
-                entries.push(Entry {
-                    lease,
-                    slot,
-                    job_policy: policy_whole,
-                    name: Arc::clone(&name),
-                    schedule: schedule.clone(),
-                    cadence: Cadence {
-                        schedule: cadence_schedule,
-                        catch_up: job.catch_up(),
-                        jitter: job.jitter(),
-                        holder_prefix: Arc::clone(&holder_prefix),
-                        policy,
-                    },
-                    schedule_text: schedule_spec.to_string(),
-                    scope,
-                    duplicate: job.duplicate(),
-                    job: Arc::clone(&job),
+            entries.extend(entries_for(job, policy, &node, &holder_prefix, now)?);
+        }
+        let mut handlers = HashMap::new();
+        for HandlerBox(name, handler) in self.handlers {
+            validate_name(&name)?;
+            if handlers
+                .insert(name.clone(), HandlerBox(name.clone(), handler))
+                .is_some()
+            {
+                return Err(Error::InvalidControl {
+                    reason: format!(
+                        "two handlers are named {name:?}; handler names must be unique in a scheduler"
+                    ),
                 });
             }
         }
@@ -343,8 +301,102 @@ impl SchedulerBuilder {
             stats,
             health,
             state,
+            holder_prefix,
+            handlers: Arc::new(handlers),
         })
     }
+}
+
+/// The entries of `job` with `policy` on node `node`: one, or one per lease slot of
+/// a job running concurrent ticks. What [`SchedulerBuilder::build`] does for each
+/// job, and the engine for each dynamic schedule it picks up.
+pub(crate) fn entries_for(
+    job: Arc<dyn Idempotent>,
+    policy: Policy,
+    node: &str,
+    holder_prefix: &Arc<str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<Entry>> {
+    let name = job.name().to_owned();
+    validate_name(&name)?;
+    let mut entries = Vec::new();
+    let schedule_spec = job.schedule();
+    let schedule = schedule_spec
+        .compile()
+        .map_err(|source| Error::InvalidSchedule {
+            job: name.clone(),
+            cause: source,
+        })?;
+    let timing = Timing {
+        period: schedule.shortest_gap(now),
+        jitter: job.jitter(),
+        window: job.catch_up(),
+        timeout: policy.timeout,
+        retry: policy.retry.map(|r| (r.attempts, r.backoff)),
+        catch_up_max: match policy.catch_up {
+            CatchUp::All { max } => Some(max),
+            _ => None,
+        },
+    };
+    check_timing(&timing).map_err(|cause| Error::InvalidTiming {
+        job: name.clone(),
+        cause,
+    })?;
+    let scope = job.scope();
+    let lease = LeaseName::for_job(&name, scope, node)?;
+    let name: Arc<str> = name.into();
+    // Concurrent runs: one entry per lease slot, each with its share of the
+    // ticks, skipping a tick whose slot still runs the one `max` before it.
+    let slots = match policy.overlap {
+        Overlap::Concurrent { max: 0 } => {
+            return Err(Error::InvalidTiming {
+                job: name.to_string(),
+                cause: scheduler_spec::TimingError::ZeroConcurrency,
+            });
+        }
+        Overlap::Concurrent { max } => max,
+        _ => 1,
+    };
+    // A tick's slot must be a function of the tick alone, the same on every
+    // instance whenever it was built: the gap is measured from a fixed
+    // instant, not from now (a cron schedule's gaps vary, with DST say).
+    let gap_ms = schedule
+        .shortest_gap(SLOT_ANCHOR)
+        .and_then(|gap| i64::try_from(gap.as_millis()).ok())
+        .unwrap_or(1000);
+    let policy_whole = policy;
+    for slot in 0..slots {
+        let (lease, cadence_schedule, policy) = if slots == 1 {
+            (lease.clone(), schedule.clone(), policy)
+        } else {
+            let lease = if slot == 0 {
+                lease.clone()
+            } else {
+                LeaseName::new(format!("{lease}\\#{slot}"))?
+            };
+            let policy = policy.overlap(Overlap::Skip);
+            (lease, schedule.slot(slots, slot, gap_ms), policy)
+        };
+        entries.push(Entry {
+            lease,
+            slot,
+            job_policy: policy_whole,
+            name: Arc::clone(&name),
+            schedule: schedule.clone(),
+            cadence: Cadence {
+                schedule: cadence_schedule,
+                catch_up: job.catch_up(),
+                jitter: job.jitter(),
+                holder_prefix: Arc::clone(holder_prefix),
+                policy,
+            },
+            schedule_text: schedule_spec.to_string(),
+            scope,
+            duplicate: job.duplicate(),
+            job: Arc::clone(&job),
+        });
+    }
+    Ok(entries)
 }
 
 /// A job as [`Scheduler::jobs`] describes it.
@@ -431,6 +483,10 @@ pub struct Scheduler {
     observe: Observer,
     health: Health,
     state: State,
+    /// What this instance's holders start with.
+    holder_prefix: Arc<str>,
+    /// The handlers of dynamic schedules, by name.
+    handlers: Arc<HashMap<String, HandlerBox>>,
 }
 
 impl Scheduler {

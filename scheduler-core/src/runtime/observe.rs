@@ -295,6 +295,10 @@ impl Observer {
                 tracing::info!(job, newer = %newer,
                     "an older tick runs elsewhere: asking its holder to stop, the newest tick wins");
             }
+            TickEvent::Paused { tick } => {
+                self.outcome(job, Outcome::Paused);
+                tracing::debug!(job, tick = %tick, "tick not run: the job is paused");
+            }
             TickEvent::WonTooLate { tick, late, .. } => {
                 self.outcome(job, Outcome::Missed);
                 tracing::warn!(job, tick = %tick, late_ms = late.num_milliseconds(),

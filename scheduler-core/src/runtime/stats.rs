@@ -1,8 +1,8 @@
 //! Per-job counters: what happened to each tick.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// What happened to one tick attempt of a job, as counted by [`Stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,10 +34,13 @@ pub enum Outcome {
     /// A tick of a backfill ran to success
     /// ([`Scheduler::backfill`](crate::Scheduler::backfill)).
     Backfilled,
+    /// The job was paused by an operator: the tick was not run, and is not missed
+    /// ([`Controls::pause`](crate::Controls::pause)).
+    Paused,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 11] = [
+    const ALL: [Outcome; 12] = [
         Outcome::Ran,
         Outcome::Failed,
         Outcome::HeldElsewhere,
@@ -49,6 +52,7 @@ impl Outcome {
         Outcome::TimedOut,
         Outcome::CancelledByNewer,
         Outcome::Backfilled,
+        Outcome::Paused,
     ];
 
     /// The outcome's name, as logs and metrics spell it.
@@ -65,6 +69,7 @@ impl Outcome {
             Outcome::TimedOut => "timed_out",
             Outcome::CancelledByNewer => "cancelled_by_newer",
             Outcome::Backfilled => "backfilled",
+            Outcome::Paused => "paused",
         }
     }
 
@@ -79,30 +84,43 @@ impl Outcome {
 /// runs; reading never waits on the scheduler.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
-    jobs: Arc<BTreeMap<String, [AtomicU64; Outcome::ALL.len()]>>,
+    /// Jobs registered in code from the start; dynamic schedules join as they come.
+    jobs: Arc<RwLock<BTreeMap<String, Counts>>>,
 }
+
+type Counts = Arc<[AtomicU64; Outcome::ALL.len()]>;
 
 impl Stats {
     pub(crate) fn new<'a>(jobs: impl IntoIterator<Item = &'a str>) -> Self {
         Self {
-            jobs: Arc::new(
+            jobs: Arc::new(RwLock::new(
                 jobs.into_iter()
-                    .map(|j| (j.to_owned(), Default::default()))
+                    .map(|j| (j.to_owned(), Counts::default()))
                     .collect(),
-            ),
+            )),
         }
     }
 
+    /// Counts `job` from now on (a dynamic schedule picked up at run time).
+    pub(crate) fn track(&self, job: &str) {
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
+        jobs.entry(job.to_owned()).or_default();
+    }
+
+    fn counts(&self, job: &str) -> Option<Counts> {
+        let jobs = self.jobs.read().unwrap_or_else(PoisonError::into_inner);
+        jobs.get(job).cloned()
+    }
+
     pub(crate) fn add(&self, job: &str, outcome: Outcome) {
-        if let Some(counts) = self.jobs.get(job) {
+        if let Some(counts) = self.counts(job) {
             counts[outcome.index()].fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// How many ticks of `job` ended with `outcome`.
     pub fn count(&self, job: &str, outcome: Outcome) -> u64 {
-        self.jobs
-            .get(job)
+        self.counts(job)
             .map_or(0, |counts| counts[outcome.index()].load(Ordering::Relaxed))
     }
 }

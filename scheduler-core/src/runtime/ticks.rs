@@ -98,6 +98,9 @@ pub(crate) enum TickEvent {
         holder: Holder,
         late: TimeDelta,
     },
+    /// The take was refused because an operator paused the job: the tick is not
+    /// run, and not missed.
+    Paused { tick: Tick },
 }
 
 /// Ticks passed over in one turn because a later tick came due before they could
@@ -188,6 +191,9 @@ pub(crate) struct Running {
     /// end of a retry's backoff), and its own token: an attempt that has not begun
     /// when the lease is lost never begins.
     pub(crate) attempt_token: Option<(tokio::time::Instant, CancellationToken)>,
+    /// The operator's trigger this run answers, if it is one
+    /// ([`JobTicks::on_manual`]).
+    pub(crate) trigger: Option<crate::control::TriggerId>,
 }
 
 /// One job's ticks.
@@ -249,6 +255,32 @@ impl JobTicks {
             }
         }
         self.advance_from(cadence, now);
+    }
+
+    /// Starts the schedule of a dynamic schedule's row changed at `changed`: as
+    /// [`start`](Self::start), but no tick from before the change is caught up (a
+    /// schedule added at noon does not run its 9 o'clock tick).
+    pub(crate) fn start_after(
+        &mut self,
+        cadence: &Cadence,
+        changed: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
+        self.start(cadence, now);
+        let Some(changed) = changed else {
+            return;
+        };
+        self.backlog.retain(|(tick, _, _)| tick.at() > changed);
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.tick.at() <= changed)
+        {
+            self.pending = self
+                .backlog
+                .pop_front()
+                .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+        }
     }
 
     fn fresh(cadence: &Cadence, tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
@@ -453,8 +485,99 @@ impl JobTicks {
             attempt: 1,
             superseded: false,
             attempt_token: None,
+            trigger: None,
         });
         Won::Run { took_over }
+    }
+
+    /// The store refused the pending tick because the job is paused: the tick is
+    /// dropped (counted paused). Its holder is released if an earlier take of it
+    /// went unanswered (the store may have granted it before the pause).
+    pub(crate) fn on_paused(&mut self, events: &mut Vec<TickEvent>) {
+        if let Some(old) = self.drop_pending(events) {
+            events.push(TickEvent::Paused { tick: old.tick });
+        }
+    }
+
+    /// The job was resumed after a pause that began at `since`, its paused-over
+    /// ticks to be caught up: as at start-up, the catch-up policy picks them among
+    /// the ticks from `since` to `now` ([`CatchUp::Latest`] the latest,
+    /// [`CatchUp::All`] the most recent `max`, [`CatchUp::Skip`] none), each with
+    /// its window counted from `now` (the store refuses any the cluster already
+    /// ran). Nothing is added while a tick is already waiting or running: a newer
+    /// tick stands for them.
+    pub(crate) fn on_resumed(
+        &mut self,
+        cadence: &Cadence,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        if self.pending.is_some()
+            || self.running.is_some()
+            || !self.backlog.is_empty()
+            || self.buffered.is_some()
+        {
+            return;
+        }
+        let keep = match cadence.policy.catch_up {
+            CatchUp::Skip => return,
+            CatchUp::Latest => 1,
+            CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
+        };
+        let mut paused_over = VecDeque::new();
+        let mut cursor = since - TimeDelta::microseconds(1);
+        while let Some(tick) = cadence.schedule.next_after(cursor)
+            && tick.at() <= now
+        {
+            paused_over.push_back(tick);
+            if paused_over.len() > keep {
+                paused_over.pop_front();
+            }
+            cursor = tick.at();
+        }
+        for tick in paused_over {
+            let window = (now - tick.at()) + cadence.window(tick);
+            self.backlog.push_back((tick, now, window));
+        }
+        self.pending = self
+            .backlog
+            .pop_front()
+            .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+    }
+
+    /// A run asked for by an operator ([`Controls::trigger`](crate::Controls::trigger))
+    /// holds the job's lease `lease` from `now`: it runs like a tick's run (renewed,
+    /// released, lost), and ticks that come due meanwhile meet it as the overlap
+    /// policy says. Refused (`false`) while a run already holds the job.
+    pub(crate) fn on_manual(
+        &mut self,
+        lease: Lease,
+        trigger: crate::control::TriggerId,
+        now: DateTime<Utc>,
+    ) -> bool {
+        if self.running.is_some() {
+            return false;
+        }
+        self.running = Some(Running {
+            lease,
+            started: now,
+            cancel: CancellationToken::new(),
+            lost: false,
+            attempt: 1,
+            superseded: false,
+            attempt_token: None,
+            trigger: Some(trigger),
+        });
+        true
+    }
+
+    /// The job is gone (a dynamic schedule removed or changed): no tick is due any
+    /// more; a run under way ends as it would.
+    pub(crate) fn retire(&mut self, events: &mut Vec<TickEvent>) {
+        self.next = None;
+        self.backlog.clear();
+        self.buffered = None;
+        self.drop_pending(events);
     }
 
     /// The store refused the pending tick; `held` is the lease's row as the take saw

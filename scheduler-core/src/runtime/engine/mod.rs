@@ -22,6 +22,7 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+mod controls;
 mod runs;
 mod shutdown;
 mod takes;
@@ -89,6 +90,8 @@ pub(super) struct Engine {
     /// Runs of older ticks on other instances to ask to stop, for newer ticks
     /// (overlap policy "cancel running"): lease name and the newer tick.
     to_cancel: Vec<(LeaseName, Tick)>,
+    /// Operators' controls, when the store keeps them and polling is on.
+    ctl: Option<controls::ControlLoop>,
 }
 
 impl Engine {
@@ -122,6 +125,13 @@ impl Engine {
             beat: s.health.heartbeat(),
             draining: false,
             to_cancel: Vec::new(),
+            ctl: s
+                .settings
+                .control_poll
+                .filter(|_| s.store.controls().is_some())
+                .map(|every| {
+                    controls::ControlLoop::new(every, Gate::new(limit, s.observe.clone()))
+                }),
             s,
         }
     }
@@ -259,6 +269,7 @@ impl Engine {
         if !due.is_empty() {
             self.take_due(due).await;
         }
+        self.controls_turn().await;
         if !self.to_cancel.is_empty() {
             self.ask_cancels().await;
         }
@@ -294,6 +305,12 @@ impl Engine {
         }
         if let Some(at) = self.release_wake() {
             wake = wake.min(at);
+        }
+        if let Some(ctl) = &self.ctl {
+            wake = wake.min(ctl.next);
+            if !ctl.to_finish.is_empty() {
+                wake = wake.min(now + self.release_linger);
+            }
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.

@@ -48,7 +48,7 @@ impl Engine {
     /// timeout cancels the attempt's own token (not the run's: a timed-out run is a
     /// failed run, not an interrupted one), then drops the attempt if it has not
     /// ended within the shutdown grace.
-    fn spawn_attempt(
+    pub(super) fn spawn_attempt(
         &mut self,
         i: usize,
         wait: std::time::Duration,
@@ -168,6 +168,19 @@ impl Engine {
             Err(_) => RunOutcome::Failed,
         };
         let e = &self.s.entries[i];
+        if let Some(id) = running.trigger
+            && let Some(ctl) = &mut self.ctl
+        {
+            ctl.to_finish.push(super::controls::Finish {
+                id,
+                holder: running.lease.holder.clone(),
+                outcome: outcome.as_str(),
+                error: result
+                    .as_ref()
+                    .err()
+                    .map(|e| crate::error::error_chain(&**e)),
+            });
+        }
         self.s.observe.run_ended(
             &e.name,
             RunRecord {

@@ -65,6 +65,7 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        self.finish_triggers().await;
         info!(unreleased = self.to_release.len(), "scheduler stopped");
     }
 }

@@ -1,6 +1,6 @@
 //! Takes: the due ticks, asked for in chunks whose runs start as each is answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::JoinHandle;
@@ -134,11 +134,22 @@ impl Engine {
             .into_iter()
             .map(|h| (h.name.clone(), h))
             .collect();
+        let paused: HashSet<_> = taken.paused.into_iter().collect();
         let mut events = Vec::new();
         for i in asked {
             let e = &self.s.entries[i];
             match won.remove(&e.lease) {
                 Some(lease) => self.start(i, lease, answered),
+                None if paused.contains(&e.lease) => {
+                    self.jobs[i].on_paused(&mut events);
+                    report(
+                        &self.s,
+                        &mut self.to_release,
+                        &mut self.to_cancel,
+                        i,
+                        &mut events,
+                    );
+                }
                 None => {
                     self.jobs[i].on_refused(
                         e.cadence.policy.overlap,
