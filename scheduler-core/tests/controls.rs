@@ -1,0 +1,353 @@
+//! Operators' controls as the runtime honours them: pause (the take refuses it,
+//! ticks counted paused), resume with and without catch-up, trigger now (exactly once
+//! across instances, the overlap policy honoured), and dynamic schedules picked up,
+//! changed and dropped at run time.
+//!
+//! On the in-memory store, on paused tokio time.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use scheduler_core::{
+    ControlAction, ControlRequest, Controls, JobContext, Outcome, Page, ScheduleRow, TriggerState,
+};
+use support::{Log, Probe, builder, mid_second, runs, store};
+
+const POLL: Duration = Duration::from_millis(200);
+
+async fn sleep(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_job_runs_no_tick_until_resumed() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await;
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(Probe::new("tick", &store, &log))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    let operator = async move {
+        sleep(3_000).await;
+        s.pause(&ControlRequest::new("tick", "alice").why("maintenance"))
+            .await
+            .expect("pause");
+        let paused_at = s.clock().now();
+        sleep(5_000).await;
+        s.resume(&ControlRequest::new("tick", "alice"), false)
+            .await
+            .expect("resume");
+        let resumed_at = s.clock().now();
+        sleep(3_000).await;
+        (paused_at, resumed_at)
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            let _ = tx.send(operator.await);
+        })
+        .await;
+    let (paused_at, resumed_at) = rx.await.expect("operator");
+    let all = runs(&log, "tick");
+    // No run began while the job was paused; runs before and after.
+    assert!(
+        !all.iter()
+            .any(|r| r.started > paused_at && r.started < resumed_at),
+        "{all:?}"
+    );
+    assert!(all.iter().filter(|r| r.started <= paused_at).count() >= 2);
+    assert!(all.iter().filter(|r| r.started >= resumed_at).count() >= 2);
+    // Each paused-over tick counted paused, none missed (resumed without catch-up).
+    assert!(
+        stats.count("tick", Outcome::Paused) >= 4,
+        "{}",
+        stats.count("tick", Outcome::Paused)
+    );
+    assert_eq!(stats.count("tick", Outcome::Missed), 0);
+    let history = store
+        .control_history(Some("tick"), Page::default())
+        .await
+        .expect("history");
+    let actions: Vec<ControlAction> = history.iter().map(|r| r.action).collect();
+    assert_eq!(
+        actions,
+        [ControlAction::ResumeWithoutCatchUp, ControlAction::Pause]
+    );
+    assert_eq!(history[1].by, "alice");
+    assert_eq!(history[1].why, "maintenance");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_with_catch_up_runs_the_latest_tick_paused_over() {
+    let (store, log) = (store(), Log::default());
+    let mut slow = Probe::new("slow", &store, &log);
+    slow.every = Duration::from_secs(10);
+    // Paused over a whole window: without the resume's catch-up, nothing would run
+    // before the next tick.
+    slow.catch_up = Some(Duration::from_secs(2));
+    store
+        .pause(&ControlRequest::new("slow", "ops"))
+        .await
+        .expect("pause");
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(slow)
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    let resumed = Arc::new(std::sync::Mutex::new(None));
+    let r = resumed.clone();
+    scheduler
+        .run_until(async move {
+            sleep(25_000).await;
+            s.resume(&ControlRequest::new("slow", "ops"), true)
+                .await
+                .expect("resume");
+            *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clock().now());
+            sleep(1_000).await;
+        })
+        .await;
+    let resumed_at = resumed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .expect("resumed");
+    let all = runs(&log, "slow");
+    assert_eq!(all.len(), 1, "{all:?}");
+    // The latest tick paused over, run within a poll of the resume.
+    let latest = all[0].tick;
+    assert!(latest <= resumed_at && resumed_at - latest < chrono::TimeDelta::seconds(10));
+    assert!(all[0].started - resumed_at <= chrono::TimeDelta::milliseconds(400));
+    assert!(stats.count("slow", Outcome::Paused) >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_runs_once_across_instances_and_records_its_end() {
+    let (store, log) = (store(), Log::default());
+    let mut hourly = Probe::new("hourly", &store, &log);
+    hourly.every = Duration::from_secs(3_600);
+    hourly.catch_up = Some(Duration::from_secs(1));
+    let make = |node: &str| {
+        let mut job = Probe::new("hourly", &store, &log);
+        job.every = Duration::from_secs(3_600);
+        job.catch_up = Some(Duration::from_secs(1));
+        builder(&store)
+            .node_id(node)
+            .control_poll(Some(POLL))
+            .job(job)
+            .build()
+            .expect("build")
+    };
+    let (a, b, c) = (make("node-a"), make("node-b"), make("node-c"));
+    drop(hourly);
+    // Start between hourly ticks: nothing runs unless triggered.
+    let now = store.clock().now();
+    let into = now.timestamp() % 3_600;
+    tokio::time::sleep(Duration::from_secs(
+        u64::try_from(1_800 - into).unwrap_or(0) % 3_600,
+    ))
+    .await;
+    let s = store.clone();
+    let stop = async move {
+        sleep(1_000).await;
+        let first = s
+            .trigger(&ControlRequest::new("hourly", "bob").why("rerun after fix"))
+            .await
+            .expect("trigger");
+        sleep(3_000).await;
+        let second = s
+            .trigger(&ControlRequest::new("hourly", "bob"))
+            .await
+            .expect("trigger");
+        sleep(3_000).await;
+        (first, second)
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        let _ = tx.send(stop.await);
+    };
+    let (stop, _) = futures_lite_join(stop);
+    tokio::join!(
+        a.run_until(stop.clone().wait()),
+        b.run_until(stop.clone().wait()),
+        c.run_until(stop.wait()),
+    );
+    let (first, second) = rx.await.expect("triggers");
+    let all = runs(&log, "hourly");
+    assert_eq!(all.len(), 2, "{all:?}");
+    // Each run's tick is its trigger's instant (no later tick was taken).
+    assert_eq!(all[0].tick, first.requested_at);
+    assert_eq!(all[1].tick, second.requested_at);
+    for t in [first, second] {
+        let status = store
+            .trigger_status(t.id)
+            .await
+            .expect("status")
+            .expect("trigger");
+        assert!(
+            matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+            "{status:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_while_the_job_runs_is_skipped_by_the_skip_policy() {
+    let (store, log) = (store(), Log::default());
+    let mut long = Probe::new("long", &store, &log);
+    long.every = Duration::from_secs(10);
+    long.work = Duration::from_secs(5);
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(long)
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            // Into the start-up run (it runs 5 s).
+            sleep(1_000).await;
+            let t = s
+                .trigger(&ControlRequest::new("long", "carol"))
+                .await
+                .expect("trigger");
+            sleep(2_000).await;
+            let _ = tx.send(t);
+        })
+        .await;
+    let t = rx.await.expect("trigger");
+    let status = store
+        .trigger_status(t.id)
+        .await
+        .expect("status")
+        .expect("trigger");
+    assert!(
+        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "skipped"),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dynamic_schedules_are_picked_up_changed_and_dropped_at_run_time() {
+    let store = store();
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen_args = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (c, a) = (calls.clone(), seen_args.clone());
+    mid_second(&store).await;
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .handler("report", move |_ctx: JobContext, args: Arc<str>| {
+            let (c, a) = (c.clone(), a.clone());
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                a.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(args.to_string());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    let counts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let k = counts.clone();
+    let probe = calls.clone();
+    scheduler
+        .run_until(async move {
+            // The handler registers at the first poll; before that, a row naming it
+            // is refused.
+            sleep(500).await;
+            let mut row = ScheduleRow::new("tenant-1", "report", "every 1s");
+            row.args = r#"{"tenant": 1}"#.into();
+            s.put_schedule(&row, "dave", "onboarding")
+                .await
+                .expect("put");
+            sleep(4_000).await;
+            k.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(probe.load(Ordering::SeqCst));
+            // Slower now: every 2 s.
+            row.schedule = "every 2s".into();
+            s.put_schedule(&row, "dave", "").await.expect("change");
+            sleep(6_000).await;
+            k.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(probe.load(Ordering::SeqCst));
+            s.remove_schedule("tenant-1", "dave", "offboarding")
+                .await
+                .expect("remove");
+            sleep(1_000).await;
+            k.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(probe.load(Ordering::SeqCst));
+            sleep(4_000).await;
+            k.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(probe.load(Ordering::SeqCst));
+        })
+        .await;
+    let counts = counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // ~4 runs in the first 4 s (every 1 s), ~3 in the next 6 s (every 2 s), none
+    // after the removal.
+    assert!((3..=5).contains(&counts[0]), "{counts:?}");
+    assert!((2..=4).contains(&(counts[1] - counts[0])), "{counts:?}");
+    assert_eq!(counts[3], counts[2], "{counts:?}");
+    assert_eq!(stats.count("tenant-1", Outcome::Ran), u64::from(counts[3]));
+    let args = seen_args.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(args.iter().all(|a| a == r#"{"tenant": 1}"#), "{args:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_row_this_instance_cannot_run_is_reported_not_a_crash() {
+    let (store, log) = (store(), Log::default());
+    // Another instance registered a handler this one does not have; and a row
+    // clashes with a job registered in code.
+    store
+        .register_handlers("node-z", &["elsewhere".to_owned()])
+        .await
+        .expect("register");
+    store
+        .put_schedule(&ScheduleRow::new("other", "elsewhere", "every 1s"), "e", "")
+        .await
+        .expect("put");
+    store
+        .put_schedule(&ScheduleRow::new("tick", "elsewhere", "every 1s"), "e", "")
+        .await
+        .expect("put");
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(Probe::new("tick", &store, &log))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    scheduler.run_until(sleep(5_000)).await;
+    assert!(runs(&log, "tick").len() >= 4);
+    assert_eq!(stats.count("other", Outcome::Ran), 0);
+}
+
+/// A shutdown signal several schedulers can wait on: resolves when `f` ends.
+fn futures_lite_join(f: impl std::future::Future<Output = ()> + Send + 'static) -> (Stop, ()) {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        f.await;
+        let _ = tx.send(true);
+    });
+    (Stop(rx), ())
+}
+
+#[derive(Clone)]
+struct Stop(tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    async fn wait(mut self) {
+        let _ = self.0.wait_for(|stopped| *stopped).await;
+    }
+}
