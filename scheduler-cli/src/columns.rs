@@ -63,6 +63,20 @@ pub(crate) fn duration(ms: i64) -> String {
     }
 }
 
+/// An instant as shown: RFC 3339 in UTC, `2026-11-30T11:45:00.25Z`.
+pub(crate) fn instant(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// Text as shown in a cell: `-` when empty, else on one line of at most `max`
+/// characters.
+pub(crate) fn cell(text: &str, max: usize) -> String {
+    match one_line(text, max) {
+        line if line.is_empty() => "-".to_owned(),
+        line => line,
+    }
+}
+
 /// One line of at most `max` characters: whitespace runs collapsed, `…` when cut.
 pub(crate) fn one_line(text: &str, max: usize) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");

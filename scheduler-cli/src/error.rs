@@ -1,4 +1,16 @@
-//! The CLI's error type: every message says what to do.
+//! The CLI's error type: every message says what to do, and its exit code.
+
+use std::path::PathBuf;
+
+use scheduler_core::TriggerId;
+
+/// The exit code of a request the store refused: a dynamic schedule whose handler
+/// no instance registered, a control that cannot be applied.
+pub const EXIT_REFUSED: u8 = 5;
+
+/// The exit code of a command line that does not parse, as clap reports it; also
+/// of a dynamic schedule that does not check (`schedules put`).
+pub const EXIT_USAGE: u8 = 2;
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +22,53 @@ pub enum Error {
     /// The URL does not parse or the server cannot be reached.
     #[error("{0}")]
     Connect(scheduler_postgres::Error),
+    /// A `sqlite:` URL that names no file the store can open.
+    #[error("bad SQLite URL {url:?}: {reason}")]
+    BadSqliteUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong, and what to write instead.
+        reason: &'static str,
+    },
+    /// A `sqlite:` URL naming a file that does not exist.
+    #[error(
+        "no SQLite database at {}: give the path of the file the app opens (this tool never creates one)",
+        .path.display()
+    )]
+    NoSqliteFile {
+        /// The file looked for.
+        path: PathBuf,
+    },
+    /// The SQLite file could not be opened.
+    #[error("{0}")]
+    OpenSqlite(scheduler_sqlite::Error),
+    /// A command that reads PostgreSQL's own tables, asked of a SQLite file.
+    #[error(
+        "`{command}` works on PostgreSQL only, and {} is a SQLite file; `history` and \
+         `schedules list` work on both",
+        .path.display()
+    )]
+    PostgresOnly {
+        /// The command.
+        command: &'static str,
+        /// The SQLite file.
+        path: PathBuf,
+    },
+    /// The store keeps no controls.
+    #[error("this store keeps no controls (pause, resume, trigger, dynamic schedules)")]
+    NoControls,
+    /// A control failed, or the store refused it ([`Error::exit_code`] tells which).
+    #[error("{0}")]
+    Control(scheduler_core::Error),
+    /// A dynamic schedule that does not check, refused before the store is opened.
+    #[error("{0}")]
+    BadSchedule(scheduler_core::Error),
+    /// `trigger-status` of an id the store does not know.
+    #[error("no trigger {id}: `history` lists the triggers asked for (their id is the detail)")]
+    NoSuchTrigger {
+        /// The id asked for.
+        id: TriggerId,
+    },
     /// The database has no lease table of that name.
     #[error(
         "no lease table `{table}` here: has the scheduler run against this database? (--table)"
@@ -51,6 +110,12 @@ impl From<scheduler_postgres::Error> for Error {
     }
 }
 
+impl From<scheduler_core::Error> for Error {
+    fn from(err: scheduler_core::Error) -> Self {
+        Error::Control(err)
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(err: serde_json::Error) -> Self {
         Error::Json(err)
@@ -58,6 +123,26 @@ impl From<serde_json::Error> for Error {
 }
 
 impl Error {
+    /// The process's exit code for this error: [`EXIT_USAGE`] for a dynamic schedule
+    /// that does not check, [`EXIT_REFUSED`] for a control the store refused
+    /// (an unknown handler, a bad name or policy),
+    /// [`EXIT_MISSING`](crate::EXIT_MISSING) for no such trigger, 1 for any other.
+    pub fn exit_code(&self) -> u8 {
+        use scheduler_core::Error as Core;
+        match self {
+            Error::BadSchedule(_) => EXIT_USAGE,
+            Error::NoSuchTrigger { .. } => crate::EXIT_MISSING,
+            Error::Control(
+                Core::InvalidControl { .. }
+                | Core::UnknownHandler { .. }
+                | Core::InvalidName { .. }
+                | Core::InvalidSchedule { .. }
+                | Core::InvalidTiming { .. },
+            ) => EXIT_REFUSED,
+            _ => 1,
+        }
+    }
+
     /// The error of a `scheduler_postgres::diagnostics` read: a failed statement is a
     /// [`Error::Query`], a row it could not read a [`Error::BadRow`].
     pub(crate) fn read(err: scheduler_postgres::Error) -> Self {

@@ -1,7 +1,8 @@
-//! The `--json` shape of `scheduler_postgres::diagnostics`' typed rows. These field
-//! names are the CLI's stable contract: renaming a field of a row does not change
-//! them.
+//! The `--json` shape of `scheduler_postgres::diagnostics`' typed rows and of
+//! `scheduler_core::control`'s. These field names are the CLI's stable contract:
+//! renaming a field of a row does not change them.
 
+use scheduler_core::{ControlRecord, RunRow, ScheduleRow, Trigger, TriggerState};
 use scheduler_postgres::diagnostics::{AdvisoryLock, Forgotten, LastRun, LeaseState, LeaseStatus};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -124,6 +125,108 @@ impl Serialize for Forget {
         s.serialize_field("token", &token)?;
         s.serialize_field("state", &state.map(LeaseState::as_str))?;
         s.serialize_field("expires_at", &expires_at)?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, ControlRecord> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut s = serializer.serialize_struct("ControlRecord", 8)?;
+        s.serialize_field("id", &r.id)?;
+        s.serialize_field("at", &r.at)?;
+        s.serialize_field("job", &r.job)?;
+        s.serialize_field("node", &r.node)?;
+        s.serialize_field("action", r.action.as_str())?;
+        s.serialize_field("by", &r.by)?;
+        s.serialize_field("why", &r.why)?;
+        s.serialize_field("detail", &r.detail)?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, Trigger> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let (state, holder, started_at, outcome, error, finished_at) = match &t.state {
+            TriggerState::Pending => ("pending", None, None, None, None, None),
+            TriggerState::Running { holder, started_at } => (
+                "running",
+                Some(holder.as_str()),
+                Some(started_at),
+                None,
+                None,
+                None,
+            ),
+            TriggerState::Done {
+                outcome,
+                error,
+                finished_at,
+            } => (
+                "done",
+                None,
+                None,
+                Some(outcome.as_str()),
+                error.as_deref(),
+                Some(finished_at),
+            ),
+            // A later version's state: say so rather than guess.
+            _ => ("unknown", None, None, None, None, None),
+        };
+        let mut s = serializer.serialize_struct("Trigger", 12)?;
+        s.serialize_field("id", &t.id.0)?;
+        s.serialize_field("job", &t.job)?;
+        s.serialize_field("node", &t.node)?;
+        s.serialize_field("requested_at", &t.requested_at)?;
+        s.serialize_field("by", &t.by)?;
+        s.serialize_field("why", &t.why)?;
+        s.serialize_field("state", state)?;
+        s.serialize_field("holder", &holder)?;
+        s.serialize_field("started_at", &started_at)?;
+        s.serialize_field("outcome", &outcome)?;
+        s.serialize_field("error", &error)?;
+        s.serialize_field("finished_at", &finished_at)?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, ScheduleRow> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        // The arguments as JSON, not as a string holding JSON; text the store holds
+        // that does not parse (it checks on insert) stays a string.
+        let args = serde_json::from_str::<serde_json::Value>(&r.args)
+            .unwrap_or_else(|_| serde_json::Value::String(r.args.clone()));
+        let mut s = serializer.serialize_struct("ScheduleRow", 10)?;
+        s.serialize_field("name", &r.name)?;
+        s.serialize_field("handler", &r.handler)?;
+        s.serialize_field("schedule", &r.schedule)?;
+        s.serialize_field("zone", &r.zone)?;
+        s.serialize_field("scope", &r.scope.to_string())?;
+        s.serialize_field("policy", &r.policy)?;
+        s.serialize_field("args", &args)?;
+        s.serialize_field("enabled", &r.enabled)?;
+        s.serialize_field("version", &r.version)?;
+        s.serialize_field("updated_at", &r.updated_at)?;
+        s.end()
+    }
+}
+
+impl Serialize for Json<'_, RunRow> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut s = serializer.serialize_struct("RunRow", 11)?;
+        s.serialize_field("id", &r.id)?;
+        s.serialize_field("job", &r.job)?;
+        s.serialize_field("tick", &r.tick)?;
+        s.serialize_field("node", &r.node)?;
+        s.serialize_field("token", &r.token)?;
+        s.serialize_field("started", &r.started)?;
+        s.serialize_field("finished", &r.finished)?;
+        s.serialize_field("duration_ms", &(r.finished - r.started).num_milliseconds())?;
+        s.serialize_field("outcome", &r.outcome)?;
+        s.serialize_field("error", &r.error)?;
+        s.serialize_field("attempt", &r.attempt)?;
         s.end()
     }
 }

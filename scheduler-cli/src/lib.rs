@@ -1,45 +1,91 @@
-//! `scheduler-cli`: the operator's view of a scheduler database, and the one repair.
+//! `scheduler-cli`: the operator's view of a scheduler database, and its hands.
 //!
+//! The database comes from `--database-url` or `DATABASE_URL`: a `sqlite:` URL
+//! (`sqlite:///var/lib/app/scheduler.db`, `sqlite://app.db`) opens that SQLite file,
+//! any other URL PostgreSQL. The lease table is `--table` (default
+//! `scheduler_leases`) on both; the control tables are named after it. The tool
+//! never creates or alters a table.
+//!
+//! Watching:
 //! - `scheduler-cli status` lists every lease of the lease table: its holder, tick,
 //!   fencing token, when it expires, and the last run of its job (outcome and error)
 //!   from the run history table when the app keeps one
-//!   ([`scheduler_postgres::RunHistory`]).
+//!   ([`scheduler_postgres::RunHistory`]). PostgreSQL only.
 //! - `scheduler-cli locks` lists the sessions that hold or wait for advisory locks in
 //!   the database, from `pg_locks` joined with `pg_stat_activity`, and flags an `idle`
 //!   session holding one: a pooled connection pinned by a session-level lock.
-//! - `scheduler-cli forget NAME [--force]` ends the lease `NAME` when its holder is
-//!   gone: a lease held (by the database's clock) is refused unless `--force`, with
-//!   its holder and expiry. The row is kept, expired, never deleted, so that the
-//!   name's fencing tokens keep growing: the next take gets a greater one. Exit code
-//!   0 when the lease is no longer held, [`EXIT_HELD`] when refused,
-//!   [`EXIT_MISSING`] when there is no lease of that name.
+//!   PostgreSQL only.
+//! - `scheduler-cli history [JOB] [--limit N] [--before ID] [--runs-before ID]`
+//!   shows the controls applied (when, who, what, why), newest first, and the recent
+//!   runs when the store keeps a run history.
+//! - `scheduler-cli schedules list` shows every dynamic schedule.
 //! - `scheduler-cli next (--cron EXPR [--tz ZONE] | --every PERIOD) [-n N]` shows a
 //!   schedule's next N ticks (default 10) in UTC and in its zone, with a note on each
 //!   tick right after a change of the zone's offset (daylight saving time): when the
 //!   clocks moved, and whether the tick's wall time was skipped (a restricted-hour
 //!   job fires at the gap's end) or repeated. Jobs live in the app's code, so the
-//!   schedule is given as the job writes it; a bad expression, zone or period exits
-//!   with code 2. It reads no database.
+//!   schedule is given as the job writes it. It reads no database.
 //!
-//! All take `--json` for output with stable field names. The database comes from
-//! `--database-url` or `DATABASE_URL`; the lease table from `--table` (default
-//! `scheduler_leases`). Only `forget` writes (one statement, to one lease row); the
-//! other commands only read.
+//! Acting (each control is recorded with `--by WHO`, default `cli:$USER@HOSTNAME`,
+//! and `--why TEXT`; every instance honours it, the take itself refusing a paused
+//! job):
+//! - `scheduler-cli pause JOB [--node N]` stops the job's runs (everywhere, or on one
+//!   node): its ticks are counted `paused`. `resume JOB [--node N] [--no-catch-up]`
+//!   lets them through again, catching up the ticks paused over as the job's
+//!   catch-up policy says, or dropping them.
+//! - `scheduler-cli trigger JOB [--node N] [--wait [--timeout 60s]]` asks for one
+//!   extra run, exactly once in the cluster, and prints the trigger's id; with
+//!   `--wait` it follows the run until it ends. `trigger-status ID [--wait]` shows
+//!   where a trigger stands.
+//! - `scheduler-cli schedules put NAME --handler H (--cron EXPR [--zone Z] | --every
+//!   PERIOD) [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]` adds
+//!   or replaces a dynamic schedule; `schedules rm NAME` removes one.
+//! - `scheduler-cli forget NAME [--force]` ends the lease `NAME` when its holder is
+//!   gone: a lease held (by the database's clock) is refused unless `--force`, with
+//!   its holder and expiry. The row is kept, expired, never deleted, so that the
+//!   name's fencing tokens keep growing: the next take gets a greater one.
+//!   PostgreSQL only.
 //!
-//! The statements and their typed rows are `scheduler_postgres::diagnostics`', run
-//! through the store like its own (so they work behind PgBouncer's transaction
-//! pooling too); this crate parses the command line and renders. The commands are
-//! library functions ([`status()`], [`locks()`], [`forget()`], [`next()`]) with renderers
-//! ([`Status::human`], [`Status::json`], …), so they can be called without spawning
-//! the binary.
+//! All take `--json` for output with stable field names.
+//!
+//! # Exit status
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done |
+//! | 1 | an error: no database, a failed statement, a store that keeps no controls |
+//! | 2 | a bad command line ([`EXIT_USAGE`]): a flag, a cron expression, a zone, a period, a policy or JSON arguments that do not check |
+//! | 3 | `forget`: the lease is held ([`EXIT_HELD`]) |
+//! | 4 | no such thing ([`EXIT_MISSING`]): lease (`forget`), dynamic schedule (`schedules rm`), trigger (`trigger-status`) |
+//! | 5 | the store refused the control ([`EXIT_REFUSED`]): a handler no instance registered, a name it cannot keep |
+//! | 6 | `--wait`: the triggered run ended other than well: failed, timed out, cancelled ([`EXIT_RUN_FAILED`]) |
+//! | 7 | `--wait`: the triggered run was skipped, its overlap policy refusing it ([`EXIT_SKIPPED`]) |
+//! | 8 | `--wait`: the trigger was still pending or running at `--timeout` ([`EXIT_NOT_DONE`]) |
+//!
+//! The PostgreSQL-only statements and their typed rows are
+//! `scheduler_postgres::diagnostics`', the controls are the store's
+//! ([`scheduler_core::Controls`]), all run through the store like its own (so they
+//! work behind PgBouncer's transaction pooling too); this crate parses the command
+//! line and renders. The commands are library functions ([`status()`], [`locks()`],
+//! [`forget()`], [`next()`], [`pause()`], [`trigger()`], [`history()`],
+//! [`schedules()`], …) with renderers ([`Status::human`], [`Status::json`], …), so
+//! they can be called without spawning the binary.
 //!
 //! ```no_run
+//! use std::time::Duration;
+//! use scheduler_cli::Database;
+//! use scheduler_core::ControlRequest;
 //! use scheduler_postgres::TableName;
 //!
 //! # async fn demo() -> scheduler_cli::Result<()> {
 //! let store = scheduler_cli::connect("postgres://app@db/app").await?;
 //! let status = scheduler_cli::status(&store, &TableName::default()).await?;
 //! print!("{}", status.human());
+//!
+//! let db = Database::open("sqlite:///var/lib/app/scheduler.db", &TableName::default(), Duration::from_secs(5)).await?;
+//! let request = ControlRequest::new("sweep", "ops:alice").why("disk full");
+//! let paused = scheduler_cli::pause(db.controls()?, &request).await?;
+//! print!("{}", paused.human());
 //! # Ok(())
 //! # }
 //! ```
@@ -47,25 +93,41 @@
 
 pub mod backfill;
 mod columns;
+pub mod control;
+pub mod database;
 pub mod error;
 pub mod forget;
+pub mod history;
 mod json;
 pub mod locks;
 pub mod next;
+pub mod schedules;
 pub mod status;
+pub mod trigger;
 
 use std::time::Duration;
 
 use chrono::Utc;
 use clap::{Parser, Subcommand};
+use scheduler_core::ScheduleRow;
 use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
 
 pub use backfill::{BackfillArgs, Backfilled, backfill};
-pub use error::{Error, Result};
+pub use control::{Applied, PauseArgs, ResumeArgs, Who, default_actor, pause, resume};
+pub use database::{Database, sqlite_path};
+pub use error::{EXIT_REFUSED, EXIT_USAGE, Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
+pub use history::{History, HistoryArgs, history};
 pub use locks::{AdvisoryLock, Locks, locks};
 pub use next::{Next, NextArgs, next};
+pub use schedules::{
+    PutArgs, Removed, RmArgs, Schedules, SchedulesCommand, put_schedule, remove_schedule, schedules,
+};
 pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
+pub use trigger::{
+    EXIT_NOT_DONE, EXIT_RUN_FAILED, EXIT_SKIPPED, TriggerArgs, TriggerStatusArgs, Triggered,
+    WaitArgs, trigger, trigger_status,
+};
 
 /// The command line.
 #[derive(Debug, Clone, Parser)]
@@ -73,11 +135,13 @@ pub use status::{LastRun, LeaseState, LeaseStatus, Status, status};
     name = "scheduler-cli",
     version,
     about = "Who holds which lease, each job's last run, and who holds advisory locks; \
-             forget a lease whose holder is gone; preview a schedule's next ticks",
+             pause, resume and trigger jobs, and manage dynamic schedules, on PostgreSQL or \
+             SQLite; forget a lease whose holder is gone; preview a schedule's next ticks",
     long_about = None
 )]
 pub struct Cli {
-    /// The database, as postgres://user:password@host:port/database.
+    /// The database: postgres://user:password@host:port/database, or a SQLite file
+    /// as sqlite:///absolute/path.db or sqlite://relative/path.db.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
@@ -89,7 +153,7 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// How long to wait for the server, in seconds.
+    /// How long to wait for the server (or SQLite's write lock), in seconds.
     #[arg(long, default_value_t = 5, global = true)]
     pub connect_timeout: u64,
 
@@ -101,10 +165,41 @@ pub struct Cli {
 /// What to show, or do.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
-    /// Every lease: holder, tick, token, expiry, and its job's last run.
+    /// Every lease: holder, tick, token, expiry, and its job's last run
+    /// (PostgreSQL).
     Status,
-    /// Sessions holding or waiting for advisory locks; idle holders are flagged.
+    /// Sessions holding or waiting for advisory locks; idle holders are flagged
+    /// (PostgreSQL).
     Locks,
+    /// Pause a job: every instance's take of its ticks is refused (counted paused).
+    ///
+    /// Everywhere, or on one node with --node. Pausing a paused job records the
+    /// request and changes nothing else.
+    Pause(PauseArgs),
+    /// Resume a paused job; the ticks paused over are caught up as its catch-up
+    /// policy says, or dropped with --no-catch-up.
+    Resume(ResumeArgs),
+    /// Ask for one extra run of a job, exactly once in the cluster; prints its id.
+    ///
+    /// An instance running the job claims it within its poll interval, under the
+    /// job's lease (its overlap policy holds). With --wait, follows the run until it
+    /// ends. Exit status with --wait: 0 when it succeeded; 6 when it failed (or timed
+    /// out, or was cancelled); 7 when it was skipped; 8 when it had not ended at
+    /// --timeout.
+    Trigger(TriggerArgs),
+    /// Where a trigger stands (pending, running, done and how); with --wait,
+    /// follows it until its run ends. Exit status: as trigger's; 4 for no such
+    /// trigger.
+    TriggerStatus(TriggerStatusArgs),
+    /// The controls applied (when, who, what, why) and the recent runs, newest
+    /// first.
+    History(HistoryArgs),
+    /// Dynamic schedules: jobs defined by rows, bound to handlers the app registered.
+    Schedules {
+        /// What to do with them.
+        #[command(subcommand)]
+        command: SchedulesCommand,
+    },
     /// End a lease whose holder is gone; a held lease is refused unless --force.
     ///
     /// The lease's row is kept (expired, never deleted), so that the name's fencing
@@ -113,7 +208,7 @@ pub enum Command {
     ///
     /// Exit status: 0 when the lease is no longer held (forgotten, or it was not);
     /// 3 when refused because it is held; 4 when there is no lease of that name;
-    /// 1 on an error.
+    /// 1 on an error. PostgreSQL only.
     Forget {
         /// The lease's name: the job's name, `job:node` for a node job.
         name: String,
@@ -147,7 +242,8 @@ pub enum Command {
 pub struct Output {
     /// The text for stdout.
     pub text: String,
-    /// The process's exit code: 0, or `forget`'s [`EXIT_HELD`] or [`EXIT_MISSING`].
+    /// The process's exit code: 0, or one of the crate's documented codes
+    /// (`forget`'s [`EXIT_HELD`], `trigger --wait`'s [`EXIT_RUN_FAILED`], …).
     pub exit_code: u8,
 }
 
@@ -158,24 +254,24 @@ pub struct Output {
 /// # Errors
 /// [`Error::Connect`] if the URL does not parse or the server cannot be reached.
 pub async fn connect(url: &str) -> Result<PostgresStore> {
-    connect_within(url, Duration::from_secs(5)).await
-}
-
-async fn connect_within(url: &str, timeout: Duration) -> Result<PostgresStore> {
     let options = PostgresOptions::default()
         .migrate(false)
         // Whatever version the tables are at: the tool only reads (and forget
         // writes columns every version has).
         .check_schema(false)
         .max_connections(1)
-        .connect_timeout(timeout);
+        .connect_timeout(Duration::from_secs(5));
     Ok(PostgresStore::connect(url, options).await?)
 }
 
-/// Runs the command line: connects, runs the command, and renders its output.
+/// Runs the command line: opens the database, runs the command, and renders its
+/// output.
+///
+/// A control's actor is `--by`, or [`default_actor`] (read from the environment).
 ///
 /// # Errors
-/// [`Error::NoUrl`] without a database URL, and whatever the command reports.
+/// [`Error::NoUrl`] without a database URL, and whatever the command reports;
+/// [`Error::exit_code`] is the process's exit code.
 pub async fn run(cli: &Cli) -> Result<Output> {
     // `next` reads no database: its schedule is on the command line.
     if let Command::Next(args) = &cli.command {
@@ -186,36 +282,101 @@ pub async fn run(cli: &Cli) -> Result<Output> {
             job: args.job.clone(),
         });
     }
+    // A schedule that does not check is refused before any database is opened.
+    let row = match &cli.command {
+        Command::Schedules {
+            command: SchedulesCommand::Put(args),
+        } => Some(args.row()?),
+        _ => None,
+    };
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
-    let store = connect_within(url, Duration::from_secs(cli.connect_timeout.max(1))).await?;
+    let timeout = Duration::from_secs(cli.connect_timeout.max(1));
+    let db = Database::open(url, &cli.table, timeout).await?;
+    let result = run_on(cli, &db, row.as_ref()).await;
+    db.close().await;
+    result
+}
+
+/// Runs `cli`'s command on `db`.
+async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<Output> {
+    let json = cli.json;
+    fn render<T>(
+        json: bool,
+        value: &T,
+        human: impl Fn(&T) -> String,
+        as_json: impl Fn(&T) -> Result<String>,
+    ) -> Result<String> {
+        if json {
+            as_json(value)
+        } else {
+            Ok(human(value))
+        }
+    }
     let mut exit_code = 0;
     let text = match &cli.command {
         Command::Status => {
-            let status = status(&store, &cli.table).await?;
-            if cli.json {
-                status.json()?
-            } else {
-                status.human()
-            }
+            let status = status(db.postgres("status")?, &cli.table).await?;
+            render(json, &status, Status::human, Status::json)?
         }
         Command::Locks => {
-            let locks = locks(&store).await?;
-            if cli.json {
-                locks.json()?
-            } else {
-                locks.human()
-            }
+            let locks = locks(db.postgres("locks")?).await?;
+            render(json, &locks, Locks::human, Locks::json)?
         }
         Command::Forget { name, force } => {
-            let forget = forget(&store, &cli.table, name, *force).await?;
+            let forget = forget(db.postgres("forget")?, &cli.table, name, *force).await?;
             exit_code = forget.exit_code();
-            if cli.json {
-                forget.json()?
-            } else {
-                forget.human()
-            }
+            render(json, &forget, Forget::human, Forget::json)?
         }
-        // Answered above, before connecting.
+        Command::Pause(args) => {
+            let applied = pause(db.controls()?, &args.request()).await?;
+            render(json, &applied, Applied::human, Applied::json)?
+        }
+        Command::Resume(args) => {
+            let applied = resume(db.controls()?, &args.request(), !args.no_catch_up).await?;
+            render(json, &applied, Applied::human, Applied::json)?
+        }
+        Command::Trigger(args) => {
+            let controls = db.controls()?;
+            let mut triggered = trigger(controls, &args.request()).await?;
+            if let Some(wait) = args.wait.timeout() {
+                triggered = trigger_status(controls, triggered.trigger.id, Some(wait)).await?;
+            }
+            exit_code = triggered.exit_code();
+            render(json, &triggered, Triggered::human, Triggered::json)?
+        }
+        Command::TriggerStatus(args) => {
+            let id = scheduler_core::TriggerId(args.id);
+            let triggered = trigger_status(db.controls()?, id, args.wait.timeout()).await?;
+            exit_code = triggered.exit_code();
+            render(json, &triggered, Triggered::human, Triggered::json)?
+        }
+        Command::History(args) => {
+            let history = history(db.controls()?, args).await?;
+            render(json, &history, History::human, History::json)?
+        }
+        Command::Schedules { command } => match command {
+            SchedulesCommand::List => {
+                let list = schedules(db.controls()?).await?;
+                render(json, &list, Schedules::human, Schedules::json)?
+            }
+            SchedulesCommand::Put(args) => {
+                let row = match row {
+                    Some(row) => row.clone(),
+                    None => args.row()?,
+                };
+                let applied =
+                    put_schedule(db.controls()?, &row, &args.who.actor(), &args.who.why).await?;
+                render(json, &applied, Applied::human, Applied::json)?
+            }
+            SchedulesCommand::Rm(args) => {
+                let removed =
+                    remove_schedule(db.controls()?, &args.name, &args.who.actor(), &args.who.why)
+                        .await?;
+                exit_code = removed.exit_code();
+                render(json, &removed, Removed::human, Removed::json)?
+            }
+        },
+        // Answered before opening the database.
         Command::Next(args) => run_next(cli, args)?.text,
         Command::Backfill(args) => {
             return Err(Error::BackfillOutsideApp {
@@ -223,7 +384,6 @@ pub async fn run(cli: &Cli) -> Result<Output> {
             });
         }
     };
-    let _ = store.connection().clone().close().await;
     Ok(Output { text, exit_code })
 }
 

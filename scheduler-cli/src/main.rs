@@ -17,7 +17,7 @@ async fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("error: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(err.exit_code())
         }
     }
 }

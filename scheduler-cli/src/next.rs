@@ -87,13 +87,13 @@ struct WrittenSchedule {
 }
 
 /// A cron expression that checks (read in UTC; `--tz` is checked on its own).
-fn cron(expr: &str) -> Result<String, ScheduleError> {
+pub(crate) fn cron(expr: &str) -> Result<String, ScheduleError> {
     Schedule::cron(expr).validate()?;
     Ok(expr.to_owned())
 }
 
 /// A time zone `Schedule::in_time_zone` accepts.
-fn zone(name: &str) -> Result<String, ScheduleError> {
+pub(crate) fn zone(name: &str) -> Result<String, ScheduleError> {
     // Any expression that fires: only the zone is in question.
     Schedule::cron("0 0 0 * * *")
         .in_time_zone(name)
@@ -102,7 +102,7 @@ fn zone(name: &str) -> Result<String, ScheduleError> {
 }
 
 /// A period `Schedule::every` accepts.
-fn every(period: &str) -> Result<std::time::Duration, ScheduleError> {
+pub(crate) fn every(period: &str) -> Result<std::time::Duration, ScheduleError> {
     let period = scheduler_core::parse_duration(period)?;
     Schedule::every(period).validate()?;
     Ok(period)

@@ -1,0 +1,172 @@
+//! Which store a URL names: a SQLite file for `sqlite:` URLs, PostgreSQL for any
+//! other.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use scheduler_core::{Controls, Store};
+use scheduler_postgres::{PostgresOptions, PostgresStore, TableName};
+use scheduler_sqlite::{SqliteOptions, SqliteStore};
+
+use crate::error::{Error, Result};
+
+/// The store the CLI opened: PostgreSQL, or one SQLite file.
+///
+/// Both are opened without migrations (the CLI never creates or alters a table) on
+/// the lease table `--table`, whose control tables are named after it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Database {
+    /// A PostgreSQL database, on a pool of one connection.
+    Postgres(PostgresStore),
+    /// A SQLite file.
+    Sqlite(SqliteStore),
+}
+
+impl Database {
+    /// Opens the store `url` names: [`sqlite_path`] for a `sqlite:` URL, PostgreSQL
+    /// otherwise, waiting at most `timeout` for the server (or for SQLite's write
+    /// lock).
+    ///
+    /// # Errors
+    /// [`Error::BadSqliteUrl`], [`Error::NoSqliteFile`] or [`Error::OpenSqlite`] for
+    /// a SQLite file; [`Error::Connect`] if a PostgreSQL URL does not parse or the
+    /// server cannot be reached.
+    pub async fn open(url: &str, table: &TableName, timeout: Duration) -> Result<Self> {
+        match sqlite_path(url) {
+            Some(path) => {
+                let path = path?;
+                // Opening creates a missing file: a typo would quietly start an
+                // empty store that no instance uses.
+                if !path.exists() {
+                    return Err(Error::NoSqliteFile { path });
+                }
+                let mut options = SqliteOptions::default()
+                    .migrate(false)
+                    .max_connections(1)
+                    .busy_timeout(timeout);
+                options.table = table.clone();
+                let store = SqliteStore::open(&path, options)
+                    .await
+                    .map_err(Error::OpenSqlite)?;
+                Ok(Database::Sqlite(store))
+            }
+            None => {
+                let mut options = PostgresOptions::default()
+                    .migrate(false)
+                    // Whatever version the tables are at: the tool reads, and
+                    // writes only columns (and control tables) it names.
+                    .check_schema(false)
+                    .max_connections(1)
+                    .connect_timeout(timeout);
+                options.table = table.clone();
+                Ok(Database::Postgres(
+                    PostgresStore::connect(url, options).await?,
+                ))
+            }
+        }
+    }
+
+    /// The store, as the runtime sees it.
+    pub fn store(&self) -> &dyn Store {
+        match self {
+            Database::Postgres(store) => store,
+            Database::Sqlite(store) => store,
+        }
+    }
+
+    /// The store's controls.
+    ///
+    /// # Errors
+    /// [`Error::NoControls`] if the store keeps none.
+    pub fn controls(&self) -> Result<&dyn Controls> {
+        self.store().controls().ok_or(Error::NoControls)
+    }
+
+    /// The PostgreSQL store, for `command`, which reads PostgreSQL's own views.
+    ///
+    /// # Errors
+    /// [`Error::PostgresOnly`] on a SQLite file.
+    pub fn postgres(&self, command: &'static str) -> Result<&PostgresStore> {
+        match self {
+            Database::Postgres(store) => Ok(store),
+            Database::Sqlite(store) => Err(Error::PostgresOnly {
+                command,
+                path: store.path().to_owned(),
+            }),
+        }
+    }
+
+    /// Closes the pool, waiting for its connections to close.
+    pub async fn close(self) {
+        match self {
+            Database::Postgres(store) => {
+                let _ = store.connection().clone().close().await;
+            }
+            Database::Sqlite(store) => {
+                let _ = store.close().await;
+            }
+        }
+    }
+}
+
+/// The file a `sqlite:` URL names, or `None` for any other URL (PostgreSQL's).
+///
+/// `sqlite:///var/lib/app/scheduler.db` names an absolute path, `sqlite://app.db`
+/// and `sqlite:app.db` one relative to the working directory. The path is taken as
+/// written (no percent-decoding); URL options (`?mode=ro`) are refused, since the
+/// store opens the file its own way.
+///
+/// # Errors
+/// [`Error::BadSqliteUrl`] for a URL with options or without a path.
+pub fn sqlite_path(url: &str) -> Option<Result<PathBuf>> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    let bad = |reason| {
+        Some(Err(Error::BadSqliteUrl {
+            url: url.to_owned(),
+            reason,
+        }))
+    };
+    if path.contains('?') {
+        return bad(
+            "URL options (?mode=…) are not supported: give the file's path only, as \
+             sqlite:///var/lib/app/scheduler.db",
+        );
+    }
+    if path == ":memory:" {
+        return bad(
+            "an in-memory database is private to one process: name the app's database file",
+        );
+    }
+    if path.is_empty() {
+        return bad("it names no file: write sqlite:///absolute/path.db or sqlite://relative.db");
+    }
+    Some(Ok(PathBuf::from(path)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_name_files() {
+        let path = |url| sqlite_path(url).map(|p| p.unwrap());
+        assert_eq!(
+            path("sqlite:///var/lib/app.db"),
+            Some(PathBuf::from("/var/lib/app.db"))
+        );
+        assert_eq!(path("sqlite://app.db"), Some(PathBuf::from("app.db")));
+        assert_eq!(
+            path("sqlite:data/app.db"),
+            Some(PathBuf::from("data/app.db"))
+        );
+        assert_eq!(path("postgres://app@db/app"), None);
+        assert_eq!(path("postgresql:///app"), None);
+        assert!(sqlite_path("sqlite://app.db?mode=ro").unwrap().is_err());
+        assert!(sqlite_path("sqlite://").unwrap().is_err());
+        assert!(sqlite_path("sqlite::memory:").unwrap().is_err());
+    }
+}
