@@ -1,0 +1,434 @@
+//! The operator's actions: pause, resume, trigger now, and dynamic schedules added,
+//! changed and removed. Each is a `POST` that acts only when the app enabled actions
+//! and the request passes the CSRF check, records the request's [`Actor`], and
+//! redirects (303) to a page; the store's refusals are shown as text (`422` for a
+//! bad schedule or an unknown handler, `404` for an unknown job).
+
+use axum::Extension;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use scheduler_core::{ControlRequest, Controls, ScheduleRow, Scope};
+use serde::Deserialize;
+
+use crate::dashboard::{Actor, Ctx, Shared};
+use crate::jobs::JobView;
+use crate::layout::{self, Nav, page};
+use crate::link;
+use crate::problem::Problem;
+
+/// The fields of the pause, resume and trigger forms; all optional, so that a form
+/// without its CSRF token is refused as such rather than as malformed.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ControlForm {
+    #[serde(default)]
+    csrf: Option<String>,
+    #[serde(default)]
+    name: String,
+    /// One node's scope only; empty: every node.
+    #[serde(default)]
+    node: String,
+    #[serde(default)]
+    why: String,
+    /// Resume: `no` drops the ticks paused over; anything else catches them up.
+    #[serde(default)]
+    catch_up: String,
+    /// `job`: back to the job's page; anything else: the jobs page.
+    #[serde(default)]
+    back: String,
+}
+
+/// The fields of the dynamic schedule form.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ScheduleForm {
+    #[serde(default)]
+    csrf: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    handler: String,
+    #[serde(default)]
+    schedule: String,
+    #[serde(default)]
+    zone: String,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    policy: String,
+    #[serde(default)]
+    args: String,
+    /// A checkbox: present when checked.
+    #[serde(default)]
+    enabled: Option<String>,
+    #[serde(default)]
+    why: String,
+}
+
+impl ScheduleForm {
+    fn from_row(row: &ScheduleRow) -> Self {
+        Self {
+            csrf: None,
+            name: row.name.clone(),
+            handler: row.handler.clone(),
+            schedule: row.schedule.clone(),
+            zone: row.zone.clone().unwrap_or_default(),
+            scope: row.scope.to_string(),
+            policy: row.policy.clone(),
+            args: row.args.clone(),
+            enabled: row.enabled.then(|| "on".to_owned()),
+            why: String::new(),
+        }
+    }
+
+    fn blank() -> Self {
+        Self {
+            args: "{}".to_owned(),
+            scope: Scope::Cluster.to_string(),
+            enabled: Some("on".to_owned()),
+            ..Self::default()
+        }
+    }
+
+    fn to_row(&self) -> Result<ScheduleRow, Problem> {
+        let scope = match self.scope.trim() {
+            "" | "cluster" => Scope::Cluster,
+            "node" => Scope::Node,
+            other => {
+                return Err(Problem::bad_request(format!(
+                    "scope {other:?}: cluster or node"
+                )));
+            }
+        };
+        let mut row = ScheduleRow::new(self.name.trim(), self.handler.trim(), self.schedule.trim());
+        row.zone = Some(self.zone.trim())
+            .filter(|z| !z.is_empty())
+            .map(str::to_owned);
+        row.scope = scope;
+        row.policy = self.policy.trim().to_owned();
+        row.args = match self.args.trim() {
+            "" => "{}".to_owned(),
+            args => args.to_owned(),
+        };
+        row.enabled = self.enabled.is_some();
+        Ok(row)
+    }
+}
+
+/// Refuses unless actions are enabled and the CSRF token matches; then the store's
+/// controls.
+fn guard<'a>(
+    shared: &'a Shared,
+    headers: &HeaderMap,
+    csrf: Option<&str>,
+) -> Result<&'a dyn Controls, Problem> {
+    if !shared.actions.is_enabled() {
+        return Err(read_only());
+    }
+    shared.csrf.check(headers, csrf).map_err(|refusal| {
+        Problem::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: {refusal}. Nothing was changed; reload the dashboard's page and submit the form again."
+            ),
+        )
+    })?;
+    shared.controls().ok_or_else(Problem::no_controls)
+}
+
+fn read_only() -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "this dashboard is read-only: the app has not enabled actions (Dashboard::actions(Actions::enabled()))",
+    )
+}
+
+/// The form, or a refusal for a body that is not one.
+fn form<T: Default>(form: Result<Form<T>, FormRejection>) -> Result<T, Problem> {
+    form.map(|Form(f)| f)
+        .map_err(|e| Problem::new(e.status(), e.body_text()))
+}
+
+fn actor(actor: Option<Extension<Actor>>) -> String {
+    actor.map(|Extension(a)| a).unwrap_or_default().0
+}
+
+/// A job registered in code or a dynamic schedule, or `404`.
+async fn known(shared: &Shared, controls: &dyn Controls, name: &str) -> Result<(), Problem> {
+    if name.is_empty() {
+        return Err(Problem::bad_request("the form names no job"));
+    }
+    if shared.job(name).is_some() || controls.schedules().await?.iter().any(|r| r.name == name) {
+        Ok(())
+    } else {
+        Err(Problem::not_found(format!(
+            "no job named {name:?}: it is neither registered in code nor a dynamic schedule"
+        )))
+    }
+}
+
+impl ControlForm {
+    fn request(&self, by: String) -> ControlRequest {
+        let mut req = ControlRequest::new(self.name.as_str(), by).why(self.why.trim());
+        if !self.node.trim().is_empty() {
+            req = req.node(self.node.trim());
+        }
+        req
+    }
+
+    fn back(&self) -> Redirect {
+        if self.back == "job" {
+            Redirect::to(&link::job(&self.name))
+        } else {
+            Redirect::to(link::JOBS)
+        }
+    }
+}
+
+/// `POST pause`.
+pub(crate) async fn pause(
+    State(shared): Ctx,
+    by: Option<Extension<Actor>>,
+    headers: HeaderMap,
+    body: Result<Form<ControlForm>, FormRejection>,
+) -> Result<Redirect, Problem> {
+    let f = form(body)?;
+    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    known(&shared, controls, &f.name).await?;
+    controls.pause(&f.request(actor(by))).await?;
+    Ok(f.back())
+}
+
+/// `POST resume`.
+pub(crate) async fn resume(
+    State(shared): Ctx,
+    by: Option<Extension<Actor>>,
+    headers: HeaderMap,
+    body: Result<Form<ControlForm>, FormRejection>,
+) -> Result<Redirect, Problem> {
+    let f = form(body)?;
+    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    known(&shared, controls, &f.name).await?;
+    let catch_up = f.catch_up != "no";
+    controls.resume(&f.request(actor(by)), catch_up).await?;
+    Ok(f.back())
+}
+
+/// `POST trigger`: redirects to the triggered run's page.
+pub(crate) async fn trigger(
+    State(shared): Ctx,
+    by: Option<Extension<Actor>>,
+    headers: HeaderMap,
+    body: Result<Form<ControlForm>, FormRejection>,
+) -> Result<Redirect, Problem> {
+    let f = form(body)?;
+    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    known(&shared, controls, &f.name).await?;
+    let trigger = controls.trigger(&f.request(actor(by))).await?;
+    Ok(Redirect::to(&link::trigger(trigger.id.0)))
+}
+
+/// `POST remove-schedule`.
+pub(crate) async fn remove_schedule(
+    State(shared): Ctx,
+    by: Option<Extension<Actor>>,
+    headers: HeaderMap,
+    body: Result<Form<ControlForm>, FormRejection>,
+) -> Result<Redirect, Problem> {
+    let f = form(body)?;
+    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    match controls
+        .remove_schedule(&f.name, &actor(by), f.why.trim())
+        .await?
+    {
+        Some(_) => Ok(Redirect::to(link::JOBS)),
+        None => Err(Problem::not_found(format!(
+            "no dynamic schedule named {:?}",
+            f.name
+        ))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ScheduleQuery {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// `GET schedule[?name=NAME]`: the form of a new or an existing dynamic schedule.
+pub(crate) async fn schedule_form(
+    State(shared): Ctx,
+    Query(query): Query<ScheduleQuery>,
+) -> Result<Html<String>, Problem> {
+    if !shared.actions.is_enabled() {
+        return Err(read_only());
+    }
+    let controls = shared.controls().ok_or_else(Problem::no_controls)?;
+    let handlers = controls.handlers().await?;
+    let (form, editing) = match query.name.filter(|n| !n.is_empty()) {
+        Some(name) => {
+            let rows = controls.schedules().await?;
+            let row = rows
+                .iter()
+                .find(|r| r.name == name)
+                .ok_or_else(|| Problem::not_found(format!("no dynamic schedule named {name:?}")))?;
+            (ScheduleForm::from_row(row), true)
+        }
+        None => (ScheduleForm::blank(), false),
+    };
+    Ok(Html(
+        schedule_page(&shared, &form, &handlers, editing, None).into_string(),
+    ))
+}
+
+/// `POST schedule`: adds or replaces a dynamic schedule; a refusal shows the form
+/// again, filled in, with the store's message.
+pub(crate) async fn put_schedule(
+    State(shared): Ctx,
+    by: Option<Extension<Actor>>,
+    headers: HeaderMap,
+    body: Result<Form<ScheduleForm>, FormRejection>,
+) -> Result<Response, Problem> {
+    let f = form(body)?;
+    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let refused = |problem: Problem, handlers: &[String]| {
+        let markup = schedule_page(&shared, &f, handlers, false, Some(problem.message()));
+        (problem.status(), Html(markup.into_string())).into_response()
+    };
+    let row = match f.to_row() {
+        Ok(row) => row,
+        Err(problem) => return Ok(refused(problem, &[])),
+    };
+    if shared.job(&row.name).is_some() {
+        let problem = Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "a job registered in code is named {:?}; a dynamic schedule needs a name of its own",
+                row.name
+            ),
+        );
+        return Ok(refused(problem, &[]));
+    }
+    match controls.put_schedule(&row, &actor(by), f.why.trim()).await {
+        Ok(_) => Ok(Redirect::to(link::JOBS).into_response()),
+        Err(err) => {
+            let handlers = controls.handlers().await.unwrap_or_default();
+            Ok(refused(Problem::from_store(err), &handlers))
+        }
+    }
+}
+
+fn schedule_page(
+    shared: &Shared,
+    form: &ScheduleForm,
+    handlers: &[String],
+    editing: bool,
+    error: Option<&str>,
+) -> Markup {
+    let title = if editing {
+        format!("Dynamic schedule {}", form.name)
+    } else {
+        "Add a dynamic schedule".to_owned()
+    };
+    let body = html! {
+        @if let Some(error) = error {
+            p.problem role="alert" { (error) }
+        }
+        form method="post" action="./schedule" data-action="put-schedule" {
+            (layout::csrf_field(shared.csrf.token()))
+            label { span { "Name" } input type="text" name="name" value=(form.name) required; }
+            label {
+                span { "Handler" }
+                input type="text" name="handler" value=(form.handler) list="handlers" required;
+                datalist #handlers { @for h in handlers { option value=(h) {} } }
+                @if !handlers.is_empty() {
+                    " " span.small.muted { "registered: " (handlers.join(", ")) }
+                }
+            }
+            label {
+                span { "Schedule" }
+                input type="text" name="schedule" value=(form.schedule) placeholder="0 0 9 * * Mon-Fri, or every 30s" required;
+            }
+            label { span { "Time zone" } input type="text" name="zone" value=(form.zone) placeholder="UTC"; }
+            label {
+                span { "Scope" }
+                select name="scope" {
+                    option value="cluster" selected[form.scope != "node"] { "once per tick in the cluster" }
+                    option value="node" selected[form.scope == "node"] { "once per tick per node" }
+                }
+            }
+            label {
+                span { "Policy" }
+                input type="text" name="policy" value=(form.policy) placeholder="overlap = \"skip\", retry = 2";
+            }
+            label { span { "Arguments (JSON)" } textarea name="args" { (form.args) } }
+            label { span { "Enabled" } input type="checkbox" name="enabled" checked[form.enabled.is_some()]; }
+            label { span { "Why" } input type="text" name="why" value=(form.why); }
+            button type="submit" { "Save" }
+            " " a href=(link::JOBS) { "Cancel" }
+        }
+    };
+    page(&title, Nav::None, body)
+}
+
+/// The action forms of a job's page, each with a reason to record.
+pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
+    let token = shared.csrf.token();
+    let node_scoped = job.scope == Scope::Node;
+    let hidden = html! {
+        (layout::csrf_field(token))
+        input type="hidden" name="name" value=(job.name);
+        input type="hidden" name="back" value="job";
+    };
+    let node_choice = |every: &str| {
+        html! {
+            @if node_scoped {
+                select name="node" {
+                    @if let Some(node) = &shared.node { option value=(node) { "this node (" (node) ")" } }
+                    option value="" { (every) }
+                }
+            }
+        }
+    };
+    html! {
+        h2 { "Actions" }
+        @if job.pauses.is_empty() {
+            form.inline method="post" action="./pause" data-job=(job.name) data-action="pause" {
+                (hidden)
+                (node_choice("every node"))
+                input type="text" name="why" placeholder="why (optional)";
+                button type="submit" { "Pause" }
+            }
+        }
+        @for p in &job.pauses {
+            form.inline method="post" action="./resume" data-job=(job.name) data-action="resume" {
+                (hidden)
+                @if let Some(node) = &p.node { input type="hidden" name="node" value=(node); }
+                input type="text" name="why" placeholder="why (optional)";
+                select name="catch_up" {
+                    option value="yes" { "catch up the ticks paused over" }
+                    option value="no" { "drop the ticks paused over" }
+                }
+                button type="submit" { "Resume" @if let Some(node) = &p.node { " on " (node) } }
+            }
+        }
+        form.inline method="post" action="./trigger" data-job=(job.name) data-action="trigger" {
+            (hidden)
+            (node_choice("any instance"))
+            input type="text" name="why" placeholder="why (optional)";
+            button type="submit" { "Trigger now" }
+        }
+        @if job.dynamic.is_some() {
+            p {
+                a href=(link::schedule(&job.name)) data-action="edit" { "Edit this schedule" }
+            }
+            form.inline method="post" action="./remove-schedule" data-job=(job.name) data-action="remove" {
+                (layout::csrf_field(token))
+                input type="hidden" name="name" value=(job.name);
+                input type="text" name="why" placeholder="why (optional)";
+                button type="submit" { "Remove this schedule" }
+            }
+        }
+    }
+}

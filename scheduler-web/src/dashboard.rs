@@ -1,0 +1,206 @@
+//! [`Dashboard`]: what the app configures, and the router it mounts.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{OriginalUri, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use scheduler_core::{Controls, JobInfo, Store};
+
+use crate::csrf::Csrf;
+
+/// The dashboard an app mounts: the store it reads, the jobs registered in code,
+/// and whether operators may act.
+///
+/// Built with [`Dashboard::new`] and its setters, turned into an axum router by
+/// [`Dashboard::router`]; see the [crate docs](crate) for mounting it behind the
+/// app's authentication.
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    store: Arc<dyn Store>,
+    jobs: Vec<JobInfo>,
+    node: Option<String>,
+    actions: Actions,
+    page_size: u32,
+}
+
+/// Whether the dashboard lets operators act (pause, resume, trigger now, edit
+/// dynamic schedules). Off by default: the dashboard only reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Actions {
+    enabled: bool,
+}
+
+impl Actions {
+    /// Forms rendered, and their `POST` routes act (each behind its CSRF token).
+    pub fn enabled() -> Self {
+        Self { enabled: true }
+    }
+
+    /// Read-only (the default): no form is rendered and every `POST` answers `403`.
+    pub fn disabled() -> Self {
+        Self { enabled: false }
+    }
+
+    /// Whether actions are enabled.
+    pub fn is_enabled(self) -> bool {
+        self.enabled
+    }
+}
+
+/// Who is acting, as the app's auth layer puts it into the request's extensions
+/// (`req.extensions_mut().insert(Actor("web:alice".into()))`): recorded as the
+/// `by` of every control the request applies. Without one, the actor is `web`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Actor(pub String);
+
+impl Default for Actor {
+    fn default() -> Self {
+        Actor("web".to_owned())
+    }
+}
+
+impl Dashboard {
+    /// Rows per page of a history (runs, controls) unless [`Dashboard::page_size`]
+    /// says otherwise.
+    pub const DEFAULT_PAGE_SIZE: u32 = 50;
+
+    /// A dashboard of `store` (the one the scheduler runs on; `Arc<S>` and
+    /// `Arc<dyn Store>` are stores too), read-only, knowing no job yet.
+    pub fn new(store: impl Store) -> Self {
+        Self {
+            store: Arc::new(store),
+            jobs: Vec::new(),
+            node: None,
+            actions: Actions::default(),
+            page_size: Self::DEFAULT_PAGE_SIZE,
+        }
+    }
+
+    /// The jobs registered in code, as [`Scheduler::jobs`](scheduler_core::Scheduler::jobs)
+    /// describes them (call it before `run_until` consumes the scheduler). Dynamic
+    /// schedules are read from the store on each page.
+    pub fn jobs(mut self, jobs: impl IntoIterator<Item = JobInfo>) -> Self {
+        self.jobs = jobs.into_iter().collect();
+        self
+    }
+
+    /// This instance's node id ([`Scheduler::node_id`](scheduler_core::Scheduler::node_id)):
+    /// shown on the pages, and offered for pausing or triggering a node-scoped job on
+    /// this node only.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Whether operators may act ([`Actions::enabled`]); read-only by default.
+    pub fn actions(mut self, actions: Actions) -> Self {
+        self.actions = actions;
+        self
+    }
+
+    /// Rows per page of a history, 1 to 1,000 (values outside are clamped).
+    pub fn page_size(mut self, rows: u32) -> Self {
+        self.page_size = rows.clamp(1, 1000);
+        self
+    }
+
+    /// The router to nest under a path of the app's choice
+    /// (`Router::new().nest("/scheduler", dashboard.router())`), for a router of any
+    /// state type. Its CSRF secret is drawn here, once.
+    pub fn router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let shared = Arc::new(Shared {
+            store: self.store,
+            jobs: self.jobs,
+            node: self.node,
+            actions: self.actions,
+            page_size: self.page_size,
+            csrf: Csrf::random(),
+        });
+        Router::new()
+            .route("/", get(home))
+            .route("/jobs", get(crate::jobs::show))
+            .route("/leases", get(crate::leases::show))
+            .route("/job", get(crate::history::job))
+            .route(
+                "/trigger",
+                get(crate::history::trigger).post(crate::actions::trigger),
+            )
+            .route(
+                "/schedule",
+                get(crate::actions::schedule_form).post(crate::actions::put_schedule),
+            )
+            .route("/pause", post(crate::actions::pause))
+            .route("/resume", post(crate::actions::resume))
+            .route("/remove-schedule", post(crate::actions::remove_schedule))
+            .fallback(crate::problem::not_found)
+            .layer(middleware::from_fn_with_state(shared.clone(), headers))
+            .with_state(shared)
+    }
+}
+
+/// What every handler reads.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) jobs: Vec<JobInfo>,
+    pub(crate) node: Option<String>,
+    pub(crate) actions: Actions,
+    pub(crate) page_size: u32,
+    pub(crate) csrf: Csrf,
+}
+
+impl Shared {
+    pub(crate) fn controls(&self) -> Option<&dyn Controls> {
+        self.store.controls()
+    }
+
+    /// The job registered in code named `name`.
+    pub(crate) fn job(&self, name: &str) -> Option<&JobInfo> {
+        self.jobs.iter().find(|j| j.name == name)
+    }
+}
+
+pub(crate) type Ctx = State<Arc<Shared>>;
+
+/// The prefix itself: a redirect to `jobs`, relative to where the request came in
+/// (`/scheduler` → `scheduler/jobs`, `/scheduler/` → `jobs`), so that every page is
+/// a sibling of every other and their links are plain relative ones.
+async fn home(OriginalUri(original): OriginalUri) -> Redirect {
+    Redirect::to(&crate::link::home_to_jobs(original.path()))
+}
+
+/// Headers on every answer: no caching, no framing, no script, and the CSRF cookie
+/// when actions are enabled.
+async fn headers(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await.into_response();
+    let h = res.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    if shared.actions.is_enabled()
+        && let Ok(cookie) = HeaderValue::from_str(&shared.csrf.set_cookie())
+    {
+        h.append(header::SET_COOKIE, cookie);
+    }
+    res
+}

@@ -1,0 +1,105 @@
+//! The frame of every page (title, navigation, the inline style sheet) and the small
+//! pieces of markup the pages share.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::csrf;
+use crate::link;
+use crate::words;
+
+/// Which navigation entry is the current page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nav {
+    Jobs,
+    Leases,
+    None,
+}
+
+const CSS: &str = "\
+:root{color-scheme:light dark;--muted:#6b7280;--line:#d1d5db;--ok:#15803d;--bad:#b91c1c;--warn:#a16207}
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0}
+header{display:flex;gap:1.2em;align-items:baseline;padding:.6em 1.2em;border-bottom:1px solid var(--line)}
+header strong{font-size:15px}
+header a{text-decoration:none}header a.on{font-weight:600;text-decoration:underline}
+main{padding:.4em 1.2em 2em}
+h1{font-size:20px;margin:.6em 0}h2{font-size:16px;margin:1.4em 0 .4em}
+table{border-collapse:collapse;width:100%}
+th,td{text-align:left;vertical-align:top;padding:.3em .6em;border-bottom:1px solid var(--line)}
+th{font-weight:600;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+code{font-size:12px}
+.muted{color:var(--muted)}.small{font-size:12px}
+.ok{color:var(--ok)}.bad{color:var(--bad)}.warn{color:var(--warn)}
+.paused{color:var(--warn);font-weight:600}
+.problem{border-left:4px solid var(--bad);padding:.4em .8em;white-space:pre-wrap}
+.notice{border-left:4px solid var(--warn);padding:.4em .8em}
+form.inline{display:inline-flex;gap:.3em;margin:0 .3em .2em 0}
+form.inline input[type=text]{width:9em}
+button{font:inherit;padding:.1em .6em;cursor:pointer}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0}
+fieldset{border:1px solid var(--line);margin:.8em 0}
+label{display:block;margin:.4em 0}label span{display:inline-block;min-width:8em}
+input[type=text],textarea,select{font:inherit}
+textarea{width:30em;height:4em}
+pre{white-space:pre-wrap;margin:0}
+";
+
+/// A whole page.
+pub(crate) fn page(title: &str, nav: Nav, body: Markup) -> Markup {
+    refreshing_page(title, nav, body, None)
+}
+
+/// A whole page that reloads itself every `refresh` seconds, if given.
+pub(crate) fn refreshing_page(title: &str, nav: Nav, body: Markup, refresh: Option<u32>) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if let Some(seconds) = refresh { meta http-equiv="refresh" content=(seconds); }
+                title { (title) " · scheduler" }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header {
+                    strong { "scheduler" }
+                    a href=(link::JOBS) class=[(nav == Nav::Jobs).then_some("on")] { "Jobs" }
+                    a href=(link::LEASES) class=[(nav == Nav::Leases).then_some("on")] { "Leases" }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The hidden CSRF field every action form carries.
+pub(crate) fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name=(csrf::FIELD) value=(token); }
+}
+
+/// An instant: its age or distance from `now` in words, the instant as the title.
+pub(crate) fn instant(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    html! {
+        time datetime=(rfc3339(at)) title=(rfc3339(at)) { (words::relative(at, now)) }
+    }
+}
+
+/// An instant in RFC 3339, UTC, to the millisecond.
+pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A run's outcome, coloured.
+pub(crate) fn outcome(outcome: &str) -> Markup {
+    let class = match outcome {
+        "ran" => "ok",
+        "failed" | "timed_out" | "panicked" => "bad",
+        _ => "warn",
+    };
+    html! { span class=(class) { (outcome) } }
+}

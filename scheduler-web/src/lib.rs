@@ -1,0 +1,106 @@
+//! A dashboard for `scheduler-core` that an axum app mounts: server-rendered pages
+//! of the jobs, the leases, each job's runs and the controls applied to it, and —
+//! only when the app enables them — the operator's actions: pause, resume, trigger
+//! now, and dynamic schedules added, changed or removed.
+//!
+//! The dashboard is an axum [`Router`](axum::Router) the app nests under a path of
+//! its choice and wraps in its own authentication: the dashboard has none of its
+//! own. Every link and redirect it emits is relative, so it works under any prefix.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use axum::Router;
+//! use scheduler_core::{MemoryStore, Scheduler};
+//! use scheduler_web::{Actions, Dashboard};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryStore::new());
+//! let scheduler = Scheduler::builder(store.clone()).build()?;
+//! let dashboard = Dashboard::new(store)
+//!     .jobs(scheduler.jobs()) // before `run_until` consumes the scheduler
+//!     .node(scheduler.node_id())
+//!     .actions(Actions::enabled()); // read-only without this line
+//! let app: Router = Router::new().nest("/scheduler", dashboard.router());
+//! // axum::serve(listener, app).await?; with the scheduler run beside it
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Authentication, and who did what
+//!
+//! The app's own auth layer guards the dashboard, and says who the operator is by
+//! inserting an [`Actor`] into the request's extensions: every control the
+//! dashboard applies is recorded with that actor (`web` when none is set).
+//!
+//! ```
+//! use axum::Router;
+//! use axum::extract::Request;
+//! use axum::http::StatusCode;
+//! use axum::middleware::{self, Next};
+//! use axum::response::Response;
+//! use scheduler_web::{Actor, Dashboard};
+//!
+//! async fn operators_only(mut req: Request, next: Next) -> Result<Response, StatusCode> {
+//!     // Your session check here; this one trusts a header set by a proxy.
+//!     let user = req
+//!         .headers()
+//!         .get("x-forwarded-user")
+//!         .and_then(|v| v.to_str().ok())
+//!         .ok_or(StatusCode::UNAUTHORIZED)?
+//!         .to_owned();
+//!     req.extensions_mut().insert(Actor(format!("web:{user}")));
+//!     Ok(next.run(req).await)
+//! }
+//!
+//! fn app(dashboard: Dashboard) -> Router {
+//!     Router::new().nest(
+//!         "/scheduler",
+//!         dashboard.router().layer(middleware::from_fn(operators_only)),
+//!     )
+//! }
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **Read-only by default.** Without [`Actions::enabled`] no form is rendered and
+//!   every `POST` route answers `403 Forbidden`, changing nothing.
+//! - **CSRF.** Each action form carries a token, also set as a `SameSite=Strict`,
+//!   `HttpOnly` cookie; a `POST` whose field or cookie is missing or differs from
+//!   the dashboard's random secret is refused with `403` (double submit, compared in
+//!   constant time). Pages are sent with a `Content-Security-Policy` that allows no
+//!   script and no framing.
+//! - **Escaping.** Every value read from the store or the jobs (names, errors,
+//!   reasons, arguments) is HTML-escaped by the templates: a job named `<script>` is
+//!   shown as text.
+//! - **No JavaScript.** Pages are plain HTML with a little inline CSS; a triggered
+//!   run's page refreshes itself with a `<meta>` refresh until the run is done.
+//!
+//! # Pages
+//!
+//! Under the nest prefix: `jobs` (the prefix itself redirects there), `leases`,
+//! `job?name=NAME` (one job's runs and controls, paged), `trigger?id=N` (a triggered
+//! run), `schedule[?name=NAME]` (the form of a dynamic schedule, actions only); the
+//! actions `POST` to `pause`, `resume`, `trigger`, `schedule` and
+//! `remove-schedule`, then redirect (303) to a page.
+//!
+//! The history and leases pages need a store with controls
+//! ([`Store::controls`](scheduler_core::Store::controls)); runs are listed when the
+//! store keeps a run history.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod actions;
+mod csrf;
+mod dashboard;
+mod history;
+mod jobs;
+mod layout;
+mod leases;
+mod link;
+mod problem;
+mod words;
+
+pub use dashboard::{Actions, Actor, Dashboard};
