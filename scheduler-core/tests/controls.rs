@@ -351,3 +351,75 @@ impl Stop {
         let _ = self.0.wait_for(|stopped| *stopped).await;
     }
 }
+
+/// A trigger while the job's long run holds its lease, under `overlap`: what became
+/// of the trigger, and the runs (tick, cancelled).
+async fn trigger_during_a_long_run(
+    overlap: scheduler_core::Overlap,
+) -> (TriggerState, Vec<(chrono::DateTime<chrono::Utc>, bool)>) {
+    let (store, log) = (store(), Log::default());
+    let mut long = Probe::new("long", &store, &log);
+    // Hourly, caught up at start-up: the start-up run holds the lease when the
+    // trigger comes, and no other tick comes due.
+    long.every = Duration::from_secs(3_600);
+    long.catch_up = Some(Duration::from_secs(3_600));
+    long.work = Duration::from_secs(5);
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(long, scheduler_core::Policy::default().overlap(overlap))
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            // Into the start-up run (it runs 5 s).
+            sleep(1_000).await;
+            let t = s
+                .trigger(&ControlRequest::new("long", "erin"))
+                .await
+                .expect("trigger");
+            sleep(12_000).await;
+            let _ = tx.send(t);
+        })
+        .await;
+    let t = rx.await.expect("trigger");
+    let status = store
+        .trigger_status(t.id)
+        .await
+        .expect("status")
+        .expect("trigger");
+    let runs = runs(&log, "long")
+        .iter()
+        .map(|r| (r.tick, r.cancelled))
+        .collect();
+    assert!(
+        matches!(&status.state, TriggerState::Done { .. }),
+        "{status:?}"
+    );
+    (status.state, runs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_waits_for_the_running_run_under_buffer_one() {
+    let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::BufferOne).await;
+    assert!(
+        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        "{state:?}"
+    );
+    // The start-up run ran to its end, then the triggered one.
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().all(|(_, cancelled)| !cancelled), "{runs:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_cancels_the_running_run_under_cancel_running() {
+    let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::CancelRunning).await;
+    assert!(
+        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        "{state:?}"
+    );
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    // The start-up run was cancelled for the trigger; the triggered run was not.
+    assert!(runs[0].1 && !runs[1].1, "{runs:?}");
+}

@@ -294,13 +294,14 @@ impl Engine {
                 }
             }
             Overlap::CancelRunning => {
-                // Asks whoever runs the job to stop, for the trigger's instant; the
-                // trigger is claimed once the lease is free.
-                if let Some(r) = self.jobs[i].running()
-                    && r.trigger.is_none()
-                    && !r.superseded
+                // Asks whoever runs the job to stop, for the trigger's instant (here:
+                // the run completes its tick however it ends, as for a newer tick);
+                // the trigger is claimed once the lease is free.
+                if self.jobs[i].running().is_some_and(|r| r.trigger.is_none())
+                    && let Some(r) = self.jobs[i].on_cancel_requested()
                 {
-                    r.cancel.cancel();
+                    info!(job = %e.name, tick = %r.lease.tick, trigger = %trigger.id,
+                        "run cancelled: a triggered run asked for the lease (overlap policy cancel running)");
                 }
                 self.to_cancel
                     .push((e.lease.clone(), Tick::new(trigger.requested_at)));
