@@ -354,6 +354,7 @@ impl Stop {
 
 /// A trigger while the job's long run holds its lease, under `overlap`: what became
 /// of the trigger, and the runs (tick, cancelled).
+#[allow(clippy::expect_used)]
 async fn trigger_during_a_long_run(
     overlap: scheduler_core::Overlap,
 ) -> (TriggerState, Vec<(chrono::DateTime<chrono::Utc>, bool)>) {
