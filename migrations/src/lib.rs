@@ -200,19 +200,10 @@ mod tests {
                 .iter()
                 .find(|m| m.name == *name)
                 .unwrap_or_else(|| panic!("{name}"));
-            let created = format!("CREATE TABLE \"{}{suffix}\"", table.table());
-            assert!(
-                migration
-                    .postgres(&table)
-                    .iter()
-                    .any(|s| s.starts_with(&created))
-            );
-            assert!(
-                migration
-                    .sqlite(&table)
-                    .iter()
-                    .any(|s| s.starts_with(&created))
-            );
+            let created = format!("\"{}{suffix}\" (", table.table());
+            let creates = |s: &String| s.starts_with("CREATE TABLE") && s.contains(&created);
+            assert!(migration.postgres(&table).iter().any(creates), "{suffix}");
+            assert!(migration.sqlite(&table).iter().any(creates), "{suffix}");
         }
     }
 

@@ -53,6 +53,8 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
 
 /// The operators' controls and their record: see the PostgreSQL migration of the
 /// same name. Times are integer microseconds; `args` is JSON text (`json_valid`).
+/// As there, each statement leaves what exists alone (`IF NOT EXISTS`, `ON CONFLICT
+/// DO NOTHING`), so migrating again after the bookkeeping rows were deleted works.
 pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     let controls = table.with_suffix("_controls");
     let audit = table.with_suffix("_audit");
@@ -65,7 +67,7 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     let changed = table.index_name("_schedules", "_changed");
     vec![
         format!(
-            "CREATE TABLE {controls} (
+            "CREATE TABLE IF NOT EXISTS {controls} (
                 job        TEXT    NOT NULL,
                 node       TEXT    NOT NULL DEFAULT '',
                 paused     INTEGER NOT NULL,
@@ -79,7 +81,7 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
             ) STRICT, WITHOUT ROWID"
         ),
         format!(
-            "CREATE TABLE {audit} (
+            "CREATE TABLE IF NOT EXISTS {audit} (
                 id     INTEGER PRIMARY KEY AUTOINCREMENT,
                 at     INTEGER NOT NULL,
                 job    TEXT    NOT NULL,
@@ -90,9 +92,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 detail TEXT    NOT NULL DEFAULT ''
             ) STRICT"
         ),
-        format!("CREATE INDEX {audit_job} ON {audit} (job, id)"),
+        format!("CREATE INDEX IF NOT EXISTS {audit_job} ON {audit} (job, id)"),
         format!(
-            "CREATE TABLE {triggers} (
+            "CREATE TABLE IF NOT EXISTS {triggers} (
                 id           INTEGER PRIMARY KEY AUTOINCREMENT,
                 job          TEXT    NOT NULL,
                 node         TEXT,
@@ -108,9 +110,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 error        TEXT
             ) STRICT"
         ),
-        format!("CREATE INDEX {open} ON {triggers} (id) WHERE state <> 'done'"),
+        format!("CREATE INDEX IF NOT EXISTS {open} ON {triggers} (id) WHERE state <> 'done'"),
         format!(
-            "CREATE TABLE {schedules} (
+            "CREATE TABLE IF NOT EXISTS {schedules} (
                 name       TEXT    NOT NULL PRIMARY KEY,
                 handler    TEXT    NOT NULL,
                 schedule   TEXT    NOT NULL,
@@ -125,9 +127,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 actor      TEXT    NOT NULL
             ) STRICT, WITHOUT ROWID"
         ),
-        format!("CREATE INDEX {changed} ON {schedules} (version)"),
+        format!("CREATE INDEX IF NOT EXISTS {changed} ON {schedules} (version)"),
         format!(
-            "CREATE TABLE {handlers} (
+            "CREATE TABLE IF NOT EXISTS {handlers} (
                 handler TEXT    NOT NULL,
                 node    TEXT    NOT NULL,
                 seen_at INTEGER NOT NULL,
@@ -135,12 +137,12 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
             ) STRICT, WITHOUT ROWID"
         ),
         format!(
-            "CREATE TABLE {version} (
+            "CREATE TABLE IF NOT EXISTS {version} (
                 id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
                 version INTEGER NOT NULL
             ) STRICT"
         ),
-        format!("INSERT INTO {version} (id, version) VALUES (1, 0)"),
+        format!("INSERT INTO {version} (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING"),
     ]
 }
 

@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 
 use scheduler_core::{LeaseKey, TakeRequest};
 
-/// `[["name","holder",tick_micros],…]` for a batch take.
+/// `[["name","holder",tick_micros,"job","node"],…]` for a batch take; a request
+/// without a [control key](TakeRequest::control) leaves out job and node (read back
+/// as `NULL`, which no pause names).
 pub(crate) fn takes(requests: &[TakeRequest]) -> String {
     rows(requests, |out, r| {
         string(out, r.name.as_str());
@@ -18,6 +20,12 @@ pub(crate) fn takes(requests: &[TakeRequest]) -> String {
         string(out, r.holder.as_str());
         // Writing to a String cannot fail.
         let _ = write!(out, ",{}", r.tick.at().timestamp_micros());
+        if let Some(control) = &r.control {
+            out.push(',');
+            string(out, &control.job);
+            out.push(',');
+            string(out, &control.node);
+        }
     })
 }
 
@@ -47,7 +55,7 @@ fn rows<T>(items: &[T], mut row: impl FnMut(&mut String, &T)) -> String {
 
 /// Appends `s` as a JSON string (RFC 8259: quote, backslash and control characters
 /// escaped; all other Unicode as is).
-fn string(out: &mut String, s: &str) {
+pub(crate) fn string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -94,5 +102,23 @@ mod tests {
         let key = LeaseKey { name, holder };
         assert_eq!(keys(&[key.clone(), key]), r#"[["a\"b","h"],["a\"b","h"]]"#);
         assert_eq!(keys(&[]), "[]");
+    }
+
+    #[test]
+    fn a_take_carries_its_control_key() {
+        let Ok(name) = scheduler_core::LeaseName::new("j:n") else {
+            panic!("name");
+        };
+        let Some(at) = chrono::DateTime::from_timestamp(1, 0) else {
+            panic!("time");
+        };
+        let mut request = TakeRequest::new(name, scheduler_core::Tick::new(at));
+        request.holder = scheduler_core::Holder::from_stored("h".to_owned());
+        assert_eq!(
+            takes(std::slice::from_ref(&request)),
+            r#"[["j:n","h",1000000]]"#
+        );
+        let request = request.controlled_by("j", "n\"");
+        assert_eq!(takes(&[request]), r#"[["j:n","h",1000000,"j","n\""]]"#);
     }
 }

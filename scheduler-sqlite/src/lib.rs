@@ -44,7 +44,9 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod batch;
+mod control;
 pub mod error;
+pub mod history;
 mod migrate;
 mod open;
 mod options;
@@ -53,6 +55,7 @@ mod sql;
 mod store;
 
 pub use error::{Error, Result};
+pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
 pub use options::SqliteOptions;
 pub use scheduler_migrations::TableName;
 pub use store::SqliteStore;

@@ -12,46 +12,78 @@
 use scheduler_migrations::{MIGRATIONS, TableName, sqlite as ddl};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, SqliteTransactionMode, Statement,
-    TransactionOptions, TransactionTrait,
+    TransactionOptions, TransactionTrait, Value,
 };
 
 use crate::error::{Error, Origin, Result};
 use crate::sql::NOW;
 
 /// Checks, for a store opened without migrations, that the lease table has the
-/// columns this version's statements use (a missing table is left to the
-/// statements' own errors): renewals read `cancel_tick`.
+/// columns and the tables beside it that this version's statements use (a missing
+/// lease table is left to the statements' own errors): renewals read `cancel_tick`,
+/// every take reads `<table>_controls`.
 pub(crate) async fn check(db: &DatabaseConnection, table: &TableName) -> Result<()> {
-    const OP: &str = "check the lease table's columns";
-    let columns: Vec<String> = db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            "SELECT name FROM pragma_table_info(?1)",
-            [table.table().to_owned().into()],
-        ))
-        .await
-        .map_err(|cause| Error::Statement {
-            operation: OP,
-            cause,
-        })?
-        .iter()
-        .map(|row| row.try_get::<String>("", "name"))
-        .collect::<Result<_, DbErr>>()
-        .map_err(|cause| Error::BadRow {
-            operation: OP,
-            cause,
-        })?;
-    let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) else {
-        return Ok(());
-    };
-    Err(Error::Migrate {
+    let columns = names(
+        db,
+        "check the lease table's columns",
+        "SELECT name FROM pragma_table_info(?1)",
+        vec![table.table().to_owned().into()],
+    )
+    .await?;
+    if let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) {
+        return Err(not_migrated(
+            table,
+            migration,
+            "column(s)",
+            &names.join(", "),
+        ));
+    }
+    let tables = names(
+        db,
+        "check the tables beside the lease table",
+        "SELECT name FROM sqlite_master WHERE type = 'table'",
+        Vec::new(),
+    )
+    .await?;
+    if let Some((migration, names)) = scheduler_migrations::missing_tables(table, &tables) {
+        return Err(not_migrated(
+            table,
+            migration,
+            "the table(s)",
+            &names.join(", "),
+        ));
+    }
+    Ok(())
+}
+
+/// The `name` column of every row `sql` returns.
+async fn names(
+    db: &DatabaseConnection,
+    operation: &'static str,
+    sql: &str,
+    values: Vec<Value>,
+) -> Result<Vec<String>> {
+    db.query_all_raw(Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        sql,
+        values,
+    ))
+    .await
+    .map_err(|cause| Error::Statement { operation, cause })?
+    .iter()
+    .map(|row| row.try_get::<String>("", "name"))
+    .collect::<Result<_, DbErr>>()
+    .map_err(|cause| Error::BadRow { operation, cause })
+}
+
+fn not_migrated(table: &TableName, migration: &str, what: &str, names: &str) -> Error {
+    Error::Migrate {
         migration: migration.to_owned(),
         cause: DbErr::Custom(format!(
-            "the lease table {table} lacks column(s) {} that this version needs, and the store was \
-             opened with migrate(false); open it once with migrate(true) to upgrade it",
-            names.join(", ")
+            "the lease table {table} lacks {what} {names} that this version needs, and the store was \
+             opened with migrate(false); open it once with migrate(true) to upgrade it"
         )),
-    })
+    }
 }
 
 /// Applies every pending migration of the lease table `table`.

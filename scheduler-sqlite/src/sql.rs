@@ -15,6 +15,7 @@ pub(crate) const NOW: &str =
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
     pub(crate) take: String,
+    pub(crate) paused: String,
     pub(crate) won: String,
     pub(crate) held: String,
     pub(crate) renew: String,
@@ -34,13 +35,22 @@ impl Sql {
                  OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
             )
         };
-        // `?1` is the batch as JSON: `[["name","holder",tick_micros],…]`. `WHERE true`
-        // tells SQLite's parser that `ON CONFLICT` belongs to the upsert, not to a join.
+        // A request whose job is paused, for every node (`node = ''`) or for the
+        // asking node: two primary-key probes of the controls table. A request
+        // without a control key has no job (`NULL`), which no row names.
+        let paused = format!(
+            "EXISTS (SELECT 1 FROM {controls} AS c \
+                     WHERE c.job = r.value ->> 3 AND c.node IN ('', r.value ->> 4) AND c.paused)",
+            controls = table.with_suffix("_controls"),
+        );
+        // `?1` is the batch as JSON: `[["name","holder",tick_micros,"job","node"],…]`.
+        // A paused job's request writes nothing. (A `WHERE` also tells SQLite's parser
+        // that `ON CONFLICT` belongs to the upsert, not to a join.)
         let take = format!(
             "INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
              SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 1, {NOW}, {NOW} + ?2 * 1000, NULL \
              FROM json_each(?1) AS r \
-             WHERE true \
+             WHERE NOT {paused} \
              ON CONFLICT (name) DO UPDATE \
                SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
                    taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
@@ -48,10 +58,12 @@ impl Sql {
                WHERE {decide}",
             decide = free("l", "excluded.tick"),
         );
-        // Run after the upsert, in its transaction, with the same `?1`: the rows it
-        // won, and the rows it did not. Holders are fresh per tick, so an unreleased row
-        // of the requested holder was won by this take, or by an earlier take of the
-        // same holder whose answer was lost (won all the same).
+        // Run after the upsert, in its transaction, with the same `?1`: the requests
+        // it refused as paused (the store leaves them out of the two reads below),
+        let paused = format!("SELECT r.value ->> 0 AS name FROM json_each(?1) AS r WHERE {paused}");
+        // the rows it won, and the rows it did not. Holders are fresh per tick, so an
+        // unreleased row of the requested holder was won by this take, or by an
+        // earlier take of the same holder whose answer was lost (won all the same).
         let won = format!(
             "SELECT l.name, l.holder, l.tick, l.token, l.expires_at \
              FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
@@ -85,6 +97,7 @@ impl Sql {
         );
         Self {
             take,
+            paused,
             won,
             held,
             renew,

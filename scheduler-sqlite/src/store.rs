@@ -1,5 +1,6 @@
 //! [`SqliteStore`]: the embedded lease store for one machine.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,13 @@ use scheduler_migrations::TableName;
 use sea_orm::sqlx::ConnectOptions as _;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, SqliteTransactionMode,
-    Statement, TransactionOptions, TransactionTrait, Value,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, QueryResult,
+    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait, Value,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::batch;
+use crate::control::ControlSql;
 use crate::error::{Error, Origin, Result, connect_error};
 use crate::migrate;
 use crate::open::{check_path, check_version, check_writable, literal_path, use_wal};
@@ -70,13 +72,14 @@ use crate::sql::Sql;
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    db: DatabaseConnection,
+    pub(crate) db: DatabaseConnection,
     /// Taken by each write of this store (and its clones) before it asks SQLite for
     /// the file's write lock.
     writes: Arc<Mutex<()>>,
-    table: TableName,
-    origin: Origin,
+    pub(crate) table: TableName,
+    pub(crate) origin: Origin,
     sql: Sql,
+    pub(crate) control: Arc<ControlSql>,
 }
 
 impl SqliteStore {
@@ -146,6 +149,7 @@ impl SqliteStore {
         Ok(Self {
             writes: Arc::new(Mutex::new(())),
             sql: Sql::new(&options.table),
+            control: Arc::new(ControlSql::new(&options.table)),
             table: options.table,
             origin,
             db,
@@ -181,7 +185,7 @@ impl SqliteStore {
     }
 
     /// Waits until this store's earlier writes are done, at most the busy timeout.
-    async fn write_turn(&self, operation: &'static str) -> Result<MutexGuard<'_, ()>> {
+    pub(crate) async fn write_turn(&self, operation: &'static str) -> Result<MutexGuard<'_, ()>> {
         tokio::time::timeout(self.origin.busy_timeout, self.writes.lock())
             .await
             .map_err(|_| Error::Busy {
@@ -192,7 +196,26 @@ impl SqliteStore {
             })
     }
 
-    async fn query(
+    /// Takes this store's turn to write, then opens a `BEGIN IMMEDIATE` transaction
+    /// (SQLite's write lock from the start, so what it reads stays as read until it
+    /// commits). Keep the turn until the transaction ends.
+    pub(crate) async fn begin_write(
+        &self,
+        operation: &'static str,
+    ) -> Result<(MutexGuard<'_, ()>, DatabaseTransaction)> {
+        let turn = self.write_turn(operation).await?;
+        let txn = self
+            .db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..TransactionOptions::default()
+            })
+            .await
+            .map_err(|source| self.origin.statement_error(operation, source))?;
+        Ok((turn, txn))
+    }
+
+    pub(crate) async fn query(
         &self,
         operation: &'static str,
         sql: &str,
@@ -215,18 +238,10 @@ impl scheduler_core::Store for SqliteStore {
             return Ok(Taken::default());
         }
         let batch = batch::takes(requests);
-        let _turn = self.write_turn(OP).await?;
         let fail = |source| self.origin.statement_error(OP, source);
-        // The write lock from the start: the upsert decides, and the read that follows
-        // sees the lost rows exactly as the upsert did.
-        let txn = self
-            .db
-            .begin_with_options(TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                ..TransactionOptions::default()
-            })
-            .await
-            .map_err(fail)?;
+        // The write lock from the start: the upsert decides, and the reads that follow
+        // see the paused, won and lost rows exactly as the upsert did.
+        let (_turn, txn) = self.begin_write(OP).await?;
         let stmt = |sql: &str, values: Vec<Value>| {
             Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
         };
@@ -236,6 +251,17 @@ impl scheduler_core::Store for SqliteStore {
         ))
         .await
         .map_err(fail)?;
+        // Only a batch with control keys can meet a pause.
+        let paused = if requests.iter().any(|r| r.control.is_some()) {
+            txn.query_all_raw(stmt(&self.sql.paused, vec![batch.clone().into()]))
+                .await
+                .map_err(fail)?
+                .iter()
+                .map(|row| name_from_row(row, OP))
+                .collect::<Result<HashSet<_>>>()?
+        } else {
+            HashSet::new()
+        };
         let won = txn
             .query_all_raw(stmt(&self.sql.won, vec![batch.clone().into()]))
             .await
@@ -251,11 +277,20 @@ impl scheduler_core::Store for SqliteStore {
             .await
             .map_err(fail)?;
         txn.commit().await.map_err(fail)?;
+        // A paused request wrote nothing; its row (an earlier tick's, or one this
+        // very holder won before the pause, whose answer was lost and which now
+        // expires unrun) is not the take's to report.
+        let mut won = won.iter().map(lease_from_row).collect::<Result<Vec<_>>>()?;
+        let mut held = held.iter().map(held_from_row).collect::<Result<Vec<_>>>()?;
+        if !paused.is_empty() {
+            won.retain(|lease| !paused.contains(&lease.name));
+            held.retain(|row| !paused.contains(&row.name));
+        }
         Ok(Taken {
-            won: won.iter().map(lease_from_row).collect::<Result<_>>()?,
-            held: held.iter().map(held_from_row).collect::<Result<_>>()?,
+            won,
+            held,
             now: now.map(|row| time(&row, "now", OP)).transpose()?,
-            paused: Vec::new(),
+            paused: paused.into_iter().collect(),
         })
     }
 
@@ -323,6 +358,10 @@ impl scheduler_core::Store for SqliteStore {
             cause: DbErr::Custom("no row returned".to_owned()),
         })?;
         Ok(time(row, "now", OP)?)
+    }
+
+    fn controls(&self) -> Option<&dyn scheduler_core::Controls> {
+        Some(self)
     }
 }
 

@@ -4,6 +4,10 @@
 //! Each function takes the stores to exercise: several handles on **one** backing
 //! database, each playing an instance of its own (for SQL stores, each with its own
 //! pool). Every function asserts; a store that breaks an invariant fails it.
+//!
+//! [`controls`] holds the rules of the operators' controls (pause, resume, trigger,
+//! dynamic schedules, their record and poll), for stores whose
+//! [`Store::controls`] is `Some`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -12,6 +16,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{LeaseName, LocalClock, Release, Store, TakeRequest, Tick, Ttl};
 use tokio::task::JoinSet;
+
+pub mod controls;
 
 /// A store shared between tasks.
 pub type SharedStore = Arc<dyn Store>;

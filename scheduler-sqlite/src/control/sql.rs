@@ -1,0 +1,210 @@
+//! The control statements, with the table names spliced in once.
+//!
+//! The tables are migration 3's (`scheduler_migrations::sqlite`), named after the
+//! lease table; every time is integer microseconds on SQLite's clock ([`NOW`]).
+
+use scheduler_migrations::{HistoryTable, TableName};
+
+use crate::sql::NOW;
+
+/// The columns a trigger is read with.
+const TRIGGER: &str = "id, job, node, requested_at, actor, why, state, holder, started_at, finished_at, outcome, error";
+
+/// The columns a dynamic schedule is read with.
+const SCHEDULE: &str =
+    "name, handler, schedule, zone, scope, policy, args, enabled, removed, version, updated_at";
+
+/// The columns an audit record is read with.
+const AUDIT: &str = "id, at, job, node, action, actor, why, detail";
+
+/// The columns a run of the history is read with.
+const RUN: &str = "id, job, tick, node, token, started, finished, outcome, error, attempt";
+
+#[derive(Debug)]
+pub(crate) struct ControlSql {
+    /// Bumps the control version; returns the new one, and the instant every
+    /// statement of the control stamps (`now`), so that its rows and its record
+    /// agree to the microsecond.
+    pub(crate) bump: String,
+    pub(crate) version: String,
+    pub(crate) audit: String,
+    pub(crate) pause: String,
+    pub(crate) resume: String,
+    pub(crate) trigger: String,
+    pub(crate) trigger_status: String,
+    pub(crate) claimable: String,
+    pub(crate) claim_lease: String,
+    pub(crate) claim_mark: String,
+    pub(crate) finish: String,
+    pub(crate) history: String,
+    pub(crate) history_of_job: String,
+    pub(crate) paused: String,
+    pub(crate) resumed: String,
+    pub(crate) open_triggers: String,
+    pub(crate) changed_schedules: String,
+    pub(crate) schedules: String,
+    pub(crate) put_schedule: String,
+    pub(crate) remove_schedule: String,
+    pub(crate) json_valid: String,
+    pub(crate) handlers: String,
+    pub(crate) forget_handlers: String,
+    pub(crate) register_handlers: String,
+    pub(crate) leases: String,
+    pub(crate) history_table: String,
+    pub(crate) runs: String,
+    pub(crate) runs_of_job: String,
+    /// The history table's name, unquoted (what `sqlite_master` holds).
+    pub(crate) history_name: String,
+}
+
+impl ControlSql {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let leases = table.quoted();
+        let controls = table.with_suffix("_controls");
+        let audit = table.with_suffix("_audit");
+        let triggers = table.with_suffix("_triggers");
+        let schedules = table.with_suffix("_schedules");
+        let handlers = table.with_suffix("_handlers");
+        let version = table.with_suffix("_version");
+        let history = HistoryTable::for_leases(table);
+        let runs = history.quoted();
+        Self {
+            bump: format!(
+                "UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {NOW} AS now"
+            ),
+            version: format!("SELECT version FROM {version} WHERE id = 1"),
+            audit: format!(
+                "INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+                 VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6) RETURNING {AUDIT}"
+            ),
+            // `?2` is the node, `''` for every node. Pausing a paused job keeps its
+            // pause as it was (since, by whom, why).
+            pause: format!(
+                "INSERT INTO {controls} AS c \
+                   (job, node, paused, since, actor, why, resumed_at, catch_up, version) \
+                 VALUES (?1, ?2, 1, ?6, ?3, ?4, NULL, NULL, ?5) \
+                 ON CONFLICT (job, node) DO UPDATE \
+                   SET paused = 1, since = excluded.since, actor = excluded.actor, \
+                       why = excluded.why, resumed_at = NULL, catch_up = NULL, \
+                       version = excluded.version \
+                   WHERE NOT c.paused"
+            ),
+            // `?2` the node, or `NULL`: every pause of the job, on every node.
+            resume: format!(
+                "UPDATE {controls} SET paused = 0, resumed_at = ?5, catch_up = ?3, version = ?4 \
+                 WHERE job = ?1 AND (?2 IS NULL OR node = ?2) AND paused \
+                 RETURNING node"
+            ),
+            trigger: format!(
+                "INSERT INTO {triggers} (job, node, requested_at, actor, why, state) \
+                 VALUES (?1, ?2, ?5, ?3, ?4, 'pending') RETURNING {TRIGGER}"
+            ),
+            trigger_status: format!("SELECT {TRIGGER} FROM {triggers} WHERE id = ?1"),
+            // A trigger may be claimed while pending, or while running under a lease
+            // its claimant no longer holds: expired unreleased (it vanished
+            // mid-run), or since taken by another holder. A claimant that released
+            // its lease as completed keeps it (its finish is on its way).
+            claimable: format!(
+                "SELECT t.requested_at FROM {triggers} AS t \
+                 WHERE t.id = ?1 AND (t.state = 'pending' OR (t.state = 'running' AND NOT EXISTS ( \
+                   SELECT 1 FROM {leases} AS l \
+                   WHERE l.name = t.lease AND l.holder = t.holder \
+                     AND (l.released_at IS NOT NULL OR l.expires_at > {NOW}))))"
+            ),
+            // The job's lease when it is free — expired or released, whatever its
+            // tick — with a new token; its tick the trigger's instant (`?3`) unless
+            // a later one was taken.
+            claim_lease: format!(
+                "INSERT INTO {leases} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
+                 VALUES (?1, ?2, ?3, 1, {NOW}, {NOW} + ?4 * 1000, NULL) \
+                 ON CONFLICT (name) DO UPDATE \
+                   SET holder = excluded.holder, tick = max(l.tick, excluded.tick), \
+                       token = l.token + 1, taken_at = excluded.taken_at, \
+                       expires_at = excluded.expires_at, released_at = NULL \
+                   WHERE l.expires_at <= {NOW} \
+                 RETURNING name, holder, tick, token, expires_at"
+            ),
+            claim_mark: format!(
+                "UPDATE {triggers} SET state = 'running', holder = ?2, lease = ?3, \
+                   started_at = {NOW}, finished_at = NULL, outcome = NULL, error = NULL \
+                 WHERE id = ?1"
+            ),
+            // `?2` the claimant, or `NULL`: only a pending trigger.
+            finish: format!(
+                "UPDATE {triggers} SET state = 'done', outcome = ?3, error = ?4, finished_at = {NOW} \
+                 WHERE id = ?1 AND (state = 'pending' OR (state = 'running' AND holder = ?2)) \
+                 RETURNING id"
+            ),
+            // `?1` the id to page before (`NULL`: the newest), `?2` the limit; of one
+            // job, `?1` the job and the others one place on.
+            history: format!(
+                "SELECT {AUDIT} FROM {audit} WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
+            ),
+            history_of_job: format!(
+                "SELECT {AUDIT} FROM {audit} WHERE job = ?1 AND (?2 IS NULL OR id < ?2) \
+                 ORDER BY id DESC LIMIT ?3"
+            ),
+            paused: format!(
+                "SELECT job, node, since, actor, why FROM {controls} WHERE paused ORDER BY job, node"
+            ),
+            resumed: format!(
+                "SELECT job, node, since, resumed_at, catch_up, version FROM {controls} \
+                 WHERE NOT paused AND resumed_at IS NOT NULL AND version > ?1 \
+                 ORDER BY version, job, node"
+            ),
+            open_triggers: format!(
+                "SELECT {TRIGGER} FROM {triggers} WHERE state <> 'done' ORDER BY id"
+            ),
+            changed_schedules: format!(
+                "SELECT {SCHEDULE} FROM {schedules} WHERE version > ?1 ORDER BY name"
+            ),
+            schedules: format!(
+                "SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name"
+            ),
+            put_schedule: format!(
+                "INSERT INTO {schedules} \
+                   (name, handler, schedule, zone, scope, policy, args, enabled, removed, version, \
+                    updated_at, actor) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?11, ?10) \
+                 ON CONFLICT (name) DO UPDATE \
+                   SET handler = excluded.handler, schedule = excluded.schedule, \
+                       zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
+                       args = excluded.args, enabled = excluded.enabled, removed = 0, \
+                       version = excluded.version, updated_at = excluded.updated_at, \
+                       actor = excluded.actor \
+                 RETURNING {SCHEDULE}"
+            ),
+            // The row stays as a tombstone, so that polling instances drop it.
+            remove_schedule: format!(
+                "UPDATE {schedules} SET removed = 1, version = ?2, updated_at = ?4, actor = ?3 \
+                 WHERE name = ?1 AND NOT removed RETURNING {SCHEDULE}"
+            ),
+            json_valid: "SELECT json_valid(?1) AS valid".to_owned(),
+            handlers: format!("SELECT DISTINCT handler FROM {handlers} ORDER BY handler"),
+            // `?2` the node's handlers as a JSON array of strings.
+            forget_handlers: format!(
+                "DELETE FROM {handlers} \
+                 WHERE node = ?1 AND handler NOT IN (SELECT value FROM json_each(?2))"
+            ),
+            register_handlers: format!(
+                "INSERT INTO {handlers} (handler, node, seen_at) \
+                 SELECT value, ?1, {NOW} FROM json_each(?2) WHERE true \
+                 ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
+            ),
+            leases: format!(
+                "SELECT name, holder, tick, token, expires_at, released_at FROM {leases} ORDER BY name"
+            ),
+            history_table:
+                "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = ?1"
+                    .to_owned(),
+            runs: format!(
+                "SELECT {RUN} FROM {runs} WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
+            ),
+            runs_of_job: format!(
+                "SELECT {RUN} FROM {runs} WHERE job = ?1 AND (?2 IS NULL OR id < ?2) \
+                 ORDER BY id DESC LIMIT ?3"
+            ),
+            history_name: history.table().to_owned(),
+        }
+    }
+}

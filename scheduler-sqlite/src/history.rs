@@ -1,0 +1,312 @@
+//! The run history: an optional table of finished runs, and its retention sweep.
+//!
+//! [`RunHistory`] keeps one row per finished run in a table named after the lease
+//! table (`scheduler_leases_runs` for `scheduler_leases`), in the store's file. It
+//! implements [`RunRecorder`]: the runtime hands it each run as it ends, off its
+//! loop, and it writes it with **one `INSERT`**, queued behind the store's other
+//! writes like a lease statement. The rows are swept by [`RetentionJob`], itself a
+//! scheduled cluster job of the library, so the table stays bounded without any cron
+//! outside the app. [`Controls::runs`](scheduler_core::Controls::runs) reads it.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use scheduler_core::Scheduler;
+//! use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
+//!
+//! # async fn demo() -> Result<(), scheduler_core::BoxError> {
+//! let store = SqliteStore::open("/var/lib/app/scheduler.db", SqliteOptions::default()).await?;
+//! let options = HistoryOptions::default().retention(Duration::from_secs(7 * 24 * 3600));
+//! let history = Arc::new(RunHistory::new(&store, options).await?);
+//! let scheduler = Scheduler::builder(store)
+//!     .record_runs(history.clone())
+//!     .job(history.retention_job())
+//!     .build()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The table has the PostgreSQL history's columns (`job`, `tick`, `node`, `holder`,
+//! `token`, `started` and `finished` on the database's clock, `outcome`, `error` of
+//! at most [`MAX_ERROR_LEN`] bytes, `lease_lost`, `attempt`), with times as integer
+//! microseconds: [`scheduler_migrations::sqlite::create_history`] shows it in full.
+//! It is not a migration of the lease table: it exists only for apps that ask for
+//! it. [`RunHistory::new`] creates it when it is missing, in one `BEGIN IMMEDIATE`
+//! transaction (`CREATE … IF NOT EXISTS`), so instances opening one file together
+//! create it once.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use scheduler_core::{BoxError, Idempotent, JobContext, RunRecord, RunRecorder, Schedule, Scope};
+pub use scheduler_migrations::HistoryTable;
+use scheduler_migrations::sqlite as ddl;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+
+use crate::error::{Error, Result};
+use crate::sql::NOW;
+use crate::store::SqliteStore;
+
+/// The longest error text kept for a run, in bytes; longer text is cut at a
+/// character boundary and ends with `…`.
+pub const MAX_ERROR_LEN: usize = 2000;
+
+/// How many rows one statement of the retention sweep deletes at most (each batch
+/// holds the file's write lock while it runs, so lease writes wait for it).
+pub const SWEEP_BATCH: i64 = 1_000;
+
+/// The retention job's name.
+pub const RETENTION_JOB: &str = "scheduler-history-retention";
+
+/// The longest retention honoured (100 years); longer ones are clamped to it.
+const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How a [`RunHistory`] behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HistoryOptions {
+    /// How long runs are kept: the [retention job](RunHistory::retention_job) deletes
+    /// runs that started longer ago than this, on the database's clock. Default
+    /// 30 days; at most 100 years (longer is clamped).
+    pub retention: Duration,
+}
+
+impl Default for HistoryOptions {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+impl HistoryOptions {
+    /// Keeps runs for `retention`.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+}
+
+/// The run history of one lease table: records runs, one `INSERT` each, and sweeps
+/// old ones with its [retention job](RunHistory::retention_job).
+///
+/// Cheap to clone (it shares the store's pool and write queue). Hand it to
+/// [`SchedulerBuilder::record_runs`](scheduler_core::SchedulerBuilder::record_runs)
+/// behind an `Arc`.
+#[derive(Debug, Clone)]
+pub struct RunHistory {
+    store: SqliteStore,
+    table: HistoryTable,
+    retention: Duration,
+    insert: String,
+    sweep: String,
+}
+
+impl RunHistory {
+    /// The run history of `store`'s lease table, in the store's file. Creates the
+    /// table and its indexes when they are missing.
+    ///
+    /// # Errors
+    /// [`Error::Migrate`] if the table could not be created (a read-only store, a
+    /// table of that name with other columns), [`Error::Busy`] if the file stayed
+    /// locked beyond the busy timeout.
+    pub async fn new(store: &SqliteStore, options: HistoryOptions) -> Result<Self> {
+        let table = HistoryTable::for_leases(store.table());
+        create(store, &table).await?;
+        let t = table.quoted();
+        Ok(Self {
+            insert: format!(
+                "INSERT INTO {t} \
+                 (job, tick, node, holder, token, started, finished, outcome, error, lease_lost, attempt) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            ),
+            // Oldest first, by the index on `started`; the rowids found are deleted
+            // by primary key.
+            sweep: format!(
+                "DELETE FROM {t} WHERE id IN ( \
+                   SELECT id FROM {t} WHERE started < {NOW} - ?1 * 1000 ORDER BY started LIMIT ?2 \
+                 )"
+            ),
+            store: store.clone(),
+            table,
+            retention: options.retention.min(MAX_RETENTION),
+        })
+    }
+
+    /// The history table.
+    pub fn table(&self) -> &HistoryTable {
+        &self.table
+    }
+
+    /// How long runs are kept.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The job that deletes runs older than the retention: named
+    /// [`RETENTION_JOB`], hourly, cluster scope, harmless if duplicated. Register it
+    /// with the scheduler that records the runs.
+    pub fn retention_job(&self) -> RetentionJob {
+        RetentionJob {
+            history: self.clone(),
+        }
+    }
+
+    /// Deletes the runs older than the retention now, in batches of at most
+    /// [`SWEEP_BATCH`] rows, one short statement each; returns how many it deleted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops between batches or abandons the statement in
+    /// flight; every batch that completed stays deleted.
+    ///
+    /// # Errors
+    /// [`Error::Statement`] if a batch fails; the batches before it stay deleted.
+    pub async fn sweep(&self) -> Result<u64> {
+        self.sweep_until(|| false).await
+    }
+
+    async fn sweep_until(&self, stop: impl Fn() -> bool) -> Result<u64> {
+        const OP: &str = "delete old runs from the history";
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
+        let mut deleted = 0;
+        loop {
+            let batch = self
+                .execute(
+                    OP,
+                    &self.sweep,
+                    vec![retention_ms.into(), SWEEP_BATCH.into()],
+                )
+                .await?;
+            deleted += batch;
+            if batch < SWEEP_BATCH.unsigned_abs() || stop() {
+                return Ok(deleted);
+            }
+        }
+    }
+
+    async fn execute(&self, operation: &'static str, sql: &str, values: Vec<Value>) -> Result<u64> {
+        let _turn = self.store.write_turn(operation).await?;
+        self.store
+            .db
+            .execute_raw(Statement::from_sql_and_values(
+                DbBackend::Sqlite,
+                sql,
+                values,
+            ))
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(|source| self.store.origin.statement_error(operation, source))
+    }
+}
+
+/// Creates the table and its indexes, if missing, in one `BEGIN IMMEDIATE`
+/// transaction; nothing is written when they exist.
+async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
+    const OP: &str = "create the run history table";
+    let fail = |source: DbErr| {
+        store.origin.error(OP, source, |source| Error::Migrate {
+            migration: format!("create run history table {table}"),
+            cause: source,
+        })
+    };
+    let exists = store
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table.table().to_owned().into()],
+        ))
+        .await
+        .map_err(fail)?;
+    if !exists.is_empty() {
+        return Ok(());
+    }
+    let (_turn, txn) = store.begin_write(OP).await?;
+    for sql in ddl::create_history(table) {
+        txn.execute_unprepared(&sql).await.map_err(fail)?;
+    }
+    txn.commit().await.map_err(fail)?;
+    tracing::info!(table = %table, path = %store.path().display(), "created the run history table");
+    Ok(())
+}
+
+/// `text` bounded to [`MAX_ERROR_LEN`] bytes, without NUL (which SQLite's text
+/// functions stop at).
+fn error_text(text: &str) -> String {
+    let clean = text.replace('\0', "\u{fffd}");
+    if clean.len() <= MAX_ERROR_LEN {
+        return clean;
+    }
+    let mut end = MAX_ERROR_LEN - '…'.len_utf8();
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &clean[..end])
+}
+
+#[async_trait]
+impl RunRecorder for RunHistory {
+    async fn record(&self, run: &RunRecord) -> Result<(), BoxError> {
+        let values = vec![
+            run.job.clone().into(),
+            run.tick.at().timestamp_micros().into(),
+            run.node.clone().into(),
+            run.holder.as_str().to_owned().into(),
+            run.token.get().into(),
+            run.started.timestamp_micros().into(),
+            run.finished.timestamp_micros().into(),
+            run.outcome.as_str().into(),
+            run.error.as_deref().map(error_text).into(),
+            run.lease_lost.into(),
+            i64::from(run.attempt).into(),
+        ];
+        self.execute("record a run in the history", &self.insert, values)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The retention sweep as a job: deletes the runs older than the history's retention,
+/// in bounded batches. Hourly, cluster scope, harmless if duplicated (a second sweep
+/// finds nothing to delete). Made by [`RunHistory::retention_job`].
+#[derive(Debug, Clone)]
+pub struct RetentionJob {
+    history: RunHistory,
+}
+
+#[async_trait]
+impl Idempotent for RetentionJob {
+    fn name(&self) -> &str {
+        RETENTION_JOB
+    }
+
+    fn schedule(&self) -> Schedule {
+        Schedule::every(Duration::from_secs(3600))
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::Cluster
+    }
+
+    async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
+        let deleted = self.history.sweep_until(|| ctx.is_cancelled()).await?;
+        tracing::debug!(table = %self.history.table, deleted, "swept the run history");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_bounded_and_holds_no_nul() {
+        assert_eq!(error_text("boom"), "boom");
+        assert_eq!(error_text("a\0b"), "a\u{fffd}b");
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let cut = error_text(&long);
+        assert!(cut.len() <= MAX_ERROR_LEN);
+        assert!(cut.ends_with('…'));
+        assert!(cut.starts_with("éé"));
+    }
+}

@@ -1,0 +1,807 @@
+//! The rules of [`Controls`], written once against a [`Store`] whose
+//! [`controls()`](Store::controls) is `Some`, and run by every such store's suite
+//! (SQLite, PostgreSQL).
+//!
+//! Each function takes handles on **one** backing database, each playing an
+//! instance of its own, and uses job names of its own. Give each function a store
+//! (a database, or a lease table) that nothing else changes while it runs: the poll
+//! tests assert that an unchanged store answers `None`. [`all`] runs them in turn on
+//! one store.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_core::{
+    ControlAction, ControlRequest, ControlState, Controls, Error, Holder, LeaseName, LeaseRow,
+    Page, Release, ScheduleRow, Scope, Store, TakeRequest, Tick, TriggerId, TriggerState,
+};
+use tokio::task::JoinSet;
+
+use crate::{SharedStore, name, tick, ttl, wait_until};
+
+fn controls(store: &SharedStore) -> &dyn Controls {
+    store
+        .controls()
+        .expect("the store keeps controls: Store::controls() returned None")
+}
+
+fn request(job: &str, by: &str) -> ControlRequest {
+    ControlRequest::new(job, by)
+}
+
+/// The lease row `lease` as the store keeps it.
+async fn lease_row(store: &SharedStore, lease: &LeaseName) -> Option<LeaseRow> {
+    controls(store)
+        .leases()
+        .await
+        .expect("leases")
+        .into_iter()
+        .find(|row| row.name == lease.as_str())
+}
+
+/// The store's version now.
+async fn version(store: &SharedStore) -> i64 {
+    controls(store)
+        .poll(None)
+        .await
+        .expect("poll")
+        .expect("poll(None) always answers")
+        .version
+}
+
+/// Asserts that `at` lies within `[before, after]` on the store's clock.
+fn within(at: DateTime<Utc>, before: DateTime<Utc>, after: DateTime<Utc>, what: &str) {
+    assert!(
+        before <= at && at <= after,
+        "{what}: {at} is not within [{before}, {after}]"
+    );
+}
+
+/// A pause refuses the job's takes on every node: the request is reported in
+/// `Taken::paused`, neither won nor held, and its row is left as it was; other jobs
+/// of the same batch are taken as usual, and so is a take without a control key.
+pub async fn pause_refuses_the_take(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-paused";
+    let (lease, other) = (name(job), name("ctl-unpaused"));
+    let t1 = tick(a, 0).await;
+    let first = a
+        .take(
+            &[TakeRequest::new(lease.clone(), t1).controlled_by(job, "n1")],
+            ttl(60_000),
+        )
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(first.len(), 1, "not paused yet");
+    a.release(&[first[0].key()], Release::Completed)
+        .await
+        .expect("release");
+    let before = lease_row(a, &lease).await.expect("the first tick's row");
+
+    let record = controls(a)
+        .pause(&request(job, "alice").why("deploy"))
+        .await
+        .expect("pause");
+    assert_eq!(
+        (
+            record.action,
+            record.job.as_str(),
+            record.node.as_deref(),
+            record.by.as_str(),
+            record.why.as_str()
+        ),
+        (ControlAction::Pause, job, None, "alice", "deploy")
+    );
+
+    let t2 = Tick::new(t1.at() + TimeDelta::seconds(1));
+    for store in [a, b] {
+        let taken = store
+            .take(
+                &[
+                    TakeRequest::new(lease.clone(), t2).controlled_by(job, "n2"),
+                    TakeRequest::new(other.clone(), t2).controlled_by("ctl-unpaused", "n2"),
+                ],
+                ttl(60_000),
+            )
+            .await
+            .expect("take");
+        assert_eq!(taken.paused, vec![lease.clone()], "{taken:?}");
+        assert!(
+            taken.won.iter().all(|l| l.name != lease),
+            "a paused job's lease was won: {taken:?}"
+        );
+        assert!(
+            taken.held.iter().all(|h| h.name != lease),
+            "a paused request is reported paused, not held: {taken:?}"
+        );
+    }
+    assert_eq!(
+        lease_row(a, &lease).await.as_ref(),
+        Some(&before),
+        "a paused take wrote to the lease row"
+    );
+    // The other job of the batch was taken by the first of the two.
+    assert!(lease_row(a, &other).await.is_some());
+
+    // A take that names no job (a backfill, a store used directly) meets no pause.
+    let unnamed = b
+        .take(&[TakeRequest::new(lease.clone(), t2)], ttl(60_000))
+        .await
+        .expect("take");
+    assert_eq!(unnamed.won.len(), 1, "{unnamed:?}");
+    assert!(unnamed.paused.is_empty());
+}
+
+/// A pause of one node refuses that node's takes of the job and no other node's;
+/// resuming that node lets them through.
+pub async fn node_pause_refuses_only_that_node(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-node-paused";
+    let on = |node: &str| LeaseName::for_job(job, Scope::Node, node).expect("lease name");
+    let (n1, n2) = (on("n1"), on("n2"));
+    let record = controls(a)
+        .pause(&request(job, "ops").node("n1").why("disk full"))
+        .await
+        .expect("pause");
+    assert_eq!(record.node.as_deref(), Some("n1"));
+    let t = tick(a, 0).await;
+    let taken = b
+        .take(
+            &[
+                TakeRequest::new(n1.clone(), t).controlled_by(job, "n1"),
+                TakeRequest::new(n2.clone(), t).controlled_by(job, "n2"),
+            ],
+            ttl(60_000),
+        )
+        .await
+        .expect("take");
+    assert_eq!(taken.paused, vec![n1.clone()], "{taken:?}");
+    assert_eq!(
+        taken.won.iter().map(|l| &l.name).collect::<Vec<_>>(),
+        vec![&n2]
+    );
+    let state = controls(b).poll(None).await.expect("poll").expect("state");
+    let pause = state
+        .paused
+        .iter()
+        .find(|p| p.job == job)
+        .expect("the pause is in force");
+    assert_eq!(
+        (pause.node.as_deref(), pause.by.as_str(), pause.why.as_str()),
+        (Some("n1"), "ops", "disk full")
+    );
+
+    controls(b)
+        .resume(&request(job, "ops").node("n1"), true)
+        .await
+        .expect("resume");
+    let taken = a
+        .take(
+            &[TakeRequest::new(n1.clone(), t).controlled_by(job, "n1")],
+            ttl(60_000),
+        )
+        .await
+        .expect("take");
+    assert!(taken.paused.is_empty(), "{taken:?}");
+    assert_eq!(taken.won.len(), 1, "resumed: {taken:?}");
+}
+
+/// Resuming ends a pause: a node's resume leaves the pause of every node in force;
+/// a resume without a node ends every pause of the job. Resumes are reported once
+/// by `poll` with whether to catch up; resuming a job that is not paused records
+/// the request and changes nothing.
+pub async fn resume_ends_the_pause(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-resumed";
+    let lease = name(job);
+    let c = controls(a);
+    let paused = c.pause(&request(job, "alice")).await.expect("pause");
+    c.pause(&request(job, "alice").node("n1"))
+        .await
+        .expect("pause n1");
+    let t = tick(a, 0).await;
+    let take = || {
+        let request = TakeRequest::new(lease.clone(), t).controlled_by(job, "n1");
+        async move { b.take(&[request], ttl(60_000)).await.expect("take") }
+    };
+    assert_eq!(take().await.paused, vec![lease.clone()]);
+    c.resume(&request(job, "bob").node("n1"), true)
+        .await
+        .expect("resume n1");
+    assert_eq!(
+        take().await.paused,
+        vec![lease.clone()],
+        "still paused on every node"
+    );
+
+    let since = version(a).await;
+    let before = a.now().await.expect("clock");
+    let record = c
+        .resume(&request(job, "bob").why("fixed"), false)
+        .await
+        .expect("resume");
+    let after = a.now().await.expect("clock");
+    assert_eq!(record.action, ControlAction::ResumeWithoutCatchUp);
+    let taken = take().await;
+    assert!(taken.paused.is_empty(), "{taken:?}");
+    assert_eq!(taken.won.len(), 1, "{taken:?}");
+
+    let state = controls(b)
+        .poll(Some(since))
+        .await
+        .expect("poll")
+        .expect("a resume is a change");
+    assert!(state.paused.iter().all(|p| p.job != job), "{state:?}");
+    let resumed: Vec<_> = state.resumed.iter().filter(|r| r.job == job).collect();
+    assert_eq!(resumed.len(), 1, "{state:?}");
+    let resume = resumed[0];
+    assert_eq!((resume.node.as_deref(), resume.catch_up), (None, false));
+    assert_eq!(resume.paused_since, paused.at);
+    within(resume.resumed_at, before, after, "resumed_at");
+    assert!(resume.version > since && resume.version <= state.version);
+    // Reported once: not again after that version.
+    if let Some(later) = controls(b).poll(Some(state.version)).await.expect("poll") {
+        assert!(later.resumed.iter().all(|r| r.job != job), "{later:?}");
+    }
+
+    // Not paused: recorded, nothing else.
+    let idle = c
+        .resume(&request(job, "carol").why("just in case"), true)
+        .await
+        .expect("resume of a running job");
+    assert_eq!(
+        (idle.action, idle.by.as_str()),
+        (ControlAction::Resume, "carol")
+    );
+}
+
+/// Every control is recorded: who, when (the store's clock), why, on which node, with
+/// the trigger's id as its detail; newest first, by job or for every job, in pages.
+pub async fn history_records_who_when_why(a: &SharedStore) {
+    let job = "ctl-history";
+    let c = controls(a);
+    let before = a.now().await.expect("clock");
+    let pause = c
+        .pause(&request(job, "alice").why("too noisy"))
+        .await
+        .expect("pause");
+    let again = c
+        .pause(&request(job, "bob").why("still noisy"))
+        .await
+        .expect("pausing a paused job");
+    let trigger = c
+        .trigger(&request(job, "carol").node("n1").why("one more"))
+        .await
+        .expect("trigger");
+    let resume = c
+        .resume(&request(job, "dave").why("quiet now"), true)
+        .await
+        .expect("resume");
+    c.pause(&request("ctl-history-other", "erin"))
+        .await
+        .expect("another job");
+    let after = a.now().await.expect("clock");
+
+    let records = c
+        .control_history(Some(job), Page::default())
+        .await
+        .expect("history");
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.action,
+                r.by.as_str(),
+                r.why.as_str(),
+                r.node.as_deref(),
+                r.job.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (ControlAction::Resume, "dave", "quiet now", None, job),
+            (ControlAction::Trigger, "carol", "one more", Some("n1"), job),
+            (ControlAction::Pause, "bob", "still noisy", None, job),
+            (ControlAction::Pause, "alice", "too noisy", None, job),
+        ],
+        "newest first"
+    );
+    assert!(records.windows(2).all(|w| w[0].id > w[1].id));
+    assert!(records.windows(2).all(|w| w[0].at >= w[1].at));
+    for record in &records {
+        within(record.at, before, after, "at");
+    }
+    assert_eq!(records[1].detail, trigger.id.to_string());
+    assert_eq!(records[3], pause);
+    assert_eq!(records[2], again);
+    assert_eq!(records[0], resume);
+    // A repeated pause keeps the pause as it was.
+    let state = c.poll(None).await.expect("poll").expect("state");
+    assert!(state.paused.iter().all(|p| p.job != job), "resumed");
+
+    let page = c
+        .control_history(
+            Some(job),
+            Page {
+                before: Some(records[0].id),
+                limit: 2,
+            },
+        )
+        .await
+        .expect("page");
+    assert_eq!(page, records[1..3].to_vec());
+    let everything = c
+        .control_history(None, Page::default())
+        .await
+        .expect("history");
+    assert_eq!(everything[0].job, "ctl-history-other");
+    assert!(records.iter().all(|r| everything.contains(r)));
+}
+
+/// Of 8 instances claiming one trigger at once, exactly one gets it: it takes the
+/// job's lease (absent until then) for the trigger's instant, and the trigger runs
+/// under its holder.
+pub async fn trigger_is_claimed_exactly_once(stores: &[SharedStore]) {
+    assert!(!stores.is_empty());
+    let job = "ctl-trigger-once";
+    let lease = name(job);
+    let before = stores[0].now().await.expect("clock");
+    let trigger = controls(&stores[0])
+        .trigger(&request(job, "alice").why("now please"))
+        .await
+        .expect("trigger");
+    let after = stores[0].now().await.expect("clock");
+    assert_eq!(trigger.state, TriggerState::Pending);
+    assert_eq!(
+        (
+            trigger.job.as_str(),
+            trigger.node.as_deref(),
+            trigger.by.as_str(),
+            trigger.why.as_str()
+        ),
+        (job, None, "alice", "now please")
+    );
+    within(trigger.requested_at, before, after, "requested_at");
+
+    let mut claims = JoinSet::new();
+    for i in 0..8 {
+        let store = stores[i % stores.len()].clone();
+        let lease = lease.clone();
+        claims.spawn(async move {
+            let holder = Holder::generate();
+            controls(&store)
+                .claim_trigger(trigger.id, &lease, &holder, ttl(60_000))
+                .await
+                .expect("claim")
+        });
+    }
+    let won: Vec<_> = claims.join_all().await.into_iter().flatten().collect();
+    assert_eq!(won.len(), 1, "{won:?}");
+    let claimed = &won[0];
+    assert_eq!(claimed.name, lease);
+    assert_eq!(claimed.tick, Tick::new(trigger.requested_at));
+    let status = controls(&stores[0])
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("the trigger");
+    match status.state {
+        TriggerState::Running { holder, .. } => assert_eq!(holder, claimed.holder),
+        other => panic!("not running: {other:?}"),
+    }
+    let row = lease_row(&stores[0], &lease).await.expect("the lease row");
+    assert_eq!(
+        (row.holder.as_deref(), row.token),
+        (Some(claimed.holder.as_str()), claimed.token.get())
+    );
+}
+
+/// A trigger waits while the job's lease is held (the job runs): the claim is
+/// refused and changes nothing. Once the lease is released the claim takes it with a
+/// new token, keeping the later tick the lease was taken for.
+pub async fn claim_waits_for_a_held_lease(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-held";
+    let lease = name(job);
+    let later = tick(a, 5).await;
+    let held = a
+        .take(&[TakeRequest::new(lease.clone(), later)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
+    let trigger = controls(b)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let holder = Holder::generate();
+    assert_eq!(
+        controls(b)
+            .claim_trigger(trigger.id, &lease, &holder, ttl(60_000))
+            .await
+            .expect("claim"),
+        None,
+        "claimed while the job's lease is held"
+    );
+    let status = controls(b)
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("the trigger");
+    assert_eq!(status.state, TriggerState::Pending);
+    let row = lease_row(a, &lease).await.expect("row");
+    assert_eq!(row.holder.as_deref(), Some(held.holder.as_str()));
+
+    a.release(&[held.key()], Release::Completed)
+        .await
+        .expect("release");
+    let claimed = controls(b)
+        .claim_trigger(trigger.id, &lease, &holder, ttl(60_000))
+        .await
+        .expect("claim")
+        .expect("the lease is free");
+    assert!(claimed.token > held.token);
+    assert_eq!(claimed.tick, later, "the later tick taken stays");
+    assert_eq!(claimed.holder, holder);
+}
+
+/// A claimant that vanished (its lease expired unreleased) leaves the trigger to
+/// another instance, which claims it with a new token; before that, nobody else can.
+pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-reclaim";
+    let lease = name(job);
+    let trigger = controls(a)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let (first_holder, second_holder) = (Holder::generate(), Holder::generate());
+    let first = controls(a)
+        .claim_trigger(trigger.id, &lease, &first_holder, ttl(400))
+        .await
+        .expect("claim")
+        .expect("pending");
+    assert_eq!(
+        controls(b)
+            .claim_trigger(trigger.id, &lease, &second_holder, ttl(60_000))
+            .await
+            .expect("claim"),
+        None,
+        "claimed twice while the claimant's lease was valid"
+    );
+    wait_until(a, first.expires_at).await;
+    let second = controls(b)
+        .claim_trigger(trigger.id, &lease, &second_holder, ttl(60_000))
+        .await
+        .expect("claim")
+        .expect("the claimant's lease expired unreleased");
+    assert!(second.token > first.token);
+    match controls(a)
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("the trigger")
+        .state
+    {
+        TriggerState::Running { holder, .. } => assert_eq!(holder, second_holder),
+        other => panic!("not running: {other:?}"),
+    }
+    // The first claimant can no longer end it; the second can.
+    assert!(
+        !controls(a)
+            .finish_trigger(trigger.id, Some(&first_holder), "succeeded", None)
+            .await
+            .expect("finish")
+    );
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&second_holder), "succeeded", None)
+            .await
+            .expect("finish")
+    );
+}
+
+/// A trigger ends once: pending ones without a holder (refused before a claim),
+/// running ones by their claimant only; `trigger_status` reports each state, and
+/// `poll` lists only the triggers not done.
+pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-finish";
+    let lease = name(job);
+    let c = controls(a);
+    let skipped = c.trigger(&request(job, "alice")).await.expect("trigger");
+    let before = a.now().await.expect("clock");
+    assert!(
+        c.finish_trigger(skipped.id, None, "skipped", None)
+            .await
+            .expect("finish")
+    );
+    let after = a.now().await.expect("clock");
+    match c
+        .trigger_status(skipped.id)
+        .await
+        .expect("status")
+        .expect("the trigger")
+        .state
+    {
+        TriggerState::Done {
+            outcome,
+            error,
+            finished_at,
+        } => {
+            assert_eq!((outcome.as_str(), error), ("skipped", None));
+            within(finished_at, before, after, "finished_at");
+        }
+        other => panic!("not done: {other:?}"),
+    }
+    assert!(
+        !c.finish_trigger(skipped.id, None, "ran", None)
+            .await
+            .expect("finish"),
+        "ended twice"
+    );
+
+    let failing = c.trigger(&request(job, "alice")).await.expect("trigger");
+    let holder = Holder::generate();
+    let claimed = controls(b)
+        .claim_trigger(failing.id, &lease, &holder, ttl(60_000))
+        .await
+        .expect("claim")
+        .expect("free");
+    assert_eq!(claimed.holder, holder);
+    let status = c
+        .trigger_status(failing.id)
+        .await
+        .expect("status")
+        .expect("the trigger");
+    assert!(
+        matches!(&status.state, TriggerState::Running { holder: h, .. } if *h == holder),
+        "{status:?}"
+    );
+    let open = c.poll(None).await.expect("poll").expect("state").triggers;
+    assert!(open.iter().any(|t| t.id == failing.id));
+    assert!(open.iter().all(|t| t.id != skipped.id), "done is not open");
+    for stranger in [None, Some(Holder::generate())] {
+        assert!(
+            !c.finish_trigger(failing.id, stranger.as_ref(), "succeeded", None)
+                .await
+                .expect("finish"),
+            "ended by {stranger:?}, not its claimant"
+        );
+    }
+    assert!(
+        controls(b)
+            .finish_trigger(failing.id, Some(&holder), "failed", Some("boom"))
+            .await
+            .expect("finish")
+    );
+    match c
+        .trigger_status(failing.id)
+        .await
+        .expect("status")
+        .expect("the trigger")
+        .state
+    {
+        TriggerState::Done { outcome, error, .. } => {
+            assert_eq!(
+                (outcome.as_str(), error.as_deref()),
+                ("failed", Some("boom"))
+            );
+        }
+        other => panic!("not done: {other:?}"),
+    }
+    let open = c.poll(None).await.expect("poll").expect("state").triggers;
+    assert!(open.iter().all(|t| t.id != failing.id), "{open:?}");
+    assert_eq!(
+        c.trigger_status(TriggerId(i64::MAX)).await.expect("status"),
+        None
+    );
+}
+
+/// The change `watcher` sees since version `seen`, which becomes the new version;
+/// asserts that there is one, and none after it.
+async fn changed(watcher: &dyn Controls, seen: &mut i64) -> ControlState {
+    let state = watcher
+        .poll(Some(*seen))
+        .await
+        .expect("poll")
+        .expect("a change was made");
+    assert!(state.version > *seen, "{state:?} after {seen}");
+    *seen = state.version;
+    assert_eq!(watcher.poll(Some(*seen)).await.expect("poll"), None);
+    state
+}
+
+/// `poll` answers `None` while nothing changed, and the change after each control:
+/// the pauses in force, the resumes since, the open triggers, the schedules changed
+/// since (a removed one as a tombstone, which `schedules()` and a full poll leave
+/// out).
+pub async fn poll_sees_each_change(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-polled";
+    let (c, watcher) = (controls(a), controls(b));
+    let mut seen = version(b).await;
+    assert_eq!(
+        watcher.poll(Some(seen)).await.expect("poll"),
+        None,
+        "unchanged"
+    );
+
+    c.pause(&request(job, "alice")).await.expect("pause");
+    let state = changed(watcher, &mut seen).await;
+    assert!(
+        state
+            .paused
+            .iter()
+            .any(|p| p.job == job && p.node.is_none())
+    );
+
+    c.resume(&request(job, "alice"), true)
+        .await
+        .expect("resume");
+    let state = changed(watcher, &mut seen).await;
+    assert!(state.paused.iter().all(|p| p.job != job));
+    assert!(state.resumed.iter().any(|r| r.job == job && r.catch_up));
+
+    let trigger = c.trigger(&request(job, "alice")).await.expect("trigger");
+    let state = changed(watcher, &mut seen).await;
+    assert!(state.triggers.iter().any(|t| t.id == trigger.id));
+
+    c.register_handlers("n1", &["ctl-poll-handler".to_owned()])
+        .await
+        .expect("register");
+    let mut row = ScheduleRow::new("ctl-dynamic", "ctl-poll-handler", "every 30s");
+    row.args = r#"{"region": "eu"}"#.to_owned();
+    let put = c
+        .put_schedule(&row, "alice", "new report")
+        .await
+        .expect("put");
+    assert_eq!(
+        (put.action, put.job.as_str()),
+        (ControlAction::SchedulePut, "ctl-dynamic")
+    );
+    assert!(put.detail.contains("every 30s"), "{put:?}");
+    let state = changed(watcher, &mut seen).await;
+    let stored = state
+        .schedules
+        .iter()
+        .find(|s| s.name == "ctl-dynamic")
+        .expect("the new schedule");
+    assert_eq!(
+        (
+            stored.handler.as_str(),
+            stored.schedule.as_str(),
+            stored.enabled,
+            stored.removed
+        ),
+        ("ctl-poll-handler", "every 30s", true, false)
+    );
+    assert_eq!(stored.version, state.version);
+    assert!(stored.updated_at.is_some());
+    let listed = c.schedules().await.expect("schedules");
+    assert!(listed.iter().any(|s| s.name == "ctl-dynamic"));
+
+    let removed = c
+        .remove_schedule("ctl-dynamic", "bob", "obsolete")
+        .await
+        .expect("remove")
+        .expect("there was one");
+    assert_eq!(removed.action, ControlAction::ScheduleRemove);
+    let state = changed(watcher, &mut seen).await;
+    let tombstone = state
+        .schedules
+        .iter()
+        .find(|s| s.name == "ctl-dynamic")
+        .expect("the removed schedule, as a tombstone");
+    assert!(tombstone.removed);
+    let listed = c.schedules().await.expect("schedules");
+    assert!(listed.iter().all(|s| s.name != "ctl-dynamic"), "{listed:?}");
+    let full = c.poll(None).await.expect("poll").expect("state");
+    assert!(full.schedules.iter().all(|s| s.name != "ctl-dynamic"));
+
+    // Removing what is not there is no change.
+    assert_eq!(
+        c.remove_schedule("ctl-dynamic", "bob", "again")
+            .await
+            .expect("remove"),
+        None
+    );
+    assert_eq!(watcher.poll(Some(seen)).await.expect("poll"), None);
+}
+
+/// A dynamic schedule that cannot run is refused before anything is stored: an
+/// unknown handler, a bad cron expression, duration or zone, arguments that are
+/// not JSON, a bad policy, a bad name. Nothing is stored, recorded or bumped.
+pub async fn bad_schedules_store_nothing(a: &SharedStore) {
+    let c = controls(a);
+    let handler = "ctl-known-handler";
+    c.register_handlers("n1", &[handler.to_owned()])
+        .await
+        .expect("register");
+    let since = version(a).await;
+    let good = || ScheduleRow::new("ctl-bad", handler, "0 0 9 * * Mon-Fri");
+
+    let unknown = ScheduleRow::new("ctl-bad", "ctl-nobody-runs-this", "every 1m");
+    match c.put_schedule(&unknown, "alice", "").await {
+        Err(Error::UnknownHandler {
+            handler: asked,
+            known,
+        }) => {
+            assert_eq!(asked, "ctl-nobody-runs-this");
+            assert!(known.contains(handler), "{known}");
+        }
+        other => panic!("an unknown handler was accepted: {other:?}"),
+    }
+    let mut cases: Vec<(&str, ScheduleRow)> = Vec::new();
+    cases.push(("cron", ScheduleRow::new("ctl-bad", handler, "not cron")));
+    cases.push((
+        "duration",
+        ScheduleRow::new("ctl-bad", handler, "every soon"),
+    ));
+    let mut zoned = good();
+    zoned.zone = Some("Mars/Olympus_Mons".to_owned());
+    cases.push(("zone", zoned));
+    let mut json = good();
+    json.args = "{not json".to_owned();
+    cases.push(("json", json));
+    let mut policy = good();
+    policy.policy = "overlap = sometimes".to_owned();
+    cases.push(("policy", policy));
+    cases.push(("name", ScheduleRow::new("", handler, "every 1m")));
+    for (what, row) in &cases {
+        let err = c
+            .put_schedule(row, "alice", "")
+            .await
+            .expect_err(&format!("a bad {what} was accepted"));
+        let expected = match *what {
+            "cron" | "duration" | "zone" => matches!(err, Error::InvalidSchedule { .. }),
+            "json" | "policy" => matches!(err, Error::InvalidControl { .. }),
+            _ => matches!(err, Error::InvalidName { .. }),
+        };
+        assert!(expected, "bad {what}: {err:?}");
+    }
+    assert_eq!(
+        c.poll(Some(since)).await.expect("poll"),
+        None,
+        "a refused schedule changed the store"
+    );
+    assert!(
+        c.schedules()
+            .await
+            .expect("schedules")
+            .iter()
+            .all(|s| s.name != "ctl-bad")
+    );
+    assert!(
+        c.control_history(Some("ctl-bad"), Page::default())
+            .await
+            .expect("history")
+            .is_empty()
+    );
+
+    // The good one goes through; its handler is listed.
+    assert!(
+        c.handlers()
+            .await
+            .expect("handlers")
+            .contains(&handler.to_owned())
+    );
+    c.put_schedule(&good(), "alice", "").await.expect("put");
+    assert!(
+        c.schedules()
+            .await
+            .expect("schedules")
+            .iter()
+            .any(|s| s.name == "ctl-bad")
+    );
+}
+
+/// Every rule above, in turn, on one store (and its other handles).
+pub async fn all(stores: &[SharedStore]) {
+    let (a, b) = (&stores[0], &stores[1 % stores.len()]);
+    pause_refuses_the_take(a, b).await;
+    node_pause_refuses_only_that_node(a, b).await;
+    resume_ends_the_pause(a, b).await;
+    history_records_who_when_why(a).await;
+    trigger_is_claimed_exactly_once(stores).await;
+    claim_waits_for_a_held_lease(a, b).await;
+    claim_is_taken_over_after_the_claimant_vanished(a, b).await;
+    finish_and_status(a, b).await;
+    poll_sees_each_change(a, b).await;
+    bad_schedules_store_nothing(a).await;
+}
