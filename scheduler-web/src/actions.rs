@@ -397,7 +397,7 @@ pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
             form.inline method="post" action="./pause" data-job=(job.name) data-action="pause" {
                 (hidden)
                 (node_choice("every node"))
-                input type="text" name="why" placeholder="why (optional)";
+                input type="text" name="why" placeholder="why pause? (optional)";
                 button type="submit" { "Pause" }
             }
         }
@@ -405,7 +405,7 @@ pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
             form.inline method="post" action="./resume" data-job=(job.name) data-action="resume" {
                 (hidden)
                 @if let Some(node) = &p.node { input type="hidden" name="node" value=(node); }
-                input type="text" name="why" placeholder="why (optional)";
+                input type="text" name="why" placeholder="why resume? (optional)";
                 select name="catch_up" {
                     option value="yes" { "catch up the ticks paused over" }
                     option value="no" { "drop the ticks paused over" }
@@ -416,7 +416,7 @@ pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
         form.inline method="post" action="./trigger" data-job=(job.name) data-action="trigger" {
             (hidden)
             (node_choice("any instance"))
-            input type="text" name="why" placeholder="why (optional)";
+            input type="text" name="why" placeholder="why run it now? (optional)";
             button type="submit" { "Trigger now" }
         }
         @if job.dynamic.is_some() {
@@ -426,7 +426,7 @@ pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
             form.inline method="post" action="./remove-schedule" data-job=(job.name) data-action="remove" {
                 (layout::csrf_field(token))
                 input type="hidden" name="name" value=(job.name);
-                input type="text" name="why" placeholder="why (optional)";
+                input type="text" name="why" placeholder="why remove it? (optional)";
                 button type="submit" { "Remove this schedule" }
             }
         }

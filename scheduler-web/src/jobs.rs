@@ -247,7 +247,8 @@ pub(crate) fn schedule_cell(schedule: &Described) -> Markup {
     html! {
         (schedule.words)
         @if let Some(zone) = &schedule.zone { " " span.muted { "(" (zone) ")" } }
-        @if schedule.words != schedule.text { br; code.muted { (schedule.text) } }
+        // A cron expression as written too; a period says it all in words.
+        @if schedule.zone.is_some() && schedule.words != schedule.text { br; code.muted { (schedule.text) } }
     }
 }
 

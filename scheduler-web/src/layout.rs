@@ -35,13 +35,14 @@ code{font-size:12px}
 .problem{border-left:4px solid var(--bad);padding:.4em .8em;white-space:pre-wrap}
 .notice{border-left:4px solid var(--warn);padding:.4em .8em}
 form.inline{display:inline-flex;gap:.3em;margin:0 .3em .2em 0}
-form.inline input[type=text]{width:9em}
+form.inline input[type=text]{width:12em}
 button{font:inherit;padding:.1em .6em;cursor:pointer}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0}
 fieldset{border:1px solid var(--line);margin:.8em 0}
-label{display:block;margin:.4em 0}label span{display:inline-block;min-width:8em}
+label{display:block;margin:.4em 0}label>span:first-child{display:inline-block;min-width:10em;vertical-align:top}
 input[type=text],textarea,select{font:inherit}
-textarea{width:30em;height:4em}
+label input[type=text]{width:24em}
+textarea{width:24em;height:4em}
 pre{white-space:pre-wrap;margin:0}
 ";
 
@@ -94,11 +95,12 @@ pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// A run's outcome, coloured.
+/// A run's outcome (`succeeded`, `failed`, …; a trigger's `ran`, `skipped`, …),
+/// coloured.
 pub(crate) fn outcome(outcome: &str) -> Markup {
     let class = match outcome {
-        "ran" => "ok",
-        "failed" | "timed_out" | "panicked" => "bad",
+        "succeeded" | "ran" => "ok",
+        "failed" | "timed_out" | "cancelled" | "lease_lost" => "bad",
         _ => "warn",
     };
     html! { span class=(class) { (outcome) } }

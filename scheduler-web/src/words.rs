@@ -210,7 +210,7 @@ pub(crate) fn span(d: TimeDelta) -> String {
 /// `at` from `now`: `12 s ago`, `in 3 min`, `now`.
 pub(crate) fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let d = now - at;
-    if d.num_milliseconds().abs() < 500 {
+    if d.num_milliseconds().abs() < 50 {
         "now".to_owned()
     } else if d > TimeDelta::zero() {
         format!("{} ago", span(d))

@@ -34,7 +34,7 @@ async fn the_prefix_redirects_to_the_jobs_page_next_to_it() {
 #[tokio::test]
 async fn every_page_answers_200_with_relative_links_only() {
     let store = FakeStore::new();
-    store.add_run("sweep", "ran", None);
+    store.add_run("sweep", "succeeded", None);
     store.add_lease("sweep", Some("node-a:42:00ff00ff00ff00ff"));
     let trigger = store
         .trigger(&ControlRequest::new("sweep", "test"))
@@ -105,7 +105,7 @@ async fn unknown_jobs_triggers_and_pages_are_404() {
 #[tokio::test]
 async fn a_job_gone_from_the_code_keeps_its_history_page() {
     let store = FakeStore::new();
-    store.add_run("retired", "ran", None);
+    store.add_run("retired", "succeeded", None);
     let app = app(&store, &["sweep"], Actions::default());
     let (status, _, body) = get(&app, "/scheduler/job?name=retired").await;
     assert_eq!(status, StatusCode::OK);
@@ -164,7 +164,7 @@ async fn names_errors_and_reasons_are_shown_as_text() {
 #[tokio::test]
 async fn read_only_pages_have_no_forms_and_set_no_cookie() {
     let store = FakeStore::new();
-    store.add_run("sweep", "ran", None);
+    store.add_run("sweep", "succeeded", None);
     let app = app(&store, &["sweep"], Actions::default());
     for path in [
         "/scheduler/jobs",
@@ -183,7 +183,7 @@ async fn read_only_pages_have_no_forms_and_set_no_cookie() {
 async fn runs_and_controls_are_paged_newest_first() {
     let store = FakeStore::new();
     for _ in 0..7 {
-        store.add_run("sweep", "ran", None);
+        store.add_run("sweep", "succeeded", None);
     }
     for i in 0..4 {
         store
@@ -191,7 +191,7 @@ async fn runs_and_controls_are_paged_newest_first() {
             .await
             .unwrap();
     }
-    store.add_run("other", "ran", None);
+    store.add_run("other", "succeeded", None);
     // Page size 3 (support::app).
     let app = app(&store, &["sweep", "other"], Actions::default());
     let runs = |body: &str| -> Vec<i64> {
