@@ -114,6 +114,9 @@ impl Bench {
             .bind(&ticks)
             .bind(&holders)
             .bind(TTL_MS)
+            // No job or node: no pause applies (unnest pads them with NULLs).
+            .bind(Vec::<String>::new())
+            .bind(Vec::<String>::new())
             .fetch_all(&mut *conn)
             .await
             .unwrap();

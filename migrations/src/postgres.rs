@@ -116,6 +116,10 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
 ///   against when it is stored);
 /// - `t_version`: one row, the control version every change bumps, which instances
 ///   poll.
+///
+/// Each statement leaves what exists alone (`IF NOT EXISTS`, `ON CONFLICT DO
+/// NOTHING`): a lease table dropped by hand is repaired by deleting the bookkeeping
+/// rows and migrating again, and these tables survive the lease table's drop.
 pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     let controls = table.with_suffix("_controls");
     let audit = table.with_suffix("_audit");
@@ -128,7 +132,7 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     let changed = table.index_name("_schedules", "_changed");
     vec![
         format!(
-            "CREATE TABLE {controls} (
+            "CREATE TABLE IF NOT EXISTS {controls} (
                 job        text        NOT NULL,
                 node       text        NOT NULL DEFAULT '',
                 paused     boolean     NOT NULL,
@@ -142,7 +146,7 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
             )"
         ),
         format!(
-            "CREATE TABLE {audit} (
+            "CREATE TABLE IF NOT EXISTS {audit} (
                 id     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                 at     timestamptz NOT NULL,
                 job    text        NOT NULL,
@@ -153,9 +157,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 detail text        NOT NULL DEFAULT ''
             )"
         ),
-        format!("CREATE INDEX {audit_job} ON {audit} (job, id)"),
+        format!("CREATE INDEX IF NOT EXISTS {audit_job} ON {audit} (job, id)"),
         format!(
-            "CREATE TABLE {triggers} (
+            "CREATE TABLE IF NOT EXISTS {triggers} (
                 id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                 job          text        NOT NULL,
                 node         text,
@@ -171,9 +175,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 error        text
             )"
         ),
-        format!("CREATE INDEX {open} ON {triggers} (id) WHERE state <> 'done'"),
+        format!("CREATE INDEX IF NOT EXISTS {open} ON {triggers} (id) WHERE state <> 'done'"),
         format!(
-            "CREATE TABLE {schedules} (
+            "CREATE TABLE IF NOT EXISTS {schedules} (
                 name       text        PRIMARY KEY,
                 handler    text        NOT NULL,
                 schedule   text        NOT NULL,
@@ -188,9 +192,9 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 actor      text        NOT NULL
             )"
         ),
-        format!("CREATE INDEX {changed} ON {schedules} (version)"),
+        format!("CREATE INDEX IF NOT EXISTS {changed} ON {schedules} (version)"),
         format!(
-            "CREATE TABLE {handlers} (
+            "CREATE TABLE IF NOT EXISTS {handlers} (
                 handler text        NOT NULL,
                 node    text        NOT NULL,
                 seen_at timestamptz NOT NULL,
@@ -198,12 +202,12 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
             )"
         ),
         format!(
-            "CREATE TABLE {version} (
+            "CREATE TABLE IF NOT EXISTS {version} (
                 id      integer PRIMARY KEY CHECK (id = 1),
                 version bigint  NOT NULL
             )"
         ),
-        format!("INSERT INTO {version} (id, version) VALUES (1, 0)"),
+        format!("INSERT INTO {version} (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING"),
     ]
 }
 

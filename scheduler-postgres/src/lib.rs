@@ -9,6 +9,25 @@
 //! views for operators and one repair, ending a lease whose holder is gone
 //! ([`diagnostics`]).
 //!
+//! # Operators' controls
+//!
+//! The store implements [`scheduler_core::Controls`] ([`Store::controls`] returns
+//! it): pauses, resumes, triggers and dynamic schedules are rows in tables named
+//! after the lease table (`<table>_controls`, `_audit`, `_triggers`, `_schedules`,
+//! `_handlers`, `_version`; migration `m20261202_000003_controls`). A pause is a
+//! condition of the batched take itself (a paused job's request is refused without
+//! a write and reported in [`Taken::paused`]), so the app's database user needs
+//! `SELECT` on `<table>_controls` beside its rights on the lease table. Each control
+//! is one statement that also writes its audit row and bumps the control version;
+//! a trigger is claimed in one statement that takes the job's lease only when it is
+//! free, so exactly one instance runs it; [`Controls::poll`] reads the version alone
+//! while nothing changed. Like the lease statements, all of them work behind
+//! PgBouncer's transaction pooling.
+//!
+//! [`Store::controls`]: scheduler_core::Store::controls
+//! [`Taken::paused`]: scheduler_core::Taken::paused
+//! [`Controls::poll`]: scheduler_core::Controls::poll
+//!
 //! # Your own pool
 //!
 //! An app that already has a `sqlx::PgPool` hands it over through sea-orm, which
@@ -38,6 +57,8 @@
 //! instead; with neither (`default-features = false`) connections are plain TCP.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod controls;
+mod controls_sql;
 pub mod diagnostics;
 pub mod error;
 pub mod fenced;

@@ -55,17 +55,30 @@ pub(crate) fn in_recovery(err: &Error) -> bool {
 }
 
 /// Checks, for a store opened without migrations, that the lease table has the
-/// columns this version's statements use — from the catalogs, which any user may
-/// read (the bookkeeping table may not be readable by an app user with only the
-/// lease table's grants). A missing table is left to the statements' own errors.
+/// columns, and the tables beside it, that this version's statements use (renewals
+/// read `cancel_tick`, every take reads `<table>_controls`) — from the catalogs,
+/// which any user may read (the bookkeeping table may not be readable by an app user
+/// with only the lease table's grants). A missing lease table is left to the
+/// statements' own errors.
 pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
-    const OP: &str = "check the lease table's columns";
+    const OP: &str = "check the lease table's columns and tables";
+    // The lease table's columns, and the tables of its schema named after it.
     let rows = match store
         .query(
             OP,
-            "SELECT attname::text AS name FROM pg_catalog.pg_attribute \
-             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-            vec![store.table().quoted().into()],
+            "SELECT ARRAY(SELECT attname::text FROM pg_catalog.pg_attribute \
+                          WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped) \
+                      AS columns, \
+                    ARRAY(SELECT relname::text FROM pg_catalog.pg_class \
+                          WHERE relnamespace = (SELECT relnamespace FROM pg_catalog.pg_class \
+                                                WHERE oid = to_regclass($1)) \
+                            AND starts_with(relname::text, $2) \
+                            AND relkind IN ('r', 'p')) \
+                      AS tables",
+            vec![
+                store.table().quoted().into(),
+                store.table().table().to_owned().into(),
+            ],
         )
         .await
     {
@@ -77,29 +90,45 @@ pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
         }
         Err(err) => return Err(err),
     };
-    let columns: Vec<String> = rows
-        .iter()
-        .map(|row| row.try_get::<String>("", "name"))
-        .collect::<Result<_, DbErr>>()
-        .map_err(|cause| Error::BadRow {
-            operation: OP,
-            cause,
-        })?;
-    let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) else {
-        return Ok(());
+    let read = |col: &str| -> Result<Vec<String>> {
+        rows.first()
+            .map_or(Ok(Vec::new()), |row| row.try_get::<Vec<String>>("", col))
+            .map_err(|cause| Error::BadRow {
+                operation: OP,
+                cause,
+            })
     };
-    Err(Error::Migrate {
+    let (columns, tables) = (read("columns")?, read("tables")?);
+    if let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) {
+        return Err(not_migrated(
+            store.table(),
+            migration,
+            &format!("lacks column(s) {}", names.join(", ")),
+        ));
+    }
+    if let Some((migration, names)) = scheduler_migrations::missing_tables(store.table(), &tables) {
+        return Err(not_migrated(
+            store.table(),
+            migration,
+            &format!("has no table(s) {} beside it", names.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// The error of a store opened with `migrate(false)` on a lease table `table` that
+/// `lacks` something `migration` adds.
+fn not_migrated(table: &TableName, migration: &str, lacks: &str) -> Error {
+    Error::Migrate {
         migration: migration.to_owned(),
         cause: DbErr::Custom(format!(
-            "the lease table {} lacks column(s) {} that this version needs, and the store was \
-             opened with migrate(false)",
-            store.table(),
-            names.join(", ")
+            "the lease table {table} {lacks} that this version needs, and the store was \
+             opened with migrate(false)"
         )),
         hint: "; run the migrations once (a store opened with migrate(true), as a database user \
                that may alter the lease table), then start again"
             .to_owned(),
-    })
+    }
 }
 
 /// Applies every pending migration of the store's lease table; creates the schema of

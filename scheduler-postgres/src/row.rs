@@ -26,6 +26,23 @@ pub(crate) fn time(row: &QueryResult, col: &str, operation: &'static str) -> Res
     time_or_clamp(row, col, operation, false)
 }
 
+/// [`time`] of a nullable column: `None` for NULL.
+pub(crate) fn optional_time(
+    row: &QueryResult,
+    col: &str,
+    operation: &'static str,
+) -> Result<Option<DateTime<Utc>>> {
+    use sea_orm::sqlx::{Row, ValueRef};
+    let null = row
+        .try_as_pg_row()
+        .and_then(|row| row.try_get_raw(col).ok())
+        .is_some_and(|raw| raw.is_null());
+    if null {
+        return Ok(None);
+    }
+    time(row, col, operation).map(Some)
+}
+
 /// [`time`], but a held row of another job's (read to tell the runtime when to ask
 /// again, never to decide ownership) set out of range by hand reads as the end (or
 /// start) of time instead of failing the whole batch it came with.

@@ -203,6 +203,13 @@ impl Session {
             .await
     }
 
+    /// [`Session::begin`] at `REPEATABLE READ`, read only: every statement reads one
+    /// snapshot (the control state a poll returns).
+    pub(crate) async fn begin_repeatable_read(&self) -> Result<DatabaseTransaction, DbErr> {
+        self.begin_with("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; ")
+            .await
+    }
+
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.db.begin().await?;
         // One simple-protocol round trip: no prepared statement involved.

@@ -10,8 +10,9 @@ pub(crate) const NOW: &str = "SELECT clock_timestamp() AS now";
 
 /// Take, renew and release, with the table name spliced in once.
 ///
-/// - take (`$1` names, `$2` ticks, `$3` holders, `$4` ttl in ms): one row per lease
-///   asked for, `won` or held (`completed` when released as completed);
+/// - take (`$1` names, `$2` ticks, `$3` holders, `$4` ttl in ms, `$5` jobs and `$6`
+///   nodes, `''` for a request no pause applies to): one row per lease asked for,
+///   `won`, held (`completed` when released as completed), or `paused`;
 /// - renew (`$1` names, `$2` holders, `$3` ttl in ms): the renewed names and expiries;
 /// - release (`$1` names, `$2` holders, `$3` completed): the released names;
 /// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any.
@@ -27,6 +28,7 @@ impl Sql {
     /// The statements for the lease table `table`.
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
+        let controls = table.with_suffix("_controls");
         // A lease is free for a tick when it has expired and was taken for an earlier
         // tick, or for this tick but never released as completed.
         let free = |l: &str, tick: &str| {
@@ -45,16 +47,27 @@ impl Sql {
         // another taker is left out, which `Taken::held` allows. (Reporting "every
         // row not won" took a join against `won` that a generic plan turned into a
         // filtered nested loop: quadratic for a big takeover.)
+        //
+        // A request whose job is paused, everywhere (`node = ''`) or on the asking
+        // node, is refused before anything else: it is neither inserted nor updated,
+        // and comes back as `paused` only, never as won or held. Each request looks
+        // its job up by the controls table's primary key (a subplan per request, not
+        // a join), and a request no pause applies to names the job `''`, which no
+        // pause names.
         let take = format!(
             "WITH req AS ( \
-               SELECT r.name, r.tick, r.holder \
-               FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS r(name, tick, holder) \
+               SELECT r.name, r.tick, r.holder, EXISTS ( \
+                 SELECT 1 FROM {controls} c \
+                 WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) AND c.paused \
+               ) AS paused \
+               FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[]) \
+                 AS r(name, tick, holder, job, node) \
              ), won AS ( \
              INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
              SELECT req.name, req.holder, req.tick, 1, now(), \
                     now() + $4::bigint * interval '1 millisecond', NULL \
              FROM req \
-             WHERE NOT EXISTS ( \
+             WHERE NOT req.paused AND NOT EXISTS ( \
                SELECT 1 FROM {t} h WHERE h.name = req.name AND NOT ({pre}) \
              ) \
              ORDER BY req.name \
@@ -65,13 +78,18 @@ impl Sql {
                WHERE {decide} \
              RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
              ) \
-             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, now() AS now \
+             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, \
+                    false AS paused, now() AS now \
              FROM won \
              UNION ALL \
              SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
-                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, now() \
+                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, \
+                    false, now() \
              FROM {t} h JOIN req ON h.name = req.name \
-             WHERE ({pre}) IS NOT TRUE",
+             WHERE NOT req.paused AND ({pre}) IS NOT TRUE \
+             UNION ALL \
+             SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, now() \
+             FROM req WHERE req.paused",
             pre = free("h", "req.tick"),
             decide = free("l", "excluded.tick"),
         );

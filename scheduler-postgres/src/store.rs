@@ -3,17 +3,19 @@
 //! How its statements run (directly or behind a transaction pooler) is decided once,
 //! when it opens, by the crate's private session; their text is built once per table.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use scheduler_core::lease::ensure_unique;
 use scheduler_core::{
-    Held, LeaseKey, LeaseName, Release, Renewed, Store, TakeRequest, Taken, Tick, Ttl,
+    Controls, Held, LeaseKey, LeaseName, Release, Renewed, Store, TakeRequest, Taken, Tick, Ttl,
 };
 use scheduler_migrations::TableName;
 use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult, Value};
 
+use crate::controls_sql::ControlSql;
 use crate::error::{Error, Result};
 use crate::migrate;
 use crate::options::{PostgresOptions, connect_failed, connect_options};
@@ -79,6 +81,7 @@ pub struct PostgresStore {
     session: Session,
     table: TableName,
     sql: Sql,
+    controls: Arc<ControlSql>,
 }
 
 impl PostgresStore {
@@ -130,6 +133,7 @@ impl PostgresStore {
         let store = Self {
             session,
             sql: Sql::new(&options.table),
+            controls: Arc::new(ControlSql::new(&options.table)),
             table: options.table,
         };
         if options.migrate {
@@ -200,6 +204,16 @@ impl PostgresStore {
         self.session.begin().await
     }
 
+    /// The session its statements run through.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The controls' statements.
+    pub(crate) fn control_sql(&self) -> &ControlSql {
+        &self.controls
+    }
+
     /// Runs one statement outside any transaction of the caller's and returns its
     /// rows ([`Session::query`]).
     pub(crate) async fn query(
@@ -250,11 +264,21 @@ impl Store for PostgresStore {
             .iter()
             .map(|r| r.holder.as_str().to_owned())
             .collect();
+        // `''` where no pause applies: no pause names the job `''`.
+        let (jobs, nodes): (Vec<String>, Vec<String>) = requests
+            .iter()
+            .map(|r| match &r.control {
+                Some(key) => (key.job.to_string(), key.node.to_string()),
+                None => (String::new(), String::new()),
+            })
+            .unzip();
         let values = vec![
             names.into(),
             ticks.into(),
             holders.into(),
             ttl.as_millis().into(),
+            jobs.into(),
+            nodes.into(),
         ];
         let rows = self
             .session
@@ -265,7 +289,9 @@ impl Store for PostgresStore {
             if taken.now.is_none() {
                 taken.now = Some(time(row, "now", "take leases")?);
             }
-            if get::<bool>(row, "won", "take leases")? {
+            if get::<bool>(row, "paused", "take leases")? {
+                taken.paused.push(name_from_row(row, "take leases")?);
+            } else if get::<bool>(row, "won", "take leases")? {
                 taken.won.push(lease_from_row(row)?);
             } else {
                 taken.held.push(Held {
@@ -349,5 +375,9 @@ impl Store for PostgresStore {
             cause: DbErr::Custom("no row returned".to_owned()),
         })?;
         Ok(time(row, "now", "read the database clock")?)
+    }
+
+    fn controls(&self) -> Option<&dyn Controls> {
+        Some(self)
     }
 }

@@ -1,5 +1,5 @@
 #![allow(clippy::expect_used)]
-//! Renew and release stay linear under PostgreSQL's generic plan.
+//! Take, renew and release stay linear under PostgreSQL's generic plan.
 //!
 //! sqlx prepares every statement; after five executions PostgreSQL may plan it once
 //! for any parameters (a generic plan), estimating `unnest` of an array parameter at
@@ -252,16 +252,22 @@ async fn take_stays_linear_under_a_generic_plan() {
         let (names, _) = arrays(&mut conn).await;
         let row = sqlx::query(
             "SELECT quote_literal(array_agg(now() + interval '1 hour')::text) AS ticks, \
-                    quote_literal(array_agg('gp-new-' || n)::text) AS holders \
+                    quote_literal(array_agg('gp-new-' || n)::text) AS holders, \
+                    quote_literal(array_agg('node-' || n % 3)::text) AS nodes \
              FROM generate_series(1, $1) AS n",
         )
         .bind(i32::try_from(NAMES).expect("count"))
         .fetch_one(&mut conn)
         .await
         .expect("arrays");
-        let (ticks, holders): (String, String) = (row.get("ticks"), row.get("holders"));
-        let arguments =
-            format!("{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000");
+        let (ticks, holders, nodes): (String, String, String) =
+            (row.get("ticks"), row.get("holders"), row.get("nodes"));
+        // Each request names its job (the lease's name) and its node: every one of
+        // them looks for a pause.
+        let arguments = format!(
+            "{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000, \
+             {names}::text[], {nodes}::text[]"
+        );
         // Every name held by another holder: the take wins nothing and writes nothing.
         failures.extend(
             check(
@@ -281,6 +287,24 @@ async fn take_stays_linear_under_a_generic_plan() {
                 take,
                 &arguments,
                 "UPDATE scheduler_leases SET expires_at = now() - interval '1 second'",
+            )
+            .await,
+        );
+        // Every lease expired and every job paused, on every node or on the asking
+        // one (in the rolled-back transaction): the take refuses all 1,000, writing
+        // nothing.
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("paused take 1000, analyzed {analyzed:?}"),
+                take,
+                &arguments,
+                "UPDATE scheduler_leases SET expires_at = now() - interval '1 second'; \
+                 INSERT INTO scheduler_leases_controls \
+                   (job, node, paused, since, actor, why, version) \
+                 SELECT name, CASE WHEN right(name, 1) < '5' THEN '' ELSE 'node-1' END, \
+                        true, now(), 'test', '', 1 \
+                 FROM scheduler_leases",
             )
             .await,
         );

@@ -76,6 +76,9 @@ mod catch_up_policies;
 #[path = "forget_lease.rs"]
 mod forget_lease;
 
+#[path = "controls.rs"]
+mod controls;
+
 #[tokio::test]
 async fn this_binary_runs_through_pgbouncer() {
     assert!(test_postgres::pgbouncer_mode());

@@ -38,6 +38,46 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "sql.rs: a column reference literal (\"req.tick\", \"excluded.tick\")",
     ),
     ("mine", "sql.rs: the shared CTE, built from `{t}` only"),
+    (
+        "controls",
+        "sql.rs, controls_sql.rs: TableName::with_suffix(\"_controls\"), a validated identifier",
+    ),
+    (
+        "audit",
+        "controls_sql.rs: TableName::with_suffix(\"_audit\"), a validated identifier",
+    ),
+    (
+        "triggers",
+        "controls_sql.rs: TableName::with_suffix(\"_triggers\"), a validated identifier",
+    ),
+    (
+        "schedules",
+        "controls_sql.rs: TableName::with_suffix(\"_schedules\"), a validated identifier",
+    ),
+    (
+        "handlers",
+        "controls_sql.rs: TableName::with_suffix(\"_handlers\"), a validated identifier",
+    ),
+    (
+        "version",
+        "controls_sql.rs: TableName::with_suffix(\"_version\"), a validated identifier",
+    ),
+    (
+        "RECORD",
+        "controls_sql.rs: the audit table's column list, a literal constant",
+    ),
+    (
+        "TRIGGER",
+        "controls_sql.rs: the trigger table's column list, a literal constant",
+    ),
+    (
+        "SCHEDULE",
+        "controls_sql.rs: the schedule table's column list, a literal constant",
+    ),
+    (
+        "run_columns",
+        "controls_sql.rs: the run history's column list, a literal",
+    ),
     ("STRIPE_LOCK_CLASS", "keyed.rs: an integer constant"),
     (
         "idle_ms",
@@ -61,7 +101,7 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
     ),
     (
         "runs",
-        "diagnostics.rs: HistoryTable::quoted(), a validated identifier",
+        "diagnostics.rs, controls_sql.rs: HistoryTable::quoted(), a validated identifier",
     ),
     ("self.table().quoted()", "fenced.rs: TableName::quoted()"),
     // Hints: text shown to a person, naming the grant to run; never executed.

@@ -1,0 +1,582 @@
+//! [`Controls`] for [`PostgresStore`]: pauses, resumes, triggers and dynamic schedules
+//! as rows next to the lease table, each recorded in the audit table and bumping the
+//! control version in the statement that applies it.
+//!
+//! The statements are [`ControlSql`](crate::controls_sql::ControlSql)'s; they run like
+//! the lease statements, through the store's session (autocommit, or unnamed in a
+//! transaction of their own behind a transaction pooler). A poll that finds the
+//! version changed reads the state in one `REPEATABLE READ` transaction, so the
+//! version it reports and the rows it returns are one snapshot.
+
+use async_trait::async_trait;
+use scheduler_core::{
+    ControlAction, ControlRecord, ControlRequest, ControlState, Controls, FencingToken, Holder,
+    Lease, LeaseName, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Scope, Tick, Trigger,
+    TriggerId, TriggerState, Ttl,
+};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
+
+use crate::error::{Error, Result, describe, sqlstate};
+use crate::row::{get, name_from_row, optional_time, time};
+use crate::store::PostgresStore;
+
+/// A core error for input the store refuses before asking the database.
+fn invalid(reason: String) -> scheduler_core::Error {
+    scheduler_core::Error::InvalidControl { reason }
+}
+
+/// Refuses text PostgreSQL cannot hold (a NUL character).
+fn no_nul(what: &str, text: &str) -> scheduler_core::Result<()> {
+    if text.contains('\0') {
+        return Err(invalid(format!(
+            "{what} holds a NUL character, which the database cannot store"
+        )));
+    }
+    Ok(())
+}
+
+/// `text` with every NUL replaced, for text recorded as it comes (a run's error).
+fn clean(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
+}
+
+/// Checks a request's job, node, actor and reason.
+fn check_request(req: &ControlRequest) -> scheduler_core::Result<()> {
+    LeaseName::new(req.job.as_str())?;
+    if let Some(node) = &req.node {
+        LeaseName::new(node.as_str())?;
+    }
+    no_nul("the control's actor (`by`)", &req.by)?;
+    no_nul("the control's reason (`why`)", &req.why)
+}
+
+/// The node as the controls table keys it: `''` for every node.
+fn node_key(node: Option<&String>) -> String {
+    node.cloned().unwrap_or_default()
+}
+
+/// A page's `before` and `limit` as parameters.
+fn page_values(page: Page) -> (Value, Value) {
+    (
+        page.before.unwrap_or(i64::MAX).into(),
+        i64::from(page.limit).into(),
+    )
+}
+
+/// A bad row of `operation`, in words.
+fn bad_row(operation: &'static str, what: String) -> Error {
+    Error::BadRow {
+        operation,
+        cause: DbErr::Custom(what),
+    }
+}
+
+/// The one row a statement must return.
+fn one_row(rows: Vec<QueryResult>, operation: &'static str) -> Result<QueryResult> {
+    rows.into_iter().next().ok_or_else(|| {
+        bad_row(
+            operation,
+            "no row returned (is the version row of the controls missing?)".to_owned(),
+        )
+    })
+}
+
+/// An audit row.
+fn record_from_row(row: &QueryResult, operation: &'static str) -> Result<ControlRecord> {
+    let action: String = get(row, "action", operation)?;
+    let action = ControlAction::parse(&action)
+        .ok_or_else(|| bad_row(operation, format!("unknown control action {action:?}")))?;
+    Ok(ControlRecord {
+        id: get(row, "id", operation)?,
+        at: time(row, "at", operation)?,
+        job: get(row, "job", operation)?,
+        node: get(row, "node", operation)?,
+        action,
+        by: get(row, "actor", operation)?,
+        why: get(row, "why", operation)?,
+        detail: get(row, "detail", operation)?,
+    })
+}
+
+/// A trigger row.
+fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Result<Trigger> {
+    let id: i64 = get(row, "id", operation)?;
+    let state: String = get(row, "state", operation)?;
+    let state = match state.as_str() {
+        "pending" => TriggerState::Pending,
+        "running" => {
+            let holder: Option<String> = get(row, "holder", operation)?;
+            let started_at = optional_time(row, "started_at", operation)?;
+            let (Some(holder), Some(started_at)) = (holder, started_at) else {
+                return Err(bad_row(
+                    operation,
+                    format!("trigger {id} is running without a holder or a start"),
+                ));
+            };
+            TriggerState::Running {
+                holder: Holder::from_stored(holder),
+                started_at,
+            }
+        }
+        "done" => {
+            let outcome: Option<String> = get(row, "outcome", operation)?;
+            let finished_at = optional_time(row, "finished_at", operation)?;
+            let (Some(outcome), Some(finished_at)) = (outcome, finished_at) else {
+                return Err(bad_row(
+                    operation,
+                    format!("trigger {id} is done without an outcome or an end"),
+                ));
+            };
+            TriggerState::Done {
+                outcome,
+                error: get(row, "error", operation)?,
+                finished_at,
+            }
+        }
+        other => {
+            return Err(bad_row(
+                operation,
+                format!("trigger {id} is in an unknown state {other:?}"),
+            ));
+        }
+    };
+    Ok(Trigger {
+        id: TriggerId(id),
+        job: get(row, "job", operation)?,
+        node: get(row, "node", operation)?,
+        requested_at: time(row, "requested_at", operation)?,
+        by: get(row, "actor", operation)?,
+        why: get(row, "why", operation)?,
+        state,
+    })
+}
+
+/// A schedule row.
+fn schedule_from_row(row: &QueryResult, operation: &'static str) -> Result<ScheduleRow> {
+    let scope: String = get(row, "scope", operation)?;
+    let scope = match scope.as_str() {
+        "cluster" => Scope::Cluster,
+        "node" => Scope::Node,
+        other => return Err(bad_row(operation, format!("unknown scope {other:?}"))),
+    };
+    Ok(ScheduleRow {
+        name: get(row, "name", operation)?,
+        handler: get(row, "handler", operation)?,
+        schedule: get(row, "schedule", operation)?,
+        zone: get(row, "zone", operation)?,
+        scope,
+        policy: get(row, "policy", operation)?,
+        args: get(row, "args", operation)?,
+        enabled: get(row, "enabled", operation)?,
+        version: get(row, "version", operation)?,
+        updated_at: Some(time(row, "updated_at", operation)?),
+        removed: get(row, "removed", operation)?,
+    })
+}
+
+/// A node as stored (`''`: every node) as the API says it.
+fn node_from_key(node: String) -> Option<String> {
+    (!node.is_empty()).then_some(node)
+}
+
+/// Every row of `rows` through `decode`.
+fn all<T>(
+    rows: &[QueryResult],
+    operation: &'static str,
+    decode: fn(&QueryResult, &'static str) -> Result<T>,
+) -> Result<Vec<T>> {
+    rows.iter().map(|row| decode(row, operation)).collect()
+}
+
+fn pause_from_row(row: &QueryResult, operation: &'static str) -> Result<Pause> {
+    Ok(Pause {
+        job: get(row, "job", operation)?,
+        node: node_from_key(get(row, "node", operation)?),
+        since: time(row, "since", operation)?,
+        by: get(row, "actor", operation)?,
+        why: get(row, "why", operation)?,
+    })
+}
+
+fn resume_from_row(row: &QueryResult, operation: &'static str) -> Result<Resume> {
+    Ok(Resume {
+        job: get(row, "job", operation)?,
+        node: node_from_key(get(row, "node", operation)?),
+        paused_since: time(row, "since", operation)?,
+        resumed_at: time(row, "resumed_at", operation)?,
+        catch_up: get::<Option<bool>>(row, "catch_up", operation)?.unwrap_or(true),
+        version: get(row, "version", operation)?,
+    })
+}
+
+fn run_from_row(row: &QueryResult, operation: &'static str) -> Result<RunRow> {
+    let attempt: i32 = get(row, "attempt", operation)?;
+    Ok(RunRow {
+        id: get(row, "id", operation)?,
+        job: get(row, "job", operation)?,
+        tick: time(row, "tick", operation)?,
+        node: get(row, "node", operation)?,
+        token: get(row, "token", operation)?,
+        started: time(row, "started", operation)?,
+        finished: time(row, "finished", operation)?,
+        outcome: get(row, "outcome", operation)?,
+        error: get(row, "error", operation)?,
+        attempt: u32::try_from(attempt)
+            .map_err(|_| bad_row(operation, format!("attempt {attempt} is negative")))?,
+    })
+}
+
+fn lease_row_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseRow> {
+    Ok(LeaseRow {
+        name: get(row, "name", operation)?,
+        holder: get(row, "holder", operation)?,
+        tick: time(row, "tick", operation)?,
+        token: get(row, "token", operation)?,
+        expires_at: time(row, "expires_at", operation)?,
+        released_at: optional_time(row, "released_at", operation)?,
+    })
+}
+
+impl PostgresStore {
+    /// Reads the whole control state in one `REPEATABLE READ` snapshot: the version,
+    /// every pause, the resumes and the schedules changed after `since` (all of them,
+    /// removed ones included, for `None`), the open triggers.
+    async fn control_state(&self, since: Option<i64>) -> Result<ControlState> {
+        const OP: &str = "read the controls";
+        let fail = |cause| Error::statement(OP, cause);
+        let sql = self.control_sql();
+        let txn = self.session().begin_repeatable_read().await.map_err(fail)?;
+        let read = |sql: &str, values: Vec<Value>| {
+            txn.query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                sql,
+                values,
+            ))
+        };
+        let version_rows = read(&sql.version, Vec::new()).await.map_err(fail)?;
+        let version: i64 = get(&one_row(version_rows, OP)?, "version", OP)?;
+        let paused = read(&sql.paused, Vec::new()).await.map_err(fail)?;
+        let resumed = read(&sql.resumed, vec![since.unwrap_or(i64::MIN).into()])
+            .await
+            .map_err(fail)?;
+        let triggers = read(&sql.open_triggers, Vec::new()).await.map_err(fail)?;
+        let schedules = read(
+            &sql.changed_schedules,
+            vec![since.unwrap_or(i64::MIN).into()],
+        )
+        .await
+        .map_err(fail)?;
+        txn.commit().await.map_err(fail)?;
+        Ok(ControlState {
+            version,
+            paused: all(&paused, OP, pause_from_row)?,
+            resumed: all(&resumed, OP, resume_from_row)?,
+            triggers: all(&triggers, OP, trigger_from_row)?,
+            schedules: all(&schedules, OP, schedule_from_row)?,
+        })
+    }
+
+    /// The handlers registered, by name.
+    async fn registered_handlers(&self) -> Result<Vec<String>> {
+        const OP: &str = "read the registered handlers";
+        let rows = self
+            .query(OP, &self.control_sql().handlers, Vec::new())
+            .await?;
+        rows.iter().map(|row| get(row, "handler", OP)).collect()
+    }
+}
+
+#[async_trait]
+impl Controls for PostgresStore {
+    async fn pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
+        const OP: &str = "pause a job";
+        check_request(req)?;
+        let values = vec![
+            req.job.clone().into(),
+            node_key(req.node.as_ref()).into(),
+            req.by.clone().into(),
+            req.why.clone().into(),
+        ];
+        let rows = self.query(OP, &self.control_sql().pause, values).await?;
+        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+    }
+
+    async fn resume(
+        &self,
+        req: &ControlRequest,
+        catch_up: bool,
+    ) -> scheduler_core::Result<ControlRecord> {
+        const OP: &str = "resume a job";
+        check_request(req)?;
+        let values = vec![
+            req.job.clone().into(),
+            node_key(req.node.as_ref()).into(),
+            req.by.clone().into(),
+            req.why.clone().into(),
+            catch_up.into(),
+        ];
+        let rows = self.query(OP, &self.control_sql().resume, values).await?;
+        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+    }
+
+    async fn trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
+        const OP: &str = "trigger a run";
+        check_request(req)?;
+        let values = vec![
+            req.job.clone().into(),
+            req.node.clone().into(),
+            req.by.clone().into(),
+            req.why.clone().into(),
+        ];
+        let rows = self.query(OP, &self.control_sql().trigger, values).await?;
+        Ok(trigger_from_row(&one_row(rows, OP)?, OP)?)
+    }
+
+    async fn trigger_status(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
+        const OP: &str = "read a trigger";
+        let rows = self
+            .query(OP, &self.control_sql().trigger_status, vec![id.0.into()])
+            .await?;
+        Ok(rows
+            .first()
+            .map(|row| trigger_from_row(row, OP))
+            .transpose()?)
+    }
+
+    async fn claim_trigger(
+        &self,
+        id: TriggerId,
+        lease: &LeaseName,
+        holder: &Holder,
+        ttl: Ttl,
+    ) -> scheduler_core::Result<Option<Lease>> {
+        const OP: &str = "claim a trigger";
+        let values = vec![
+            id.0.into(),
+            lease.as_str().to_owned().into(),
+            holder.as_str().to_owned().into(),
+            ttl.as_millis().into(),
+        ];
+        let rows = self
+            .session()
+            .lease_query(OP, &self.control_sql().claim, values, ttl.get() / 4)
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        Ok(Some(Lease {
+            name: name_from_row(row, OP)?,
+            holder: Holder::from_stored(get(row, "holder", OP)?),
+            tick: Tick::new(time(row, "tick", OP)?),
+            token: FencingToken::new(get(row, "token", OP)?),
+            expires_at: time(row, "expires_at", OP)?,
+        }))
+    }
+
+    async fn finish_trigger(
+        &self,
+        id: TriggerId,
+        holder: Option<&Holder>,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> scheduler_core::Result<bool> {
+        const OP: &str = "finish a trigger";
+        let values = vec![
+            id.0.into(),
+            holder.map(|h| h.as_str().to_owned()).into(),
+            clean(outcome).into(),
+            error.map(clean).into(),
+        ];
+        let rows = self.query(OP, &self.control_sql().finish, values).await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn control_history(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> scheduler_core::Result<Vec<ControlRecord>> {
+        const OP: &str = "read the control history";
+        let (before, limit) = page_values(page);
+        let sql = self.control_sql();
+        let rows = match job {
+            Some(job) => {
+                no_nul("the job", job)?;
+                self.query(
+                    OP,
+                    &sql.job_history,
+                    vec![job.to_owned().into(), before, limit],
+                )
+                .await?
+            }
+            None => self.query(OP, &sql.history, vec![before, limit]).await?,
+        };
+        Ok(all(&rows, OP, record_from_row)?)
+    }
+
+    async fn poll(&self, since: Option<i64>) -> scheduler_core::Result<Option<ControlState>> {
+        const OP: &str = "read the control version";
+        if let Some(since) = since {
+            let rows = self
+                .query(OP, &self.control_sql().version, Vec::new())
+                .await?;
+            let version: i64 = get(&one_row(rows, OP)?, "version", OP)?;
+            if version == since {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.control_state(since).await?))
+    }
+
+    async fn put_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<ControlRecord> {
+        const OP: &str = "store a dynamic schedule";
+        row.check()?;
+        for (what, text) in [
+            ("the schedule", row.schedule.as_str()),
+            ("the zone", row.zone.as_deref().unwrap_or_default()),
+            ("the policy", row.policy.as_str()),
+            ("the arguments", row.args.as_str()),
+            ("the control's actor (`by`)", by),
+            ("the control's reason (`why`)", why),
+        ] {
+            no_nul(&format!("schedule {:?}: {what}", row.name), text)?;
+        }
+        let known = self.registered_handlers().await?;
+        if !known.contains(&row.handler) {
+            return Err(scheduler_core::Error::UnknownHandler {
+                handler: row.handler.clone(),
+                known: if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                },
+            });
+        }
+        let values = vec![
+            row.name.clone().into(),
+            row.handler.clone().into(),
+            row.schedule.clone().into(),
+            row.zone.clone().into(),
+            row.scope.to_string().into(),
+            row.policy.clone().into(),
+            row.args.clone().into(),
+            row.enabled.into(),
+            by.to_owned().into(),
+            why.to_owned().into(),
+        ];
+        let rows = match self
+            .query(OP, &self.control_sql().put_schedule, values)
+            .await
+        {
+            Ok(rows) => rows,
+            // invalid_text_representation: the `jsonb` cast of the arguments.
+            Err(Error::Statement { cause, .. }) if sqlstate(&cause).as_deref() == Some("22P02") => {
+                return Err(invalid(format!(
+                    "schedule {:?}: its arguments are not JSON ({}); pass JSON text, `{{}}` for none",
+                    row.name,
+                    describe(&cause)
+                )));
+            }
+            Err(err) => return Err(err.into()),
+        };
+        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+    }
+
+    async fn remove_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<Option<ControlRecord>> {
+        const OP: &str = "remove a dynamic schedule";
+        no_nul("the schedule's name", name)?;
+        no_nul("the control's actor (`by`)", by)?;
+        no_nul("the control's reason (`why`)", why)?;
+        let values = vec![
+            name.to_owned().into(),
+            by.to_owned().into(),
+            why.to_owned().into(),
+        ];
+        let rows = self
+            .query(OP, &self.control_sql().remove_schedule, values)
+            .await?;
+        Ok(rows
+            .first()
+            .map(|row| record_from_row(row, OP))
+            .transpose()?)
+    }
+
+    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        const OP: &str = "read the dynamic schedules";
+        let rows = self
+            .query(OP, &self.control_sql().schedules, Vec::new())
+            .await?;
+        Ok(all(&rows, OP, schedule_from_row)?)
+    }
+
+    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        const OP: &str = "register handlers";
+        LeaseName::new(node)?;
+        let mut names: Vec<String> = names.to_vec();
+        for name in &names {
+            LeaseName::new(name.as_str())?;
+        }
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            return Ok(());
+        }
+        self.execute(
+            OP,
+            &self.control_sql().register_handlers,
+            vec![node.to_owned().into(), names.into()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
+        Ok(self.registered_handlers().await?)
+    }
+
+    async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
+        const OP: &str = "read the leases";
+        let rows = self
+            .query(OP, &self.control_sql().leases, Vec::new())
+            .await?;
+        Ok(all(&rows, OP, lease_row_from_row)?)
+    }
+
+    async fn runs(&self, job: Option<&str>, page: Page) -> scheduler_core::Result<Vec<RunRow>> {
+        const OP: &str = "read the run history";
+        let (before, limit) = page_values(page);
+        let sql = self.control_sql();
+        let rows = match job {
+            Some(job) => {
+                no_nul("the job", job)?;
+                self.query(
+                    OP,
+                    &sql.job_runs,
+                    vec![job.to_owned().into(), before, limit],
+                )
+                .await
+            }
+            None => self.query(OP, &sql.runs, vec![before, limit]).await,
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            // undefined_table: the store keeps no run history (RunHistory::new was
+            // never called for this lease table).
+            Err(Error::Statement { cause, .. }) if sqlstate(&cause).as_deref() == Some("42P01") => {
+                return Ok(Vec::new());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        Ok(all(&rows, OP, run_from_row)?)
+    }
+}

@@ -1,0 +1,311 @@
+//! The controls' SQL text (pause, resume, triggers, dynamic schedules, their record),
+//! built once per lease table.
+//!
+//! The tables are migration 3's (`scheduler_migrations::postgres`, `create_controls`),
+//! named after the lease table. Values are always bound parameters; only validated,
+//! quoted table names are spliced in.
+//!
+//! Every control is one statement: it bumps the version row first (each later part
+//! reads the new version from it, so the version row is the first row the statement
+//! locks, in every control: two controls never wait on each other in a cycle), then
+//! changes its rows and writes its audit row, all in one transaction. A trigger's
+//! claim and finish also bump the version (instances read the triggers still open
+//! from [`Controls::poll`](scheduler_core::Controls::poll)), after the trigger row
+//! and the lease row they lock.
+
+use scheduler_migrations::{HistoryTable, TableName};
+
+/// The columns of an audit row, as every control returns its record.
+const RECORD: &str = "id, at, job, node, action, actor, why, detail";
+
+/// The statements of the controls of one lease table.
+#[derive(Debug, Clone)]
+pub(crate) struct ControlSql {
+    /// `$1` job, `$2` node (`''`: every node), `$3` by, `$4` why: the audit row.
+    pub(crate) pause: String,
+    /// As `pause` (`''`: every pause of the job), and `$5` catch up.
+    pub(crate) resume: String,
+    /// `$1` job, `$2` node (NULL: any), `$3` by, `$4` why: the trigger.
+    pub(crate) trigger: String,
+    /// `$1` id: the trigger, if any.
+    pub(crate) trigger_status: String,
+    /// `$1` id, `$2` lease, `$3` holder, `$4` ttl in ms: the lease taken, if any.
+    pub(crate) claim: String,
+    /// `$1` id, `$2` holder (NULL: pending), `$3` outcome, `$4` error: the id, if ended.
+    pub(crate) finish: String,
+    /// `$1` before (id), `$2` limit.
+    pub(crate) history: String,
+    /// `$1` job, `$2` before (id), `$3` limit.
+    pub(crate) job_history: String,
+    /// The control version.
+    pub(crate) version: String,
+    /// Every pause in force.
+    pub(crate) paused: String,
+    /// `$1` since: the resumes recorded after that version.
+    pub(crate) resumed: String,
+    /// The triggers not done, oldest first.
+    pub(crate) open_triggers: String,
+    /// `$1` since: the schedules changed after that version, removed ones included
+    /// (every schedule for `i64::MIN`).
+    pub(crate) changed_schedules: String,
+    /// Every schedule not removed, by name.
+    pub(crate) schedules: String,
+    /// `$1` name … `$8` enabled, `$9` by, `$10` why: the audit row (its detail the
+    /// schedule's text).
+    pub(crate) put_schedule: String,
+    /// `$1` name, `$2` by, `$3` why: the audit row, if there was a schedule.
+    pub(crate) remove_schedule: String,
+    /// `$1` node, `$2` handler names (distinct, sorted).
+    pub(crate) register_handlers: String,
+    /// Every handler registered.
+    pub(crate) handlers: String,
+    /// Every lease, by name.
+    pub(crate) leases: String,
+    /// `$1` before (id), `$2` limit: runs of the run history.
+    pub(crate) runs: String,
+    /// `$1` job, `$2` before (id), `$3` limit.
+    pub(crate) job_runs: String,
+}
+
+/// The columns of a trigger row.
+const TRIGGER: &str = "id, job, node, requested_at, actor, why, state, holder, started_at, finished_at, outcome, error";
+
+/// The columns of a schedule row (`args` as text).
+const SCHEDULE: &str = "name, handler, schedule, zone, scope, policy, args::text AS args, enabled, \
+                        removed, version, updated_at";
+
+impl ControlSql {
+    /// The statements for the lease table `table`.
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        let controls = table.with_suffix("_controls");
+        let audit = table.with_suffix("_audit");
+        let triggers = table.with_suffix("_triggers");
+        let schedules = table.with_suffix("_schedules");
+        let handlers = table.with_suffix("_handlers");
+        let version = table.with_suffix("_version");
+        let runs = HistoryTable::for_leases(table).quoted();
+        // Pausing a paused job keeps the first pause's time, actor and reason (the
+        // audit row records the request all the same).
+        let pause = format!(
+            "WITH v AS ( \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+             ), c AS ( \
+               INSERT INTO {controls} AS c \
+                 (job, node, paused, since, actor, why, resumed_at, catch_up, version) \
+               SELECT $1, $2, true, now(), $3, $4, NULL, NULL, v.version FROM v \
+               ON CONFLICT (job, node) DO UPDATE \
+                 SET paused = true, since = excluded.since, actor = excluded.actor, \
+                     why = excluded.why, resumed_at = NULL, catch_up = NULL, \
+                     version = excluded.version \
+                 WHERE NOT c.paused \
+               RETURNING c.job \
+             ), a AS ( \
+               INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+               SELECT now(), $1, NULLIF($2, ''), 'pause', $3, $4, \
+                      '' \
+               FROM v \
+               RETURNING {RECORD} \
+             ) \
+             SELECT {RECORD} FROM a"
+        );
+        // Without a node (`''`) every pause of the job ends, each node's included;
+        // with one, only that node's.
+        let resume = format!(
+            "WITH v AS ( \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+             ), c AS ( \
+               UPDATE {controls} c \
+                 SET paused = false, resumed_at = now(), catch_up = $5, version = v.version \
+               FROM v WHERE c.job = $1 AND ($2 = '' OR c.node = $2) AND c.paused \
+               RETURNING c.job \
+             ), a AS ( \
+               INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+               SELECT now(), $1, NULLIF($2, ''), \
+                      CASE WHEN $5::boolean THEN 'resume' ELSE 'resume_no_catch_up' END, $3, $4, \
+                      '' \
+               FROM v \
+               RETURNING {RECORD} \
+             ) \
+             SELECT {RECORD} FROM a"
+        );
+        let trigger = format!(
+            "WITH v AS ( \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+             ), tr AS ( \
+               INSERT INTO {triggers} (job, node, requested_at, actor, why, state) \
+               SELECT $1, $2::text, now(), $3, $4, 'pending' FROM v \
+               RETURNING {TRIGGER} \
+             ), a AS ( \
+               INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+               SELECT now(), tr.job, tr.node, 'trigger', tr.actor, tr.why, tr.id::text FROM tr \
+             ) \
+             SELECT {TRIGGER} FROM tr"
+        );
+        let trigger_status = format!("SELECT {TRIGGER} FROM {triggers} WHERE id = $1");
+        // The claim, in one statement:
+        // - `tr` locks the trigger row (`FOR UPDATE`: a claimer that waited for
+        //   another's claim reads the row that one committed) when it is pending, or
+        //   running under this very lease while its claimant's acquisition is over
+        //   (expired unreleased, or the row taken by another holder since): a claim
+        //   under another lease name is never taken over, so two claimers of one
+        //   trigger always compete for one lease row;
+        // - `lease` takes that lease row when it is free (expired or released, whatever
+        //   its tick), inserted when absent. `ON CONFLICT … WHERE` reads the newest
+        //   row, so of claimers that all found the trigger claimable only the first
+        //   gets the lease: exactly once. A lease held in the statement's snapshot is
+        //   not asked for at all (no row lock, no WAL for a losing claim);
+        // - `claimed` marks the trigger running under the new holder, only if the
+        //   lease was taken; the version is bumped after.
+        let claim = format!(
+            "WITH tr AS ( \
+               SELECT tg.id, tg.requested_at FROM {triggers} tg \
+               WHERE tg.id = $1 AND (tg.state = 'pending' OR ( \
+                 tg.state = 'running' AND tg.lease = $2 AND NOT EXISTS ( \
+                   SELECT 1 FROM {t} c WHERE c.name = tg.lease AND c.holder = tg.holder \
+                     AND (c.expires_at > now() OR c.released_at IS NOT NULL) \
+                 ))) \
+               FOR UPDATE OF tg \
+             ), lease AS ( \
+               INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
+               SELECT $2, $3, tr.requested_at, 1, now(), \
+                      now() + $4::bigint * interval '1 millisecond', NULL \
+               FROM tr \
+               WHERE NOT EXISTS (SELECT 1 FROM {t} h WHERE h.name = $2 AND h.expires_at > now()) \
+               ON CONFLICT (name) DO UPDATE \
+                 SET holder = excluded.holder, tick = GREATEST(l.tick, excluded.tick), \
+                     token = l.token + 1, taken_at = excluded.taken_at, \
+                     expires_at = excluded.expires_at, released_at = NULL \
+                 WHERE l.expires_at <= now() \
+               RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
+             ), claimed AS ( \
+               UPDATE {triggers} tg \
+                 SET state = 'running', holder = lease.holder, lease = lease.name, \
+                     started_at = now() \
+               FROM lease WHERE tg.id = $1 \
+               RETURNING tg.id \
+             ), v AS ( \
+               UPDATE {version} SET version = version + 1 \
+               WHERE id = 1 AND EXISTS (SELECT 1 FROM claimed) \
+             ) \
+             SELECT lease.name, lease.holder, lease.tick, lease.token, lease.expires_at \
+             FROM lease JOIN claimed ON true"
+        );
+        let finish = format!(
+            "WITH f AS ( \
+               UPDATE {triggers} \
+                 SET state = 'done', outcome = $3, error = $4, finished_at = now() \
+               WHERE id = $1 AND ((state = 'pending' AND $2::text IS NULL) \
+                                  OR (state = 'running' AND holder = $2::text)) \
+               RETURNING id \
+             ), v AS ( \
+               UPDATE {version} SET version = version + 1 \
+               WHERE id = 1 AND EXISTS (SELECT 1 FROM f) \
+             ) \
+             SELECT id FROM f"
+        );
+        let history =
+            format!("SELECT {RECORD} FROM {audit} WHERE id < $1 ORDER BY id DESC LIMIT $2");
+        let job_history = format!(
+            "SELECT {RECORD} FROM {audit} WHERE job = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+        );
+        let version_read = format!("SELECT version FROM {version} WHERE id = 1");
+        let paused = format!(
+            "SELECT job, node, since, actor, why FROM {controls} WHERE paused ORDER BY job, node"
+        );
+        let resumed = format!(
+            "SELECT job, node, since, resumed_at, catch_up, version FROM {controls} \
+             WHERE NOT paused AND resumed_at IS NOT NULL AND version > $1 \
+             ORDER BY version, job, node"
+        );
+        let open_triggers =
+            format!("SELECT {TRIGGER} FROM {triggers} WHERE state <> 'done' ORDER BY id");
+        let changed_schedules =
+            format!("SELECT {SCHEDULE} FROM {schedules} WHERE version > $1 ORDER BY name");
+        let all_schedules =
+            format!("SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name");
+        let put_schedule = format!(
+            "WITH v AS ( \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+             ), s AS ( \
+               INSERT INTO {schedules} AS s (name, handler, schedule, zone, scope, policy, args, \
+                                            enabled, removed, version, updated_at, actor) \
+               SELECT $1, $2, $3, $4::text, $5, $6, $7::jsonb, $8, false, v.version, now(), $9 \
+               FROM v \
+               ON CONFLICT (name) DO UPDATE \
+                 SET handler = excluded.handler, schedule = excluded.schedule, \
+                     zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
+                     args = excluded.args, enabled = excluded.enabled, removed = false, \
+                     version = excluded.version, updated_at = excluded.updated_at, \
+                     actor = excluded.actor \
+               RETURNING s.name \
+             ), a AS ( \
+               INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+               SELECT now(), s.name, NULL, 'schedule_put', $9, $10, $3 FROM s \
+               RETURNING {RECORD} \
+             ) \
+             SELECT {RECORD} FROM a"
+        );
+        // The version row first, as in every control; a schedule removed meanwhile
+        // is not removed twice (the UPDATE reads the newest row).
+        let remove_schedule = format!(
+            "WITH v AS ( \
+               UPDATE {version} SET version = version + 1 \
+               WHERE id = 1 AND EXISTS (SELECT 1 FROM {schedules} WHERE name = $1 AND NOT removed) \
+               RETURNING version \
+             ), s AS ( \
+               UPDATE {schedules} s \
+                 SET removed = true, enabled = false, version = v.version, updated_at = now(), \
+                     actor = $2 \
+               FROM v WHERE s.name = $1 AND NOT s.removed \
+               RETURNING s.name \
+             ), a AS ( \
+               INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+               SELECT now(), s.name, NULL, 'schedule_remove', $2, $3, '' FROM s \
+               RETURNING {RECORD} \
+             ) \
+             SELECT {RECORD} FROM a"
+        );
+        // Rows in handler order, so two registrations never wait on each other in a
+        // cycle.
+        let register_handlers = format!(
+            "INSERT INTO {handlers} (handler, node, seen_at) \
+             SELECT h.handler, $1, now() FROM unnest($2::text[]) AS h(handler) \
+             ORDER BY h.handler \
+             ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
+        );
+        let handlers_read = format!("SELECT DISTINCT handler FROM {handlers} ORDER BY handler");
+        let leases = format!(
+            "SELECT name, holder, tick, token, expires_at, released_at FROM {t} ORDER BY name"
+        );
+        let run_columns = "id, job, tick, node, token, started, finished, outcome, error, attempt";
+        let runs_all =
+            format!("SELECT {run_columns} FROM {runs} WHERE id < $1 ORDER BY id DESC LIMIT $2");
+        let job_runs = format!(
+            "SELECT {run_columns} FROM {runs} WHERE job = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+        );
+        Self {
+            pause,
+            resume,
+            trigger,
+            trigger_status,
+            claim,
+            finish,
+            history,
+            job_history,
+            version: version_read,
+            paused,
+            resumed,
+            open_triggers,
+            changed_schedules,
+            schedules: all_schedules,
+            put_schedule,
+            remove_schedule,
+            register_handlers,
+            handlers: handlers_read,
+            leases,
+            runs: runs_all,
+            job_runs,
+        }
+    }
+}
