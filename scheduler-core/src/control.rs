@@ -419,8 +419,8 @@ pub struct ControlState {
     /// Triggers not yet done (pending, or running), oldest first.
     pub triggers: Vec<Trigger>,
     /// Dynamic schedules changed after the version asked about, removed ones
-    /// included ([`ScheduleRow::removed`]); every schedule when asked about no
-    /// version.
+    /// included ([`ScheduleRow::removed`]); every live schedule (no tombstones)
+    /// when asked about no version.
     pub schedules: Vec<ScheduleRow>,
 }
 
@@ -498,7 +498,9 @@ pub trait Controls: Send + Sync + fmt::Debug {
 
     /// Ends the pause of `req.job` (on `req.node`, or everywhere): with `catch_up`,
     /// the ticks paused over are caught up as the job's catch-up policy says;
-    /// without, they are dropped. Resuming a job that is not paused records the
+    /// without, they are dropped. Without a node every pause of the job ends (the
+    /// one for every node and each node's own); with one, only that node's (a pause
+    /// for every node stays in force). Resuming a job that is not paused records the
     /// request and changes nothing.
     async fn resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord>;
 
@@ -512,7 +514,8 @@ pub trait Controls: Send + Sync + fmt::Debug {
 
     /// Claims trigger `id` for a run under lease `lease` as `holder`, in one
     /// statement: when the trigger is pending (or its claimant's lease expired
-    /// unreleased) and the lease is free — expired or released, whatever its tick —
+    /// unreleased, or was taken since by another holder: the claimant ended without
+    /// finishing it) and the lease is free — expired or released, whatever its tick —
     /// takes the lease (a new fencing token; its tick becomes the trigger's instant
     /// unless a later one was taken) and marks the trigger running. `None`: someone
     /// else claimed it, or the lease is held (the job runs).
@@ -526,7 +529,9 @@ pub trait Controls: Send + Sync + fmt::Debug {
 
     /// Records the end of trigger `id`: `outcome` (`succeeded`, `failed`, `skipped`, …)
     /// and the error's text. A trigger that is pending (refused before a claim) or
-    /// held by `holder` is ended; any other is left alone (returns `false`).
+    /// held by `holder` is ended; any other is left alone (returns `false`). A
+    /// claimant finishes its trigger before it releases the run's lease: once the
+    /// lease has passed to another holder, an unfinished trigger may be claimed again.
     async fn finish_trigger(
         &self,
         id: TriggerId,

@@ -310,6 +310,8 @@ impl Controls for MemoryStore {
                 .schedules
                 .values()
                 .filter(|s| s.version > after)
+                // Asked about no version: the live schedules only.
+                .filter(|s| since.is_some() || !s.removed)
                 .cloned()
                 .collect(),
         }))

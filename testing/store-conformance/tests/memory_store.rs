@@ -29,3 +29,8 @@ async fn memory_store_batch_of_1000() {
     let stores = one_store();
     scheduler_store_tests::batch_returns_exactly_the_free(&stores[0], &stores[1], 1000).await;
 }
+
+#[tokio::test]
+async fn memory_store_keeps_the_rules_of_controls() {
+    scheduler_store_tests::controls::all(&one_store()).await;
+}
