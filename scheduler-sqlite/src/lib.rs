@@ -37,6 +37,19 @@
 //! # }
 //! ```
 //!
+//! The store also keeps the operators' controls
+//! ([`Store::controls`](scheduler_core::Store::controls) returns them): pauses,
+//! resumes, triggers, dynamic schedules and the record of who applied each, in
+//! tables beside the lease table that the same migrations create. A pause is a
+//! condition of the batched take itself: a request naming a paused job
+//! ([`TakeRequest::control`](scheduler_core::TakeRequest::control)) writes nothing
+//! and comes back in [`Taken::paused`](scheduler_core::Taken::paused), so an
+//! instance that has not yet polled the controls cannot run it. Each control is one
+//! `BEGIN IMMEDIATE` transaction that bumps the control version instances poll and
+//! appends its audit row; a trigger is claimed once, under the job's own lease. A
+//! [`RunHistory`] records every finished run in a table of its own, which
+//! [`Controls::runs`](scheduler_core::Controls::runs) reads.
+//!
 //! Bad input gets a typed [`Error`] that says what to do: a directory that does
 //! not exist ([`Error::MissingDirectory`]), a read-only file or directory
 //! ([`Error::ReadOnly`]), a file that is not a database ([`Error::Open`]), a lock

@@ -33,11 +33,13 @@ use crate::sql::Sql;
 /// Every operation borrows a connection from the pool for that operation only:
 /// holding any number of leases costs no connection. Renewals and releases are one
 /// `UPDATE … RETURNING` per batch. A take is one upsert (`INSERT … ON CONFLICT DO
-/// UPDATE … WHERE <free> RETURNING`) that decides every name of the batch, followed
-/// by one read of the rows it did not win (for [`Taken::held`]), both in one short
-/// `BEGIN IMMEDIATE` transaction: SQLite cannot return rows it did not write from a
-/// data-changing statement, and the transaction makes the read see exactly what the
-/// upsert saw. Batches travel as one JSON parameter (`json_each`), and every time
+/// UPDATE … WHERE <free>`) that decides every name of the batch, skipping the
+/// requests whose job is paused (a probe of the controls table by primary key),
+/// followed by reads of the paused requests (only when the batch names jobs,
+/// [`Taken::paused`]), of the rows won and of the rows not won (for
+/// [`Taken::held`]), all in one short `BEGIN IMMEDIATE` transaction: SQLite cannot
+/// return rows it did not write from a data-changing statement, and the transaction
+/// makes the reads see exactly what the upsert saw. Batches travel as one JSON parameter (`json_each`), and every time
 /// comes from SQLite's clock, kept as integer microseconds since the epoch, so ticks
 /// round-trip exactly.
 ///

@@ -380,3 +380,52 @@ async fn a_store_without_migrations_refuses_a_table_missing_a_column() {
         .await
         .expect("migrating brings it up to date");
 }
+
+/// Opened without migrations on a file whose lease table lacks the controls
+/// migration's tables (every take reads `_controls`), the store refuses at open,
+/// naming the migration and the tables; migrating brings it up to date.
+#[tokio::test]
+async fn a_store_without_migrations_refuses_a_file_without_the_controls_tables() {
+    use sea_orm::ConnectionTrait;
+
+    let dir = TempDir::new("no-controls");
+    let path = dir.join("leases.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrated");
+    store
+        .connection()
+        .execute_unprepared(
+            "DROP TABLE scheduler_leases_controls; DROP TABLE scheduler_leases_version; \
+             DELETE FROM scheduler_leases_migrations WHERE version = 'm20261202_000003_controls'",
+        )
+        .await
+        .expect("back to the second migration");
+    store.close().await.expect("close");
+    let err = SqliteStore::open(&path, SqliteOptions::default().migrate(false))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::Migrate { migration, .. } if migration == "m20261202_000003_controls"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("scheduler_leases_controls, scheduler_leases_version")
+            && text.contains("migrate(true)"),
+        "{text}"
+    );
+    // The tables that were left stay; the missing ones are created again.
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrating brings it up to date");
+    let tick = Tick::new(store.now().await.expect("clock"));
+    let taken = store
+        .take(
+            &[request("after", tick).controlled_by("after", "n1")],
+            ttl(),
+        )
+        .await
+        .expect("take");
+    assert_eq!(taken.won.len(), 1, "{taken:?}");
+}

@@ -443,8 +443,10 @@ pub async fn claim_waits_for_a_held_lease(a: &SharedStore, b: &SharedStore) {
     assert_eq!(claimed.holder, holder);
 }
 
-/// A claimant that vanished (its lease expired unreleased) leaves the trigger to
-/// another instance, which claims it with a new token; before that, nobody else can.
+/// A claimant that vanished (its lease expired unreleased, or since taken by another
+/// holder) leaves the trigger to another instance, which claims it with a new token;
+/// before that, nobody else can — nor after the claimant released its lease as
+/// completed, its finish being on its way.
 pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b: &SharedStore) {
     let job = "ctl-trigger-reclaim";
     let lease = name(job);
@@ -452,50 +454,87 @@ pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b:
         .trigger(&request(job, "alice"))
         .await
         .expect("trigger");
-    let (first_holder, second_holder) = (Holder::generate(), Holder::generate());
-    let first = controls(a)
-        .claim_trigger(trigger.id, &lease, &first_holder, ttl(400))
-        .await
-        .expect("claim")
-        .expect("pending");
+    let holders: Vec<Holder> = (0..4).map(|_| Holder::generate()).collect();
+    let claim = |store: &SharedStore, holder: usize, ms: u64| {
+        let (store, holder, lease) = (store.clone(), holders[holder].clone(), lease.clone());
+        async move {
+            controls(&store)
+                .claim_trigger(trigger.id, &lease, &holder, ttl(ms))
+                .await
+                .expect("claim")
+        }
+    };
+    let running_under = |holder: usize| {
+        let (store, holder) = (a.clone(), holders[holder].clone());
+        async move {
+            match controls(&store)
+                .trigger_status(trigger.id)
+                .await
+                .expect("status")
+                .expect("the trigger")
+                .state
+            {
+                TriggerState::Running { holder: h, .. } => assert_eq!(h, holder),
+                other => panic!("not running: {other:?}"),
+            }
+        }
+    };
+
+    let first = claim(a, 0, 400).await.expect("pending");
     assert_eq!(
-        controls(b)
-            .claim_trigger(trigger.id, &lease, &second_holder, ttl(60_000))
-            .await
-            .expect("claim"),
+        claim(b, 1, 60_000).await,
         None,
         "claimed twice while the claimant's lease was valid"
     );
+    // Expired unreleased: the claimant vanished mid-run.
     wait_until(a, first.expires_at).await;
-    let second = controls(b)
-        .claim_trigger(trigger.id, &lease, &second_holder, ttl(60_000))
+    let second = claim(b, 1, 400)
         .await
-        .expect("claim")
-        .expect("the claimant's lease expired unreleased");
+        .expect("the claimant's lease expired");
     assert!(second.token > first.token);
-    match controls(a)
-        .trigger_status(trigger.id)
-        .await
-        .expect("status")
-        .expect("the trigger")
-        .state
-    {
-        TriggerState::Running { holder, .. } => assert_eq!(holder, second_holder),
-        other => panic!("not running: {other:?}"),
-    }
-    // The first claimant can no longer end it; the second can.
+    running_under(1).await;
     assert!(
         !controls(a)
-            .finish_trigger(trigger.id, Some(&first_holder), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holders[0]), "succeeded", None)
             .await
-            .expect("finish")
+            .expect("finish"),
+        "the first claimant can no longer end it"
     );
+
+    // Taken since by another holder: a tick of the job ran after the claimant's
+    // lease expired.
+    wait_until(a, second.expires_at).await;
+    let later = Tick::new(second.tick.at() + TimeDelta::seconds(1));
+    let tick_run = a
+        .take(&[TakeRequest::new(lease.clone(), later)], ttl(60_000))
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("the expired lease is free for a later tick");
+    assert_eq!(claim(b, 2, 60_000).await, None, "the lease is held");
+    a.release(&[tick_run.key()], Release::Completed)
+        .await
+        .expect("release");
+    let third = claim(b, 2, 60_000)
+        .await
+        .expect("the claimant's lease passed to another holder");
+    assert!(third.token > tick_run.token);
+    assert_eq!(third.tick, later, "the later tick taken stays");
+    running_under(2).await;
+
+    // Released as completed by its claimant: not claimed again before its finish.
+    b.release(&[third.key()], Release::Completed)
+        .await
+        .expect("release");
+    assert_eq!(claim(a, 3, 60_000).await, None, "claimed before its finish");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&second_holder), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holders[2]), "succeeded", None)
             .await
             .expect("finish")
     );
+    assert_eq!(claim(a, 3, 60_000).await, None, "done");
 }
 
 /// A trigger ends once: pending ones without a holder (refused before a claim),
