@@ -397,7 +397,8 @@ impl Controls for SqliteStore {
     ) -> scheduler_core::Result<Option<Lease>> {
         const OP: &str = "claim a trigger";
         let (_turn, txn) = self.begin_write(OP).await?;
-        let claimable = rows(self, &txn, OP, &self.control.claimable, vec![id.0.into()]).await?;
+        let values = vec![id.0.into(), lease.as_str().to_owned().into()];
+        let claimable = rows(self, &txn, OP, &self.control.claimable, values).await?;
         let Some(trigger) = claimable.first() else {
             return Ok(None);
         };

@@ -100,13 +100,15 @@ impl ControlSql {
                  VALUES (?1, ?2, ?5, ?3, ?4, 'pending') RETURNING {TRIGGER}"
             ),
             trigger_status: format!("SELECT {TRIGGER} FROM {triggers} WHERE id = ?1"),
-            // A trigger may be claimed while pending, or while running under a lease
-            // its claimant no longer holds: expired unreleased (it vanished
-            // mid-run), or since taken by another holder. A claimant that released
-            // its lease as completed keeps it (its finish is on its way).
+            // A trigger may be claimed while pending, or while running under this
+            // very lease (`?2`) when its claimant no longer holds it: expired
+            // unreleased (it vanished mid-run), or since taken by another holder. A
+            // claimant that released its lease as completed keeps it (its finish is
+            // on its way). A claim under another lease name is never taken over, as
+            // on PostgreSQL.
             claimable: format!(
                 "SELECT t.requested_at FROM {triggers} AS t \
-                 WHERE t.id = ?1 AND (t.state = 'pending' OR (t.state = 'running' AND NOT EXISTS ( \
+                 WHERE t.id = ?1 AND (t.state = 'pending' OR (t.state = 'running' AND t.lease = ?2 AND NOT EXISTS ( \
                    SELECT 1 FROM {leases} AS l \
                    WHERE l.name = t.lease AND l.holder = t.holder \
                      AND (l.released_at IS NOT NULL OR l.expires_at > {NOW}))))"
