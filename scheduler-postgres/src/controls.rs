@@ -239,8 +239,8 @@ fn lease_row_from_row(row: &QueryResult, operation: &'static str) -> Result<Leas
 
 impl PostgresStore {
     /// Reads the whole control state in one `REPEATABLE READ` snapshot: the version,
-    /// every pause, the resumes and the schedules changed after `since` (all of them,
-    /// removed ones included, for `None`), the open triggers.
+    /// every pause, the resumes and the schedules changed after `since` (removed ones
+    /// included; for `None`, every schedule not removed), the open triggers.
     async fn control_state(&self, since: Option<i64>) -> Result<ControlState> {
         const OP: &str = "read the controls";
         let fail = |cause| Error::statement(OP, cause);
@@ -260,11 +260,10 @@ impl PostgresStore {
             .await
             .map_err(fail)?;
         let triggers = read(&sql.open_triggers, Vec::new()).await.map_err(fail)?;
-        let schedules = read(
-            &sql.changed_schedules,
-            vec![since.unwrap_or(i64::MIN).into()],
-        )
-        .await
+        let schedules = match since {
+            Some(since) => read(&sql.changed_schedules, vec![since.into()]).await,
+            None => read(&sql.schedules, Vec::new()).await,
+        }
         .map_err(fail)?;
         txn.commit().await.map_err(fail)?;
         Ok(ControlState {

@@ -45,8 +45,7 @@ pub(crate) struct ControlSql {
     pub(crate) resumed: String,
     /// The triggers not done, oldest first.
     pub(crate) open_triggers: String,
-    /// `$1` since: the schedules changed after that version, removed ones included
-    /// (every schedule for `i64::MIN`).
+    /// `$1` since: the schedules changed after that version, removed ones included.
     pub(crate) changed_schedules: String,
     /// Every schedule not removed, by name.
     pub(crate) schedules: String,

@@ -79,6 +79,9 @@ mod forget_lease;
 #[path = "controls.rs"]
 mod controls;
 
+#[path = "controls_conformance.rs"]
+mod controls_conformance;
+
 #[tokio::test]
 async fn this_binary_runs_through_pgbouncer() {
     assert!(test_postgres::pgbouncer_mode());
