@@ -1,0 +1,611 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+//! The dashboard in a real browser: Debian's `chromium`, headless, driven over
+//! WebDriver by `chromedriver` (package `chromium-driver`; `.ci/run` installs both).
+//!
+//! A scheduler runs two jobs every second (`tick`, `tock`) and one every hour
+//! (`hourly`) on a SQLite file in a temporary directory, with its run history; the
+//! dashboard is served on 127.0.0.1 with actions enabled. The operator, in the
+//! browser:
+//! 1. loads the page and sees the jobs, then a run of `tick` appear;
+//! 2. pauses `tick` — and the database shows no run of `tick` for any tick after the
+//!    pause took effect, while `tock` runs three more ticks;
+//! 3. resumes it, and it runs again;
+//! 4. triggers `hourly`, follows the triggered run's page until it is done, and
+//!    finds the run in the job's history (and in the database);
+//! 5. submits a form whose CSRF token was taken out, and is refused (403) with
+//!    nothing recorded;
+//! 6. adds a dynamic schedule with the form, bound to a handler the app registered,
+//!    and it runs;
+//! 7. pauses `hourly` from its own page, with a reason;
+//! 8. and a screenshot of the jobs page is saved in the test's temporary directory
+//!    (and, when `SCHEDULER_WEB_SCREENSHOT=PATH` is set, at `PATH`, relative to the
+//!    workspace root: `SCHEDULER_WEB_SCREENSHOT=docs/dashboard.png` refreshes the
+//!    README's picture).
+//!
+//! Without `chromium` and `chromedriver` the test fails, saying how to install
+//! them: it never passes without having run.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use chrono::{DateTime, TimeDelta, Utc};
+use fantoccini::{Client, ClientBuilder, Locator};
+use scheduler_core::{
+    BoxError, ControlAction, Controls, JobContext, Page, RunRow, Scheduler, Store, TriggerId, job,
+};
+use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
+use scheduler_web::{Actions, Dashboard};
+use tokio::sync::oneshot;
+
+/// How long any one wait may take before the test gives up. Generous: a loaded CI
+/// machine is slow, and nothing here measures speed.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+#[job(every = "1s")]
+async fn tick(_ctx: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+#[job(every = "1s")]
+async fn tock(_ctx: JobContext) -> Result<(), BoxError> {
+    Ok(())
+}
+
+/// Runs once an hour on its own (not at start-up: its catch-up window is a second),
+/// so its runs within the test are the trigger's.
+#[job(every = "1h", catch_up = "1s")]
+async fn hourly(_ctx: JobContext) -> Result<(), BoxError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
+    let dir = TempDir::new("browser");
+    let driver = ChromeDriver::start();
+    let running = App::start(dir.path()).await;
+    let session = driver.session().await;
+    let (app, browser) = (&running, &session);
+    let jobs_url = format!("{}/scheduler", app.base);
+
+    // 1. The jobs, and a run of `tick`.
+    browser.goto(&jobs_url).await.unwrap();
+    let url = browser.current_url().await.unwrap();
+    assert!(
+        url.path().ends_with("/scheduler/jobs"),
+        "redirected to the jobs page: {url}"
+    );
+    for name in ["tick", "tock", "hourly"] {
+        browser
+            .find(Locator::Css(&format!("tr[data-job=\"{name}\"]")))
+            .await
+            .unwrap_or_else(|e| panic!("job {name} listed: {e}"));
+    }
+    eventually("a run of tick shown on the jobs page", move || async move {
+        browser.refresh().await.ok()?;
+        let row = row_text(browser, "tick").await?;
+        row.contains("succeeded").then_some(())
+    })
+    .await;
+
+    // 2. Pause `tick` from the page; it stops running (checked in the database).
+    click(browser, "tick", "pause").await;
+    let row = row_text(browser, "tick").await.unwrap();
+    assert!(
+        row.contains("paused everywhere"),
+        "the page shows the pause: {row}"
+    );
+    let paused_at = app.last_control("tick", ControlAction::Pause).await;
+    let tock_before = app.last_tick("tock").await;
+    eventually(
+        "tock to run three ticks after the pause",
+        move || async move {
+            let last = app.last_tick("tock").await?;
+            (last >= paused_at + TimeDelta::seconds(3) && Some(last) > tock_before).then_some(())
+        },
+    )
+    .await;
+    // A tick already taken (or running) when the pause was recorded may still run;
+    // none after it.
+    let late: Vec<RunRow> = app
+        .runs("tick")
+        .await
+        .into_iter()
+        .filter(|r| r.tick > paused_at + TimeDelta::seconds(1))
+        .collect();
+    assert!(late.is_empty(), "tick ran while paused: {late:?}");
+
+    // 3. Resume it; it runs again.
+    click(browser, "tick", "resume").await;
+    let resumed_at = app.last_control("tick", ControlAction::Resume).await;
+    eventually("tick to run after the resume", move || async move {
+        (app.last_tick("tick").await? > resumed_at).then_some(())
+    })
+    .await;
+    let row = row_text(browser, "tick").await.unwrap();
+    assert!(!row.contains("paused everywhere"), "{row}");
+
+    // 4. Trigger `hourly`, follow the run, find it in the history.
+    click(browser, "hourly", "trigger").await;
+    let url = browser.current_url().await.unwrap();
+    assert!(
+        url.path().ends_with("/scheduler/trigger"),
+        "the trigger's page: {url}"
+    );
+    let id = url
+        .query_pairs()
+        .find(|(k, _)| k == "id")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("the trigger's id in the URL");
+    let asked = app
+        .controls()
+        .trigger_status(TriggerId(id))
+        .await
+        .unwrap()
+        .expect("the trigger in the database")
+        .requested_at;
+    // The page reloads itself until the run is done.
+    eventually("the triggered run to be done", move || async move {
+        let dl = browser.find(Locator::Css("dl[data-trigger]")).await.ok()?;
+        (dl.attr("data-done").await.ok()?? == "true").then_some(())
+    })
+    .await;
+    let state = browser
+        .find(Locator::Css("dl[data-trigger]"))
+        .await
+        .unwrap();
+    let state = state.text().await.unwrap();
+    assert!(
+        state.contains("ran") || state.contains("succeeded"),
+        "the trigger's outcome: {state}"
+    );
+    browser
+        .find(Locator::LinkText("hourly"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let runs = browser
+        .find_all(Locator::Css("tr[data-run]"))
+        .await
+        .unwrap();
+    assert!(!runs.is_empty(), "the triggered run in hourly's history");
+    assert!(runs[0].text().await.unwrap().contains("succeeded"));
+    // The triggered run's tick is the instant it was asked for (or a later one).
+    let ran = app.runs("hourly").await;
+    assert!(
+        ran.iter()
+            .any(|r| r.tick >= asked && r.outcome == "succeeded"),
+        "the triggered run in the database: {ran:?}"
+    );
+
+    // 5. A form without its CSRF token is refused, and changes nothing.
+    browser
+        .goto(&format!("{}/scheduler/jobs", app.base))
+        .await
+        .unwrap();
+    let controls_before = app.controls_recorded().await;
+    browser
+        .execute(
+            "document.querySelector('form[data-job=\"tock\"][data-action=\"pause\"] input[name=\"csrf\"]').remove()",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    click(browser, "tock", "pause").await;
+    let body = browser
+        .find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        body.contains("Forbidden") && body.contains("the form carried no CSRF token"),
+        "refused, in words: {body}"
+    );
+    assert_eq!(
+        app.controls_recorded().await,
+        controls_before,
+        "nothing recorded"
+    );
+
+    // 6. A dynamic schedule added with the form runs, bound to its handler.
+    browser
+        .goto(&format!("{}/scheduler/jobs", app.base))
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css("a[data-action=\"new-schedule\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    for (field, value) in [
+        ("name", "tenant-7-report"),
+        ("handler", "report"),
+        ("schedule", "every 2s"),
+        ("args", r#"{"tenant": 7}"#),
+        ("why", "tenant 7 signed up"),
+    ] {
+        let input = browser
+            .find(Locator::Css(&format!("[name=\"{field}\"]")))
+            .await
+            .unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    browser
+        .find(Locator::Css("form[data-action=\"put-schedule\"] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = row_text(browser, "tenant-7-report").await;
+    assert!(
+        row.as_deref().is_some_and(|r| r.contains("every 2 s")),
+        "the schedule listed: {row:?}"
+    );
+    eventually("a run of the dynamic schedule", move || async move {
+        app.last_tick("tenant-7-report").await
+    })
+    .await;
+
+    // 7. Pause `hourly` from its own page, with a reason.
+    browser
+        .find(Locator::LinkText("hourly"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let why = browser
+        .find(Locator::Css(
+            "form[data-action=\"pause\"] input[name=\"why\"]",
+        ))
+        .await
+        .unwrap();
+    why.send_keys("maintenance window").await.unwrap();
+    click(browser, "hourly", "pause").await;
+    let pause = browser
+        .find(Locator::Css("main dl"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        pause.contains("paused everywhere") && pause.contains("maintenance window"),
+        "{pause}"
+    );
+
+    // 8. A screenshot of the jobs page.
+    browser
+        .goto(&format!("{}/scheduler/jobs", app.base))
+        .await
+        .unwrap();
+    let png = browser.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let shot = dir.path().join("dashboard.png");
+    std::fs::write(&shot, &png).unwrap();
+    println!("screenshot: {}", shot.display());
+    if let Some(path) = std::env::var_os("SCHEDULER_WEB_SCREENSHOT").filter(|p| !p.is_empty()) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let path = root.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, &png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        println!("screenshot also at {}", path.display());
+    }
+
+    session.close().await.unwrap();
+    running.stop().await;
+}
+
+/// Clicks the button of the form `action` of job `job`'s row, and waits for the
+/// page it leads to.
+async fn click(browser: &Client, job: &str, action: &str) {
+    let css = format!("form[data-job=\"{job}\"][data-action=\"{action}\"] button");
+    browser
+        .find(Locator::Css(&css))
+        .await
+        .unwrap_or_else(|e| panic!("no {action} button for {job}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("clicking {action} of {job}: {e}"));
+    browser
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("main"))
+        .await
+        .unwrap();
+}
+
+/// The text of job `job`'s row on the page shown.
+async fn row_text(browser: &Client, job: &str) -> Option<String> {
+    let row = browser
+        .find(Locator::Css(&format!("tr[data-job=\"{job}\"]")))
+        .await
+        .ok()?;
+    row.text().await.ok()
+}
+
+/// Polls `check` until it gives a value, for at most [`PATIENCE`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "gave up after {PATIENCE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The scheduler and the dashboard, on a SQLite file.
+struct App {
+    base: String,
+    store: SqliteStore,
+    stop: Option<oneshot::Sender<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl App {
+    async fn start(dir: &Path) -> Self {
+        let store = SqliteStore::open(dir.join("scheduler.db"), SqliteOptions::default())
+            .await
+            .unwrap();
+        assert!(
+            store.controls().is_some(),
+            "the SQLite store keeps controls"
+        );
+        let history = Arc::new(
+            RunHistory::new(&store, HistoryOptions::default())
+                .await
+                .unwrap(),
+        );
+        let scheduler = Scheduler::builder(store.clone())
+            .node_id("browser-test")
+            .lease_ttl(Duration::from_secs(5))
+            .control_poll(Some(Duration::from_millis(500)))
+            .record_runs(history)
+            .job(tick)
+            .job(tock)
+            .job(hourly)
+            .handler("report", |_ctx: JobContext, _args: Arc<str>| async move {
+                Ok::<(), BoxError>(())
+            })
+            .build()
+            .unwrap();
+        let dashboard = Dashboard::new(store.clone())
+            .jobs(scheduler.jobs())
+            .node(scheduler.node_id())
+            .actions(Actions::enabled());
+        let router: Router = Router::new().nest("/scheduler", dashboard.router());
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (serve_stop, serve_stopped) = tokio::sync::watch::channel(false);
+        let scheduler_task = tokio::spawn(async move {
+            scheduler
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await;
+            let _ = serve_stop.send(true);
+        });
+        let server_task = tokio::spawn(async move {
+            let mut stopped = serve_stopped;
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+                .unwrap();
+        });
+        Self {
+            base,
+            store,
+            stop: Some(stop),
+            tasks: vec![scheduler_task, server_task],
+        }
+    }
+
+    fn controls(&self) -> &dyn Controls {
+        self.store.controls().unwrap()
+    }
+
+    /// The runs of `job` in the database, newest first.
+    async fn runs(&self, job: &str) -> Vec<RunRow> {
+        let page = Page {
+            before: None,
+            limit: 1000,
+        };
+        self.controls().runs(Some(job), page).await.unwrap()
+    }
+
+    /// The tick of `job`'s newest run, if any.
+    async fn last_tick(&self, job: &str) -> Option<DateTime<Utc>> {
+        self.runs(job).await.iter().map(|r| r.tick).max()
+    }
+
+    /// When the newest control `action` of `job` was recorded (store clock).
+    async fn last_control(&self, job: &str, action: ControlAction) -> DateTime<Utc> {
+        let records = self
+            .controls()
+            .control_history(Some(job), Page::default())
+            .await
+            .unwrap();
+        records
+            .iter()
+            .find(|r| r.action == action)
+            .unwrap_or_else(|| panic!("no {action} of {job} recorded: {records:?}"))
+            .at
+    }
+
+    async fn controls_recorded(&self) -> usize {
+        let page = Page {
+            before: None,
+            limit: 1000,
+        };
+        self.controls()
+            .control_history(None, page)
+            .await
+            .unwrap()
+            .len()
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        for task in self.tasks.drain(..) {
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("the scheduler and the server stop")
+                .unwrap();
+        }
+    }
+}
+
+/// `chromedriver` on a free port of 127.0.0.1, killed on drop.
+struct ChromeDriver {
+    child: Child,
+    url: String,
+    chromium: PathBuf,
+}
+
+/// Where Debian's packages put the two programs, or the first on `PATH`.
+fn program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .chain([Path::new("/usr/bin").join(name)])
+            .find(|p| p.is_file())
+    })
+}
+
+impl ChromeDriver {
+    fn start() -> Self {
+        const INSTALL: &str = "the browser test needs Debian's chromium and chromedriver: \
+             apt-get update && apt-get install -y chromium chromium-driver \
+             (.ci/run installs them when missing)";
+        let chromium = program(&["chromium", "chromium-browser"])
+            .unwrap_or_else(|| panic!("no chromium found; {INSTALL}"));
+        let driver = program(&["chromedriver"])
+            .unwrap_or_else(|| panic!("no chromedriver found; {INSTALL}"));
+        let port = StdListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", driver.display()));
+        let mut driver = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            chromium,
+        };
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let start = Instant::now();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            if let Ok(Some(status)) = driver.child.try_wait() {
+                panic!("chromedriver exited at start: {status}");
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "chromedriver did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        driver
+    }
+
+    /// A headless Chromium session (`--no-sandbox`: CI runs as root).
+    async fn session(&self) -> Client {
+        let capabilities = serde_json::json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": self.chromium,
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-dev-shm-usage",
+                    "--disable-gpu",
+                    "--window-size=1440,1000",
+                ],
+            },
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("no browser session from chromedriver at {}: {e}", self.url))
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory for one test, removed when the test passes and kept (its path
+/// printed) when it fails.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "scheduler-web-{label}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept the test's directory: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
