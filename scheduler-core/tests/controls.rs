@@ -424,3 +424,201 @@ async fn a_trigger_cancels_the_running_run_under_cancel_running() {
     // The start-up run was cancelled for the trigger; the triggered run was not.
     assert!(runs[0].1 && !runs[1].1, "{runs:?}");
 }
+
+/// A store that notes any release of a lease whose triggered run is not yet
+/// recorded as done: the trigger could then be claimed again by the lease's next
+/// holder.
+#[derive(Debug)]
+struct ReleaseAfterFinish {
+    inner: Arc<scheduler_core::MemoryStore>,
+    early: AtomicU32,
+    /// How many `finish_trigger` calls still fail (a store outage at the end of
+    /// the run).
+    failing_finishes: AtomicU32,
+}
+
+/// The memory store's controls, but `finish_trigger` fails while told to.
+#[scheduler_core::async_trait]
+impl Controls for ReleaseAfterFinish {
+    async fn pause(
+        &self,
+        req: &ControlRequest,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.pause(req).await
+    }
+    async fn resume(
+        &self,
+        req: &ControlRequest,
+        catch_up: bool,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.resume(req, catch_up).await
+    }
+    async fn trigger(
+        &self,
+        req: &ControlRequest,
+    ) -> scheduler_core::Result<scheduler_core::Trigger> {
+        self.inner.trigger(req).await
+    }
+    async fn trigger_status(
+        &self,
+        id: scheduler_core::TriggerId,
+    ) -> scheduler_core::Result<Option<scheduler_core::Trigger>> {
+        self.inner.trigger_status(id).await
+    }
+    async fn claim_trigger(
+        &self,
+        id: scheduler_core::TriggerId,
+        lease: &scheduler_core::LeaseName,
+        holder: &scheduler_core::Holder,
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<Option<scheduler_core::Lease>> {
+        self.inner.claim_trigger(id, lease, holder, ttl).await
+    }
+    async fn finish_trigger(
+        &self,
+        id: scheduler_core::TriggerId,
+        holder: Option<&scheduler_core::Holder>,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> scheduler_core::Result<bool> {
+        if self
+            .failing_finishes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(scheduler_core::Error::store("told to fail"));
+        }
+        self.inner.finish_trigger(id, holder, outcome, error).await
+    }
+    async fn control_history(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> scheduler_core::Result<Vec<scheduler_core::ControlRecord>> {
+        self.inner.control_history(job, page).await
+    }
+    async fn poll(
+        &self,
+        since: Option<i64>,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
+        self.inner.poll(since).await
+    }
+    async fn put_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.put_schedule(row, by, why).await
+    }
+    async fn remove_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlRecord>> {
+        self.inner.remove_schedule(name, by, why).await
+    }
+    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        self.inner.schedules().await
+    }
+    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        self.inner.register_handlers(node, names).await
+    }
+    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
+        self.inner.handlers().await
+    }
+    async fn leases(&self) -> scheduler_core::Result<Vec<scheduler_core::LeaseRow>> {
+        self.inner.leases().await
+    }
+    async fn runs(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
+        self.inner.runs(job, page).await
+    }
+}
+
+#[scheduler_core::async_trait]
+impl scheduler_core::Store for ReleaseAfterFinish {
+    async fn take(
+        &self,
+        requests: &[scheduler_core::TakeRequest],
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<scheduler_core::Taken> {
+        self.inner.take(requests, ttl).await
+    }
+    async fn renew(
+        &self,
+        leases: &[scheduler_core::LeaseKey],
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<Vec<scheduler_core::Renewed>> {
+        self.inner.renew(leases, ttl).await
+    }
+    async fn release(
+        &self,
+        leases: &[scheduler_core::LeaseKey],
+        how: scheduler_core::Release,
+    ) -> scheduler_core::Result<Vec<scheduler_core::LeaseName>> {
+        if let Some(state) = self.inner.poll(None).await? {
+            for t in &state.triggers {
+                if let TriggerState::Running { holder, .. } = &t.state
+                    && leases.iter().any(|k| k.holder == *holder)
+                {
+                    self.early.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        self.inner.release(leases, how).await
+    }
+    async fn now(&self) -> scheduler_core::Result<chrono::DateTime<chrono::Utc>> {
+        self.inner.now().await
+    }
+    fn controls(&self) -> Option<&dyn Controls> {
+        Some(self)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_triggered_run_is_recorded_done_before_its_lease_is_released() {
+    let (memory, log) = (store(), Log::default());
+    // Recording the run's end fails twice: its lease must stay held until it is
+    // recorded.
+    let store = Arc::new(ReleaseAfterFinish {
+        inner: memory.clone(),
+        early: AtomicU32::new(0),
+        failing_finishes: AtomicU32::new(2),
+    });
+    let mut hourly = Probe::new("hourly", &memory, &log);
+    hourly.every = Duration::from_secs(3_600);
+    hourly.catch_up = Some(Duration::from_secs(1));
+    let scheduler = scheduler_core::Scheduler::builder(store.clone())
+        .node_id("node-a")
+        .lease_ttl(Duration::from_secs(4))
+        .control_poll(Some(POLL))
+        .job(hourly)
+        .build()
+        .expect("build");
+    let m = memory.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            sleep(100).await;
+            let t = m
+                .trigger(&ControlRequest::new("hourly", "frank"))
+                .await
+                .expect("trigger");
+            sleep(3_000).await;
+            let _ = tx.send(t);
+        })
+        .await;
+    let t = rx.await.expect("trigger");
+    assert_eq!(runs(&log, "hourly").len(), 1);
+    assert_eq!(store.early.load(Ordering::SeqCst), 0);
+    let status = memory.trigger_status(t.id).await.expect("status");
+    assert!(
+        matches!(status.map(|t| t.state), Some(TriggerState::Done { .. })),
+        "the end was recorded once the store answered"
+    );
+}

@@ -118,15 +118,15 @@ impl Controls for MemoryStore {
         let now = self.call()?;
         let mut t = self.tables();
         let version = t.version + 1;
-        if let Some(row) = t
-            .controls
-            .get_mut(&(req.job.clone(), node_key(req.node.as_ref())))
-            && row.paused
-        {
-            row.paused = false;
-            row.resumed_at = Some(now);
-            row.catch_up = catch_up;
-            row.version = version;
+        // Without a node, every pause of the job ends; with one, that node's only.
+        let node = node_key(req.node.as_ref());
+        for ((job, n), row) in t.controls.iter_mut() {
+            if *job == req.job && (req.node.is_none() || *n == node) && row.paused {
+                row.paused = false;
+                row.resumed_at = Some(now);
+                row.catch_up = catch_up;
+                row.version = version;
+            }
         }
         let action = if catch_up {
             ControlAction::Resume

@@ -16,7 +16,7 @@ use crate::control::{ControlState, ScheduleRow, Trigger, TriggerId, TriggerState
 use crate::error::Error;
 use crate::lease::{Holder, Lease, Tick};
 use crate::policy::Overlap;
-use crate::runtime::calls::Gate;
+use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
 use crate::runtime::ticks::JobTicks;
@@ -32,6 +32,8 @@ pub(super) struct ControlLoop {
     waiting: Vec<Trigger>,
     /// Ended triggered runs whose end is still to be recorded.
     pub(super) to_finish: Vec<Finish>,
+    /// The backoff of recording them after a failure.
+    pub(super) finish_retry: Retry,
     /// The dynamic schedules running here, by name.
     dynamic: HashMap<String, Dynamic>,
     /// Entries of dynamic schedules since removed or changed.
@@ -49,16 +51,20 @@ struct Dynamic {
     entries: Vec<usize>,
 }
 
-/// The end of a triggered run, to record.
+/// The end of a triggered run, to record before its lease is released: once the
+/// lease has passed to another holder, an unfinished trigger may be claimed again.
 pub(super) struct Finish {
     pub(super) id: TriggerId,
     pub(super) holder: Holder,
     pub(super) outcome: &'static str,
     pub(super) error: Option<String>,
+    /// The run's release, queued once the end is recorded (`None`: the lease was
+    /// lost).
+    pub(super) release: Option<(crate::lease::LeaseKey, crate::lease::Release)>,
 }
 
 impl ControlLoop {
-    pub(super) fn new(every: Duration, gate: Gate) -> Self {
+    pub(super) fn new(every: Duration, gate: Gate, retry: Retry) -> Self {
         Self {
             every,
             next: Instant::now(),
@@ -66,6 +72,7 @@ impl ControlLoop {
             version: None,
             waiting: Vec::new(),
             to_finish: Vec::new(),
+            finish_retry: retry,
             dynamic: HashMap::new(),
             retired: HashSet::new(),
             registered: false,
@@ -343,7 +350,7 @@ impl Engine {
         let Some(ctl) = &mut self.ctl else {
             return;
         };
-        if ctl.to_finish.is_empty() {
+        if ctl.to_finish.is_empty() || !ctl.finish_retry.ready() {
             return;
         }
         let gate = ctl.gate.clone();
@@ -363,7 +370,8 @@ impl Engine {
             };
             match gate.run("finish trigger", call).await {
                 Ok(recorded) => {
-                    debug!(trigger = %f.id, outcome = f.outcome, recorded, "triggered run recorded")
+                    debug!(trigger = %f.id, outcome = f.outcome, recorded, "triggered run recorded");
+                    self.to_release.extend(f.release);
                 }
                 Err(err) => {
                     warn!(trigger = %f.id, error = %err, "recording the end of a triggered run failed; retrying");
@@ -371,7 +379,13 @@ impl Engine {
                 }
             }
         }
+        let cap = self.s.settings.retry_cap;
         if let Some(ctl) = &mut self.ctl {
+            if failed.is_empty() {
+                ctl.finish_retry.ok();
+            } else {
+                ctl.finish_retry.failed(cap);
+            }
             ctl.to_finish.extend(failed);
         }
     }

@@ -130,7 +130,11 @@ impl Engine {
                 .control_poll
                 .filter(|_| s.store.controls().is_some())
                 .map(|every| {
-                    controls::ControlLoop::new(every, Gate::new(limit, s.observe.clone()))
+                    controls::ControlLoop::new(
+                        every,
+                        Gate::new(limit, s.observe.clone()),
+                        Retry::new(s.settings.retry_base, s.settings.retry_cap),
+                    )
                 }),
             s,
         }
@@ -309,7 +313,7 @@ impl Engine {
         if let Some(ctl) = &self.ctl {
             wake = wake.min(ctl.next);
             if !ctl.to_finish.is_empty() {
-                wake = wake.min(now + self.release_linger);
+                wake = wake.min(ctl.finish_retry.at.unwrap_or(now));
             }
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's

@@ -168,19 +168,6 @@ impl Engine {
             Err(_) => RunOutcome::Failed,
         };
         let e = &self.s.entries[i];
-        if let Some(id) = running.trigger
-            && let Some(ctl) = &mut self.ctl
-        {
-            ctl.to_finish.push(super::controls::Finish {
-                id,
-                holder: running.lease.holder.clone(),
-                outcome: outcome.as_str(),
-                error: result
-                    .as_ref()
-                    .err()
-                    .map(|e| crate::error::error_chain(&**e)),
-            });
-        }
         self.s.observe.run_ended(
             &e.name,
             RunRecord {
@@ -200,13 +187,30 @@ impl Engine {
                 attempt: running.attempt,
             },
         );
-        if !running.lost {
+        let release = (!running.lost).then(|| {
             let how = if interrupted {
                 Release::Interrupted
             } else {
                 Release::Completed
             };
-            self.to_release.push((running.lease.key(), how));
+            (running.lease.key(), how)
+        });
+        // A triggered run's end is recorded first, and its lease released after.
+        if let Some(id) = running.trigger
+            && let Some(ctl) = &mut self.ctl
+        {
+            ctl.to_finish.push(super::controls::Finish {
+                id,
+                holder: running.lease.holder.clone(),
+                outcome: outcome.as_str(),
+                error: result
+                    .as_ref()
+                    .err()
+                    .map(|e| crate::error::error_chain(&**e)),
+                release,
+            });
+            return;
         }
+        self.to_release.extend(release);
     }
 }

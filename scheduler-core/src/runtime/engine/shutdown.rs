@@ -55,6 +55,8 @@ impl Engine {
         while let Some(done) = self.tasks.join_next_with_id().await {
             self.finished(done);
         }
+        // Triggered runs' ends are recorded before their leases are released.
+        self.finish_triggers().await;
         // Release everything in (at most) one call per kind; a few quick retries, then
         // leave the rest to expire.
         for _ in 0..3 {
@@ -65,7 +67,6 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.finish_triggers().await;
         info!(unreleased = self.to_release.len(), "scheduler stopped");
     }
 }
