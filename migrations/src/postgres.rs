@@ -218,7 +218,8 @@ pub const HISTORY_NEWEST_COLUMN: &str = "attempt";
 /// Creates the run history table and its indexes when they are missing.
 ///
 /// The history is not a migration of the lease table: it exists only for apps that
-/// ask for it, and only on PostgreSQL. Whoever creates it takes [`LOCK`] first. It
+/// ask for it (SQLite's twin is [`crate::sqlite::create_history`]). Whoever creates
+/// it takes [`LOCK`] first. It
 /// lives next to the lease table, whose migrations created its schema, so there is
 /// no `CREATE SCHEMA` here. For the lease table `scheduler_leases`:
 ///
