@@ -14,7 +14,12 @@ pub struct Who {
     #[arg(long, value_name = "WHO")]
     pub by: Option<String>,
     /// Why, as the record keeps it.
-    #[arg(long, value_name = "TEXT", default_value = "")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub why: String,
 }
 

@@ -145,7 +145,8 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
-    /// The lease table (`table` or `schema.table`); its run history is `<table>_runs`.
+    /// The lease table (`table` or `schema.table`); its run history is `<table>_runs`,
+    /// its control tables `<table>_controls`, `<table>_audit`, ….
     #[arg(long, default_value = TableName::DEFAULT, global = true)]
     pub table: TableName,
 

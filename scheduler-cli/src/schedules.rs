@@ -49,10 +49,16 @@ pub struct PutArgs {
     /// Once per tick in the cluster, or once per tick per node.
     #[arg(long, value_name = "SCOPE", default_value = "cluster", value_parser = scope)]
     pub scope: Scope,
-    /// The policy in #[job]'s key syntax: 'overlap = "skip", retry = 2, timeout = "5m"'
+    /// The policy in the job attribute's key syntax: 'overlap = "skip", retry = 2, timeout = "5m"'
     /// (keys catch_up, catch_up_max, overlap, max_concurrent, retry, retry_backoff,
     /// timeout); default the job defaults.
-    #[arg(long, value_name = "SPEC", default_value = "", value_parser = policy)]
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = policy
+    )]
     pub policy: String,
     /// The arguments handed to the handler, as JSON.
     #[arg(long, value_name = "JSON", default_value = "{}", value_parser = json_text)]
@@ -69,7 +75,8 @@ pub struct PutArgs {
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 #[group(required = true, multiple = false)]
 pub struct WrittenSchedule {
-    /// A cron expression with a seconds field: "sec min hour day month weekday [year]".
+    /// A cron expression with a seconds field: "sec min hour day month weekday", then
+    /// an optional year.
     #[arg(long, value_name = "EXPR", value_parser = cron)]
     pub cron: Option<String>,
     /// A period ("30s", "15m", "1h30m"): ticks at its multiples since the Unix epoch.

@@ -26,8 +26,8 @@ pub const EXIT_SKIPPED: u8 = 7;
 /// `--timeout`.
 pub const EXIT_NOT_DONE: u8 = 8;
 
-/// The outcomes of a run that ended well.
-const SUCCESS: [&str; 2] = ["succeeded", "ran"];
+/// The outcome of a run that ended well.
+const SUCCEEDED: &str = "succeeded";
 
 /// `--wait [--timeout 60s]`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -157,7 +157,7 @@ impl Triggered {
     /// same way; one not ended yet is 0.
     pub fn exit_code(&self) -> u8 {
         match &self.trigger.state {
-            TriggerState::Done { outcome, .. } if SUCCESS.contains(&outcome.as_str()) => 0,
+            TriggerState::Done { outcome, .. } if outcome == SUCCEEDED => 0,
             TriggerState::Done { outcome, .. } if outcome == "skipped" => EXIT_SKIPPED,
             TriggerState::Done { .. } => EXIT_RUN_FAILED,
             _ if self.waited.is_some() => EXIT_NOT_DONE,
@@ -280,7 +280,7 @@ mod tests {
             EXIT_NOT_DONE
         );
         assert_eq!(triggered(done("succeeded", None), wait).exit_code(), 0);
-        assert_eq!(triggered(done("ran", None), None).exit_code(), 0);
+        assert_eq!(triggered(done("succeeded", None), None).exit_code(), 0);
         assert_eq!(
             triggered(done("failed", Some("boom")), wait).exit_code(),
             EXIT_RUN_FAILED

@@ -1,6 +1,8 @@
 //! A database with known leases and runs, for the `status` tests.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, unreachable_pub)]
 
+pub mod stores;
+
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
