@@ -144,8 +144,12 @@ fn read_only() -> Problem {
     )
 }
 
-/// The form, or a refusal for a body that is not one.
-fn form<T: Default>(form: Result<Form<T>, FormRejection>) -> Result<T, Problem> {
+/// The form, or a refusal: read-only before anything else (a body that is no form
+/// included), then a body that is not one.
+fn form<T: Default>(shared: &Shared, form: Result<Form<T>, FormRejection>) -> Result<T, Problem> {
+    if !shared.actions.is_enabled() {
+        return Err(read_only());
+    }
     form.map(|Form(f)| f)
         .map_err(|e| Problem::new(e.status(), e.body_text()))
 }
@@ -193,7 +197,7 @@ pub(crate) async fn pause(
     headers: HeaderMap,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(body)?;
+    let f = form(&shared, body)?;
     let controls = guard(&shared, &headers, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     controls.pause(&f.request(actor(by))).await?;
@@ -207,7 +211,7 @@ pub(crate) async fn resume(
     headers: HeaderMap,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(body)?;
+    let f = form(&shared, body)?;
     let controls = guard(&shared, &headers, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     let catch_up = f.catch_up != "no";
@@ -222,7 +226,7 @@ pub(crate) async fn trigger(
     headers: HeaderMap,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(body)?;
+    let f = form(&shared, body)?;
     let controls = guard(&shared, &headers, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     let trigger = controls.trigger(&f.request(actor(by))).await?;
@@ -236,7 +240,7 @@ pub(crate) async fn remove_schedule(
     headers: HeaderMap,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(body)?;
+    let f = form(&shared, body)?;
     let controls = guard(&shared, &headers, f.csrf.as_deref())?;
     match controls
         .remove_schedule(&f.name, &actor(by), f.why.trim())
@@ -290,7 +294,7 @@ pub(crate) async fn put_schedule(
     headers: HeaderMap,
     body: Result<Form<ScheduleForm>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let f = form(body)?;
+    let f = form(&shared, body)?;
     let controls = guard(&shared, &headers, f.csrf.as_deref())?;
     let refused = |problem: Problem, handlers: &[String]| {
         let markup = schedule_page(&shared, &f, handlers, false, Some(problem.message()));

@@ -6,10 +6,11 @@
 mod support;
 
 use axum::Extension;
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
 use scheduler_core::{ControlAction, Controls as _, Scope};
 use scheduler_web::{Actions, Actor};
-use support::{FakeStore, app, csrf, get, post};
+use support::{FakeStore, app, csrf, get, post, send};
 
 #[tokio::test]
 async fn actions_are_off_by_default() {
@@ -27,6 +28,13 @@ async fn actions_are_off_by_default() {
         assert!(body.contains("read-only"), "{path}: {body}");
     }
     // Even a body that is no form is refused as read-only, not parsed.
+    let json = Request::post("/scheduler/pause")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"name": "sweep"}"#))
+        .unwrap();
+    let (status, _, body) = send(&app, json).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // And the schedule form is not served.
     let (status, _, _) = get(&app, "/scheduler/schedule").await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(store.records().is_empty());

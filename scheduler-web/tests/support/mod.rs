@@ -431,7 +431,8 @@ pub async fn post(
     send(app, req.body(Body::from(body)).unwrap()).await
 }
 
-async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Response<()>, String) {
+/// The answer to `req`: status, headers, body text.
+pub async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Response<()>, String) {
     let res = app.clone().oneshot(req).await.unwrap();
     let (parts, body) = res.into_parts();
     let bytes = axum::body::to_bytes(body, 10 << 20).await.unwrap();
