@@ -250,3 +250,28 @@ async fn a_store_without_controls_still_shows_its_jobs() {
     let (status, _, body) = get(&app, "/s/leases").await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{body}");
 }
+
+#[tokio::test]
+async fn an_app_with_its_own_state_nests_it() {
+    #[derive(Clone)]
+    struct AppState {
+        greeting: &'static str,
+    }
+    let store = FakeStore::new();
+    let app: Router = Router::new()
+        .route(
+            "/hello",
+            axum::routing::get(
+                |axum::extract::State(s): axum::extract::State<AppState>| async move { s.greeting },
+            ),
+        )
+        .nest("/ops/scheduler", Dashboard::new(store.clone()).router())
+        .with_state(AppState { greeting: "hi" });
+    let (status, _, body) = get(&app, "/hello").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "hi"));
+    let (status, res, _) = get(&app, "/ops/scheduler").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(res.headers()[header::LOCATION], "./scheduler/jobs");
+    let (status, _, _) = get(&app, "/ops/scheduler/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+}
