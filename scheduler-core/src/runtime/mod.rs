@@ -154,9 +154,11 @@ impl SchedulerBuilder {
 
     /// How often the store's controls are polled (one cheap read while nothing
     /// changed): an operator's resume, trigger or dynamic schedule is picked up
-    /// within this long. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never
-    /// (pauses still hold: the take itself refuses a paused job). Stores without
-    /// controls ([`Store::controls`]) are never polled.
+    /// within this long. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
+    /// pauses still hold (the take itself refuses a paused job), but this instance
+    /// then claims no trigger, catches up nothing on a resume, registers no handler
+    /// and runs no dynamic schedule. Stores without controls
+    /// ([`Store::controls`]) are never polled.
     pub fn control_poll(mut self, every: Option<Duration>) -> Self {
         self.config.control_poll = every.map(|d| d.max(Duration::from_millis(10)));
         self

@@ -36,8 +36,13 @@ pub(super) struct ControlLoop {
     pub(super) finish_retry: Retry,
     /// The dynamic schedules running here, by name.
     dynamic: HashMap<String, Dynamic>,
-    /// Entries of dynamic schedules since removed or changed.
-    retired: HashSet<usize>,
+    /// The live entries of each job, by name (slot 0 first): what triggers,
+    /// resumes and name clashes look up, without a scan of every entry.
+    by_name: HashMap<Arc<str>, Vec<usize>>,
+    /// Triggers this instance ran: never claimed again here, even when recording
+    /// their end took longer than their lease (another instance may then take it
+    /// over, as it would a vanished holder's).
+    ran_here: HashSet<TriggerId>,
     /// Whether this instance's handlers are registered with the store.
     registered: bool,
     /// Rows this instance cannot run, by name, with the version reported (logged
@@ -51,21 +56,32 @@ struct Dynamic {
     entries: Vec<usize>,
 }
 
-/// The end of a triggered run, to record before its lease is released: once the
-/// lease has passed to another holder, an unfinished trigger may be claimed again.
+/// The end of a triggered run, to record: [`Controls::finish_trigger`] also hands
+/// the run's lease back in the same statement, restoring the job's row as it was
+/// before the claim (a scheduled tick's completion untouched).
+///
+/// [`Controls::finish_trigger`]: crate::Controls::finish_trigger
 pub(super) struct Finish {
     pub(super) id: TriggerId,
     pub(super) holder: Holder,
     pub(super) outcome: &'static str,
     pub(super) error: Option<String>,
-    /// The run's release, queued once the end is recorded (`None`: the lease was
-    /// lost).
-    pub(super) release: Option<(crate::lease::LeaseKey, crate::lease::Release)>,
 }
 
 impl ControlLoop {
-    pub(super) fn new(every: Duration, gate: Gate, retry: Retry) -> Self {
+    pub(super) fn new(
+        every: Duration,
+        gate: Gate,
+        retry: Retry,
+        entries: &[crate::runtime::Entry],
+    ) -> Self {
+        let mut by_name: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            by_name.entry(Arc::clone(&e.name)).or_default().push(i);
+        }
         Self {
+            by_name,
+            ran_here: HashSet::new(),
             every,
             next: Instant::now(),
             gate,
@@ -74,15 +90,9 @@ impl ControlLoop {
             to_finish: Vec::new(),
             finish_retry: retry,
             dynamic: HashMap::new(),
-            retired: HashSet::new(),
             registered: false,
             reported: HashMap::new(),
         }
-    }
-
-    /// Whether entry `i` belongs to a dynamic schedule since removed or changed.
-    pub(super) fn retired(&self, i: usize) -> bool {
-        self.retired.contains(&i)
     }
 }
 
@@ -118,9 +128,9 @@ impl Engine {
             };
             match gate.run("register handlers", call).await {
                 Ok(()) => ctl.registered = true,
+                // Polled all the same: resumes, triggers and schedules go on.
                 Err(err) => {
                     warn!(error = %err, "registering the handlers of dynamic schedules failed; retrying at the next poll");
-                    return;
                 }
             }
         }
@@ -134,6 +144,16 @@ impl Engine {
         };
         match gate.run("poll controls", call).await {
             Ok(None) => {}
+            // The store's version went back (a restore, a recreated table): read
+            // everything again at the next poll.
+            Ok(Some(state)) if since.is_some_and(|v| state.version < v) => {
+                warn!(version = state.version, was = ?since,
+                    "the store's control version went back; reading every control again");
+                if let Some(ctl) = &mut self.ctl {
+                    ctl.version = None;
+                    ctl.next = Instant::now();
+                }
+            }
             Ok(Some(state)) => self.apply_controls(state, since.is_none()),
             Err(err) => {
                 warn!(error = %err, "polling the controls failed; retrying at the next poll")
@@ -171,7 +191,7 @@ impl Engine {
             .into_iter()
             .filter(|t| t.node.as_deref().is_none_or(|n| n == &*self.s.node))
             .filter(|t| !self.entries_of(&t.job).is_empty())
-            .filter(|t| !self.runs_trigger(t.id))
+            .filter(|t| !self.runs_trigger(t))
             .collect();
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
@@ -180,17 +200,23 @@ impl Engine {
 
     /// The live entries of job `job`, slot 0 first.
     fn entries_of(&self, job: &str) -> Vec<usize> {
-        let ctl = self.ctl.as_ref();
-        (0..self.s.entries.len())
-            .filter(|&i| &*self.s.entries[i].name == job)
-            .filter(|&i| !ctl.is_some_and(|c| c.retired(i)))
-            .collect()
+        self.ctl
+            .as_ref()
+            .and_then(|c| c.by_name.get(job))
+            .cloned()
+            .unwrap_or_default()
     }
 
-    fn runs_trigger(&self, id: TriggerId) -> bool {
-        self.jobs
-            .iter()
-            .any(|j| j.running().is_some_and(|r| r.trigger == Some(id)))
+    /// Whether this instance runs (or ran) trigger `t`.
+    fn runs_trigger(&self, t: &Trigger) -> bool {
+        self.ctl
+            .as_ref()
+            .is_some_and(|c| c.ran_here.contains(&t.id))
+            || self.entries_of(&t.job).into_iter().any(|i| {
+                self.jobs[i]
+                    .running()
+                    .is_some_and(|r| r.trigger == Some(t.id))
+            })
     }
 
     /// Claims each waiting trigger for an idle entry of its job; a trigger the
@@ -206,7 +232,8 @@ impl Engine {
         let mut keep = Vec::new();
         let now = self.db_now();
         let ttl = self.s.settings.ttl;
-        for trigger in waiting {
+        let mut waiting = waiting.into_iter();
+        while let Some(trigger) = waiting.next() {
             // Claimed elsewhere, and its lease cannot have expired yet.
             if let TriggerState::Running { started_at, .. } = &trigger.state
                 && now < *started_at + TimeDelta::from_std(ttl.get()).unwrap_or(TimeDelta::MAX)
@@ -248,7 +275,13 @@ impl Engine {
             }
             match outcome {
                 Claim::Won(i, lease) => self.start_triggered(i, lease, &trigger),
-                Claim::Failed => keep.push(trigger),
+                // The store fails: the rest wait for the next poll too, so a
+                // failing controls table holds the loop up once per poll at most.
+                Claim::Failed => {
+                    keep.push(trigger);
+                    keep.extend(waiting.by_ref());
+                    break;
+                }
                 Claim::Refused => {
                     if matches!(trigger.state, TriggerState::Pending)
                         && let Some(&first) = entries.first()
@@ -269,7 +302,8 @@ impl Engine {
     /// or elsewhere), or another instance just claimed the trigger.
     async fn trigger_refused(&mut self, i: usize, trigger: Trigger, keep: &mut Vec<Trigger>) {
         let e = &self.s.entries[i];
-        match e.cadence.policy.overlap {
+        // The job's policy: a slot of a concurrent job has `Skip` of its own.
+        match e.job_policy.overlap {
             Overlap::Skip => {
                 let (store, id) = (self.s.store.clone(), trigger.id);
                 let call = async move {
@@ -321,21 +355,27 @@ impl Engine {
     }
 
     /// Starts the run of `trigger` under `lease`, on entry `i`.
-    fn start_triggered(&mut self, i: usize, lease: Lease, trigger: &Trigger) {
+    fn start_triggered(&mut self, i: usize, mut lease: Lease, trigger: &Trigger) {
         let now = self.db_now();
         let holds_any = self.holds_any();
         let key = lease.key();
+        // The run's tick is the trigger's own instant; the lease row keeps the
+        // job's scheduled tick, untouched.
+        lease.tick = Tick::new(trigger.requested_at);
         if !self.jobs[i].on_manual(lease, trigger.id, now) {
-            // A run began meanwhile: hand the lease back, interrupted, and ask again.
+            // A run began meanwhile (cannot happen: claims are only made for idle
+            // entries); hand the lease back as it was, interrupted, and leave the
+            // trigger to be claimed again once its lease expires.
+            warn!(trigger = %trigger.id, "a triggered run found its job running here; handing its lease back");
             self.to_release
                 .push((key, crate::lease::Release::Interrupted));
-            if let Some(ctl) = &mut self.ctl {
-                ctl.waiting.push(trigger.clone());
-            }
             return;
         }
         if !holds_any {
             self.next_renew = Instant::now() + self.s.settings.renew_every;
+        }
+        if let Some(ctl) = &mut self.ctl {
+            ctl.ran_here.insert(trigger.id);
         }
         let e = &self.s.entries[i];
         info!(job = %e.name, trigger = %trigger.id, by = %trigger.by, why = %trigger.why,
@@ -370,8 +410,8 @@ impl Engine {
             };
             match gate.run("finish trigger", call).await {
                 Ok(recorded) => {
-                    debug!(trigger = %f.id, outcome = f.outcome, recorded, "triggered run recorded");
-                    self.to_release.extend(f.release);
+                    debug!(trigger = %f.id, outcome = f.outcome, recorded,
+                        "triggered run recorded, its lease handed back");
                 }
                 Err(err) => {
                     warn!(trigger = %f.id, error = %err, "recording the end of a triggered run failed; retrying");
@@ -406,8 +446,8 @@ impl Engine {
             }
             // Drop what runs of the old row: a run under way ends as it would.
             if let Some(old) = ctl.dynamic.remove(&row.name) {
+                ctl.by_name.remove(row.name.as_str());
                 for i in old.entries {
-                    ctl.retired.insert(i);
                     let mut events = Vec::new();
                     self.jobs[i].retire(&mut events);
                     super::report(
@@ -438,6 +478,8 @@ impl Engine {
                         "dynamic schedule running");
                     if let Some(ctl) = &mut self.ctl {
                         ctl.reported.remove(&row.name);
+                        let name: Arc<str> = row.name.as_str().into();
+                        ctl.by_name.insert(name, (first..first + count).collect());
                         ctl.dynamic.insert(
                             row.name.clone(),
                             Dynamic {
@@ -466,27 +508,24 @@ impl Engine {
         row: &ScheduleRow,
         now: chrono::DateTime<chrono::Utc>,
     ) -> crate::Result<Vec<crate::runtime::Entry>> {
-        let handler = self
-            .s
-            .handlers
-            .get(&row.handler)
-            .ok_or_else(|| Error::UnknownHandler {
-                handler: row.handler.clone(),
-                known: {
-                    let mut known: Vec<&str> = self.s.handlers.keys().map(String::as_str).collect();
-                    known.sort_unstable();
+        let Some(handler) = self.s.handlers.get(&row.handler) else {
+            let mut known: Vec<&str> = self.s.handlers.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return Err(Error::InvalidControl {
+                reason: format!(
+                    "this instance has no handler named {:?} (its handlers: {}); the schedule runs on instances that registered it",
+                    row.handler,
                     if known.is_empty() {
                         "none".to_owned()
                     } else {
                         known.join(", ")
                     }
-                },
-            })?;
-        let clash =
-            self.s.entries.iter().enumerate().any(|(i, e)| {
-                *e.name == row.name && !self.ctl.as_ref().is_some_and(|c| c.retired(i))
+                ),
             });
-        if clash {
+        };
+        // The row's own old entries were dropped before: a name still live here is
+        // a job registered in code.
+        if !self.entries_of(&row.name).is_empty() {
             return Err(Error::InvalidControl {
                 reason: format!(
                     "a job named {:?} is registered in code; a dynamic schedule cannot share its name",

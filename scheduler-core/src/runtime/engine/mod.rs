@@ -134,6 +134,7 @@ impl Engine {
                         every,
                         Gate::new(limit, s.observe.clone()),
                         Retry::new(s.settings.retry_base, s.settings.retry_cap),
+                        &s.entries,
                     )
                 }),
             s,

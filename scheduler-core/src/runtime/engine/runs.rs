@@ -187,15 +187,9 @@ impl Engine {
                 attempt: running.attempt,
             },
         );
-        let release = (!running.lost).then(|| {
-            let how = if interrupted {
-                Release::Interrupted
-            } else {
-                Release::Completed
-            };
-            (running.lease.key(), how)
-        });
-        // A triggered run's end is recorded first, and its lease released after.
+        // A triggered run's end is recorded, and its lease handed back, in one
+        // store call: the job's row gets back the completion it had before the
+        // claim, whatever the run did.
         if let Some(id) = running.trigger
             && let Some(ctl) = &mut self.ctl
         {
@@ -207,10 +201,16 @@ impl Engine {
                     .as_ref()
                     .err()
                     .map(|e| crate::error::error_chain(&**e)),
-                release,
             });
             return;
         }
-        self.to_release.extend(release);
+        if !running.lost {
+            let how = if interrupted {
+                Release::Interrupted
+            } else {
+                Release::Completed
+            };
+            self.to_release.push((running.lease.key(), how));
+        }
     }
 }
