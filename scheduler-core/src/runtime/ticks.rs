@@ -2018,4 +2018,127 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_paused_take_drops_the_tick_as_paused_not_missed() {
+        let (mut j, c, mut ev) = started();
+        let (tick, _) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_paused(&mut ev);
+        assert_eq!(ev, [TickEvent::Paused { tick }]);
+        ev.clear();
+        // Nothing due until the next tick; the dropped one is not reported again.
+        assert_eq!(j.due(&c, ms(1_005_000), Z, &mut ev), None);
+        assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(
+            j.due(&c, ms(1_010_000), Z, &mut ev).map(|(t, _)| t.at()),
+            Some(at(1_010))
+        );
+    }
+
+    #[test]
+    fn a_take_unanswered_then_paused_releases_its_holder() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_unanswered();
+        j.on_paused(&mut ev);
+        assert_eq!(
+            ev,
+            [
+                TickEvent::Abandoned { tick, holder },
+                TickEvent::Paused { tick }
+            ]
+        );
+    }
+
+    fn resumed(policy: CatchUp) -> Vec<i64> {
+        let mut c = every(10, Some(2));
+        c.policy = Policy::default().catch_up(policy);
+        let mut j = JobTicks::default();
+        j.start(&c, ms(1_000_500));
+        let mut ev = Vec::new();
+        // The start-up tick is paused; then paused until 1,055.5 s.
+        j.due(&c, ms(1_000_500), Z, &mut ev);
+        j.on_paused(&mut ev);
+        j.due(&c, ms(1_055_000), Z, &mut ev);
+        while j.pending.is_some() {
+            j.on_paused(&mut ev);
+            j.due(&c, ms(1_055_000), Z, &mut ev);
+        }
+        j.on_resumed(&c, at(1_000), ms(1_055_500));
+        let mut ticks = Vec::new();
+        while let Some((tick, _)) = j.due(&c, ms(1_055_600), Z, &mut ev) {
+            ticks.push(tick.at().timestamp());
+            j.pending = None;
+        }
+        ticks
+    }
+
+    #[test]
+    fn a_resume_catches_up_the_ticks_paused_over_as_the_policy_says() {
+        // Ticks 1,000 … 1,050 were paused over (a 2 s window each: long closed).
+        assert_eq!(resumed(CatchUp::Latest), [1_050]);
+        assert_eq!(resumed(CatchUp::All { max: 3 }), [1_030, 1_040, 1_050]);
+        assert!(resumed(CatchUp::Skip).is_empty());
+    }
+
+    #[test]
+    fn a_resume_adds_nothing_while_a_tick_waits() {
+        let (mut j, c, mut ev) = started();
+        let (tick, _) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_resumed(&c, at(900), ms(1_000_600));
+        assert_eq!(
+            j.due(&c, ms(1_000_600), Z, &mut ev).map(|(t, _)| t),
+            Some(tick)
+        );
+        assert!(j.backlog.is_empty());
+    }
+
+    #[test]
+    fn a_retired_job_takes_no_tick_and_releases_an_unanswered_take() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_unanswered();
+        j.retire(&mut ev);
+        assert_eq!(ev, [TickEvent::Abandoned { tick, holder }]);
+        assert_eq!(j.due(&c, ms(2_000_000), Z, &mut ev), None);
+        assert_eq!(j.next_wake(Z), None);
+    }
+
+    #[test]
+    fn a_schedule_changed_at_noon_does_not_catch_up_its_morning_tick() {
+        let c = every(10, Some(60));
+        let mut j = JobTicks::default();
+        // Ticks at 1,000 … 1,050 are within the window at 1,055.5 s, the latest due
+        // at once — unless the row changed after it.
+        j.start_after(&c, Some(ms(1_052_000)), ms(1_055_500));
+        let mut ev = Vec::new();
+        assert_eq!(j.due(&c, ms(1_055_500), Z, &mut ev), None);
+        assert_eq!(
+            j.due(&c, ms(1_060_000), Z, &mut ev).map(|(t, _)| t.at()),
+            Some(at(1_060))
+        );
+        let mut k = JobTicks::default();
+        k.start_after(&c, Some(ms(1_049_000)), ms(1_055_500));
+        assert_eq!(
+            k.due(&c, ms(1_055_500), Z, &mut ev).map(|(t, _)| t.at()),
+            Some(at(1_050))
+        );
+    }
+
+    #[test]
+    fn a_manual_run_holds_the_job_and_is_refused_while_one_runs() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        let trigger = crate::control::TriggerId(7);
+        assert!(j.on_manual(lease(tick, holder.clone()), trigger, ms(1_000_600)));
+        assert_eq!(j.running().map(|r| r.trigger), Some(Some(trigger)));
+        assert!(!j.on_manual(lease(tick, holder), trigger, ms(1_000_700)));
+        // A tick due meanwhile meets it as the overlap policy says (skip).
+        j.due(&c, ms(1_010_000), Z, &mut ev);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, TickEvent::SkippedOverlap { .. })),
+            "{ev:?}"
+        );
+    }
 }
