@@ -577,7 +577,17 @@ impl JobTicks {
         self.next = None;
         self.backlog.clear();
         self.buffered = None;
-        self.drop_pending(events);
+        // A tick waiting to start is not run by this entry: reported missed (the
+        // changed row's new entry starts after the change).
+        if let Some(old) = self.drop_pending(events)
+            && !old.refused
+        {
+            events.push(TickEvent::Missed {
+                tick: old.tick,
+                count: 1,
+                superseded: false,
+            });
+        }
     }
 
     /// The store refused the pending tick; `held` is the lease's row as the take saw
@@ -2099,7 +2109,17 @@ mod tests {
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_unanswered();
         j.retire(&mut ev);
-        assert_eq!(ev, [TickEvent::Abandoned { tick, holder }]);
+        assert_eq!(
+            ev,
+            [
+                TickEvent::Abandoned { tick, holder },
+                TickEvent::Missed {
+                    tick,
+                    count: 1,
+                    superseded: false
+                }
+            ]
+        );
         assert_eq!(j.due(&c, ms(2_000_000), Z, &mut ev), None);
         assert_eq!(j.next_wake(Z), None);
     }

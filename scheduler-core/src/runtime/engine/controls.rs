@@ -283,7 +283,14 @@ impl Engine {
                     break;
                 }
                 Claim::Refused => {
+                    // A node-scoped job's trigger that names no node may run on
+                    // any node: one node's busy lease does not decide it.
+                    let any_node = trigger.node.is_none()
+                        && entries
+                            .first()
+                            .is_some_and(|&i| self.s.entries[i].scope == crate::job::Scope::Node);
                     if matches!(trigger.state, TriggerState::Pending)
+                        && !any_node
                         && let Some(&first) = entries.first()
                     {
                         self.trigger_refused(first, trigger, &mut keep).await;
