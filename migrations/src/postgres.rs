@@ -109,7 +109,9 @@ pub(crate) fn add_cancel_tick(table: &TableName) -> Vec<String> {
 /// - `t_controls`: one row per paused (or once paused) job, per node or for every
 ///   node (`node = ''`); the batched take refuses a job whose row says `paused`;
 /// - `t_audit`: every control applied — who (`actor`), when, why;
-/// - `t_triggers`: runs asked for now, `pending` → `running` → `done`;
+/// - `t_triggers`: runs asked for now, `pending` → `running` → `done`; a claim keeps
+///   the job's lease row's `released_at` from before it (`prev_released_at`), which
+///   the finish puts back, so a triggered run never changes the tick's completion;
 /// - `t_schedules`: dynamic schedules, bound by `handler` to code the app registered;
 ///   a removed one stays as a tombstone (`removed`) so polling instances drop it;
 /// - `t_handlers`: the handlers each node registered (what a schedule is checked
@@ -172,7 +174,8 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 started_at   timestamptz,
                 finished_at  timestamptz,
                 outcome      text,
-                error        text
+                error        text,
+                prev_released_at timestamptz
             )"
         ),
         format!("CREATE INDEX IF NOT EXISTS {open} ON {triggers} (id) WHERE state <> 'done'"),

@@ -107,7 +107,8 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
                 started_at   INTEGER,
                 finished_at  INTEGER,
                 outcome      TEXT,
-                error        TEXT
+                error        TEXT,
+                prev_released_at INTEGER
             ) STRICT"
         ),
         format!("CREATE INDEX IF NOT EXISTS {open} ON {triggers} (id) WHERE state <> 'done'"),

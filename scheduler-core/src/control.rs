@@ -11,7 +11,10 @@
 //! - a **trigger** is one extra run of a job under the job's own lease, exactly once
 //!   in the cluster: the instance that claims it ([`Controls::claim_trigger`]) takes
 //!   the lease when it is free (so the job's overlap policy holds), and the run's
-//!   tick is the instant it was requested;
+//!   tick is the instant it was requested. It never touches the job's scheduled
+//!   ticks: the lease keeps its tick, and the trigger's finish
+//!   ([`Controls::finish_trigger`]) hands the lease back completed or not as it was
+//!   before the claim;
 //! - a **dynamic schedule** ([`ScheduleRow`]) is a job defined by a row, bound to a
 //!   handler the app registered by name.
 //!
@@ -513,12 +516,27 @@ pub trait Controls: Send + Sync + fmt::Debug {
     async fn trigger_status(&self, id: TriggerId) -> Result<Option<Trigger>>;
 
     /// Claims trigger `id` for a run under lease `lease` as `holder`, in one
-    /// statement: when the trigger is pending (or its claimant's lease expired
-    /// unreleased, or was taken since by another holder: the claimant ended without
-    /// finishing it) and the lease is free — expired or released, whatever its tick —
-    /// takes the lease (a new fencing token; its tick becomes the trigger's instant
-    /// unless a later one was taken) and marks the trigger running. `None`: someone
-    /// else claimed it, or the lease is held (the job runs).
+    /// statement: when the trigger is claimable and the lease is free, takes the
+    /// lease and marks the trigger running under `holder`. `None`: someone else
+    /// claimed it, or the lease is held (the job runs).
+    ///
+    /// - **Claimable**: pending; or running under this same lease name while its
+    ///   claimant no longer holds it (the lease expired unreleased, or was taken since
+    ///   by another holder: the claimant ended without finishing it).
+    /// - **Free**: the lease row is absent, or expired or released (`expires_at` is
+    ///   past), whatever its tick.
+    /// - **Taken**: the row gets `holder`, a new fencing token (the next one; 1 for a
+    ///   new row), `ttl` from now, and is no longer released; **its tick is left as
+    ///   it was** (a new row gets 1970-01-01T00:00:00Z, earlier than any real tick),
+    ///   so a scheduled tick due but not yet taken is still taken after the run, and
+    ///   one that ran stays done. The trigger keeps the row's completion from before
+    ///   the claim (from before its first claim, when it takes over a vanished
+    ///   claimant's lease), which [`finish_trigger`](Self::finish_trigger) puts back.
+    ///
+    /// The returned [`Lease`]'s tick is the row's, not the run's: the run's tick is
+    /// the trigger's [`requested_at`](Trigger::requested_at). The lease is renewed
+    /// like any other, and given back by [`finish_trigger`](Self::finish_trigger),
+    /// never by [`Store::release`](crate::Store::release).
     async fn claim_trigger(
         &self,
         id: TriggerId,
@@ -528,10 +546,16 @@ pub trait Controls: Send + Sync + fmt::Debug {
     ) -> Result<Option<Lease>>;
 
     /// Records the end of trigger `id`: `outcome` (`succeeded`, `failed`, `skipped`, …)
-    /// and the error's text. A trigger that is pending (refused before a claim) or
-    /// held by `holder` is ended; any other is left alone (returns `false`). A
-    /// claimant finishes its trigger before it releases the run's lease: once the
-    /// lease has passed to another holder, an unfinished trigger may be claimed again.
+    /// and the error's text, and gives its lease back, in one statement.
+    ///
+    /// A trigger that is pending (refused before a claim; `holder` is `None`) or
+    /// running under `holder` is ended; any other is left alone (returns `false`).
+    /// With `holder`, the lease the trigger was claimed under, if `holder` still holds
+    /// it, is handed back as the claim found it: released as completed again if it
+    /// was (a tick that ran stays done), unreleased if not (a tick not yet run, or
+    /// not finished, may still be taken), and expired now. A claimant finishes its
+    /// trigger instead of releasing the run's lease; once the lease has passed to
+    /// another holder, an unfinished trigger may be claimed again.
     async fn finish_trigger(
         &self,
         id: TriggerId,

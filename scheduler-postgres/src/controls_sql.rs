@@ -29,9 +29,11 @@ pub(crate) struct ControlSql {
     pub(crate) trigger: String,
     /// `$1` id: the trigger, if any.
     pub(crate) trigger_status: String,
-    /// `$1` id, `$2` lease, `$3` holder, `$4` ttl in ms: the lease taken, if any.
+    /// `$1` id, `$2` lease, `$3` holder, `$4` ttl in ms: the lease taken (its tick
+    /// left as it was), if any.
     pub(crate) claim: String,
-    /// `$1` id, `$2` holder (NULL: pending), `$3` outcome, `$4` error: the id, if ended.
+    /// `$1` id, `$2` holder (NULL: pending), `$3` outcome, `$4` error: the id, if ended
+    /// (the claimant's lease given back as the claim found it).
     pub(crate) finish: String,
     /// `$1` before (id), `$2` limit.
     pub(crate) history: String,
@@ -149,38 +151,59 @@ impl ControlSql {
         //   (expired unreleased, or the row taken by another holder since): a claim
         //   under another lease name is never taken over, so two claimers of one
         //   trigger always compete for one lease row;
-        // - `lease` takes that lease row when it is free (expired or released, whatever
-        //   its tick), inserted when absent. `ON CONFLICT … WHERE` reads the newest
-        //   row, so of claimers that all found the trigger claimable only the first
-        //   gets the lease: exactly once. A lease held in the statement's snapshot is
-        //   not asked for at all (no row lock, no WAL for a losing claim);
+        // - `found` locks that lease row when it is free (expired or released,
+        //   whatever its tick). A row free in the statement's snapshot is locked and
+        //   read again as committed (`FOR UPDATE` under READ COMMITTED): of claimers
+        //   that all found the trigger claimable only the first gets the lease, and
+        //   the completion it keeps is the row's as it took it, not as the snapshot
+        //   saw it (a release that committed meanwhile counts). A lease held in the
+        //   snapshot is not asked for at all (no row lock, no WAL for a losing claim);
+        // - `taken` takes it for the new holder with the next token, its tick left
+        //   as it is; `added` inserts the row when there is none, with a tick earlier
+        //   than any real one (a row inserted meanwhile: no claim). Each returns the
+        //   completion to put back at the finish: the row's `released_at`, or, when
+        //   the row is still the vanished claimant's acquisition, the one that claim
+        //   kept;
         // - `claimed` marks the trigger running under the new holder, only if the
         //   lease was taken; the version is bumped after.
         let claim = format!(
             "WITH tr AS ( \
-               SELECT tg.id, tg.requested_at FROM {triggers} tg \
+               SELECT tg.id, tg.holder, tg.prev_released_at FROM {triggers} tg \
                WHERE tg.id = $1 AND (tg.state = 'pending' OR ( \
                  tg.state = 'running' AND tg.lease = $2 AND NOT EXISTS ( \
                    SELECT 1 FROM {t} c WHERE c.name = tg.lease AND c.holder = tg.holder \
                      AND (c.expires_at > now() OR c.released_at IS NOT NULL) \
                  ))) \
                FOR UPDATE OF tg \
-             ), lease AS ( \
-               INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
-               SELECT $2, $3, tr.requested_at, 1, now(), \
+             ), found AS MATERIALIZED ( \
+               SELECT f.name, f.holder, f.released_at FROM {t} f \
+               WHERE f.name = $2 AND f.expires_at <= now() AND EXISTS (SELECT 1 FROM tr) \
+               FOR UPDATE OF f \
+             ), taken AS ( \
+               UPDATE {t} l \
+                 SET holder = $3, token = l.token + 1, taken_at = now(), \
+                     expires_at = now() + $4::bigint * interval '1 millisecond', \
+                     released_at = NULL \
+               FROM found, tr \
+               WHERE l.name = found.name AND l.expires_at <= now() \
+               RETURNING l.name, l.holder, l.tick, l.token, l.expires_at, \
+                 CASE WHEN found.holder = tr.holder THEN tr.prev_released_at \
+                      ELSE found.released_at END AS prev_released_at \
+             ), added AS ( \
+               INSERT INTO {t} (name, holder, tick, token, taken_at, expires_at, released_at) \
+               SELECT $2, $3, timestamptz '1970-01-01 00:00:00+00', 1, now(), \
                       now() + $4::bigint * interval '1 millisecond', NULL \
                FROM tr \
-               WHERE NOT EXISTS (SELECT 1 FROM {t} h WHERE h.name = $2 AND h.expires_at > now()) \
-               ON CONFLICT (name) DO UPDATE \
-                 SET holder = excluded.holder, tick = GREATEST(l.tick, excluded.tick), \
-                     token = l.token + 1, taken_at = excluded.taken_at, \
-                     expires_at = excluded.expires_at, released_at = NULL \
-                 WHERE l.expires_at <= now() \
-               RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
+               WHERE NOT EXISTS (SELECT 1 FROM {t} h WHERE h.name = $2) \
+               ON CONFLICT (name) DO NOTHING \
+               RETURNING name, holder, tick, token, expires_at, \
+                 NULL::timestamptz AS prev_released_at \
+             ), lease AS ( \
+               SELECT * FROM taken UNION ALL SELECT * FROM added \
              ), claimed AS ( \
                UPDATE {triggers} tg \
                  SET state = 'running', holder = lease.holder, lease = lease.name, \
-                     started_at = now() \
+                     started_at = now(), prev_released_at = lease.prev_released_at \
                FROM lease WHERE tg.id = $1 \
                RETURNING tg.id \
              ), v AS ( \
@@ -190,13 +213,25 @@ impl ControlSql {
              SELECT lease.name, lease.holder, lease.tick, lease.token, lease.expires_at \
              FROM lease JOIN claimed ON true"
         );
+        // The finish, in one statement: `f` ends the trigger (pending, asked without
+        // a holder; or running under the holder asking), then `back` gives its lease
+        // back when that holder still holds it: expired now, and released as the claim
+        // found it (`prev_released_at`), so a tick that ran stays done and one that
+        // did not may still be taken. The trigger row is locked before the lease row,
+        // as in the claim.
         let finish = format!(
             "WITH f AS ( \
                UPDATE {triggers} \
                  SET state = 'done', outcome = $3, error = $4, finished_at = now() \
                WHERE id = $1 AND ((state = 'pending' AND $2::text IS NULL) \
                                   OR (state = 'running' AND holder = $2::text)) \
-               RETURNING id \
+               RETURNING id, lease, prev_released_at \
+             ), back AS ( \
+               UPDATE {t} l \
+                 SET released_at = f.prev_released_at, \
+                     expires_at = LEAST(l.expires_at, now()) \
+               FROM f WHERE l.name = f.lease AND l.holder = $2::text \
+               RETURNING l.name \
              ), v AS ( \
                UPDATE {version} SET version = version + 1 \
                WHERE id = 1 AND EXISTS (SELECT 1 FROM f) \

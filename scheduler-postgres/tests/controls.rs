@@ -360,8 +360,9 @@ async fn a_trigger_is_claimed_exactly_once_and_runs_under_the_jobs_lease() {
     let (holder, lease) = claims.pop().expect("one claim");
     assert_eq!(lease.holder, holder);
     assert_eq!(lease.token.get(), token_before + 1);
-    // The run's tick is the instant it was asked for (later than the last tick).
-    assert_eq!(lease.tick.at(), trigger.requested_at);
+    // The lease keeps its tick: a triggered run's tick is the trigger's instant, and
+    // never a scheduled tick's.
+    assert_eq!(lease.tick, t0);
     let Some(TriggerState::Running {
         holder: running, ..
     }) = c
@@ -394,15 +395,12 @@ async fn a_trigger_is_claimed_exactly_once_and_runs_under_the_jobs_lease() {
             .await
             .expect("finish")
     );
+    // Its finish gives the lease back: the scheduled tick that waited is free.
     assert!(
         c.finish_trigger(trigger.id, Some(&holder), "ran", None)
             .await
             .expect("finish")
     );
-    stores[0]
-        .release(&[lease.key()], Release::Completed)
-        .await
-        .expect("release");
     let Some(TriggerState::Done { outcome, error, .. }) = c
         .trigger_status(trigger.id)
         .await
@@ -419,9 +417,8 @@ async fn a_trigger_is_claimed_exactly_once_and_runs_under_the_jobs_lease() {
             .expect("claim")
             .is_none()
     );
-    // The next scheduled tick takes the lease with the next token.
-    let t2 = tick(&stores[0], 1).await;
-    let next = take(&stores[0], "payout", "payout", "a", t2).await;
+    // The scheduled tick that waited takes the lease with the next token.
+    let next = take(&stores[0], "payout", "payout", "a", t1).await;
     assert_eq!(won(&next), ["payout"]);
     assert_eq!(next.won[0].token.get(), lease.token.get() + 1);
 
@@ -467,7 +464,7 @@ async fn a_trigger_waits_for_the_running_tick_and_is_claimed_again_after_its_cla
         .await
         .expect("release");
 
-    // Free: claimed, and the lease keeps the later tick.
+    // Free: claimed, and the lease keeps its tick.
     let first = Holder::generate();
     let claimed = c
         .claim_trigger(trigger.id, &name("export"), &first, ttl())

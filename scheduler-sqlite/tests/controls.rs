@@ -82,6 +82,34 @@ async fn triggers_finish_once_and_report_their_state() {
 }
 
 #[tokio::test]
+async fn a_trigger_leaves_a_due_tick_takeable() {
+    let dir = TempDir::new("trigger-due");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_trigger_leaves_a_due_tick_takeable(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
+async fn a_trigger_leaves_a_completed_tick_completed() {
+    let dir = TempDir::new("trigger-after");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_trigger_leaves_a_completed_tick_completed(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
+async fn a_trigger_on_a_new_lease_leaves_the_first_tick_takeable() {
+    let dir = TempDir::new("trigger-new");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
+async fn a_finish_gives_the_lease_back_to_its_holder_only() {
+    let dir = TempDir::new("trigger-give-back");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::finish_gives_the_lease_back_to_its_holder_only(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn poll_sees_each_change_and_nothing_else() {
     let dir = TempDir::new("poll");
     let s = instances(&dir.join("leases.db"), 2).await;

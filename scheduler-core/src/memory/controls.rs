@@ -39,7 +39,11 @@ struct ControlRow {
 #[derive(Debug, Clone)]
 struct TriggerRow {
     trigger: Trigger,
+    /// The lease it was claimed under.
     lease: Option<LeaseName>,
+    /// Whether that lease's row was released as completed before the claim (what
+    /// the finish puts back: a SQL store's `prev_released_at`).
+    prev_completed: bool,
 }
 
 impl Tables {
@@ -152,6 +156,7 @@ impl Controls for MemoryStore {
         t.triggers.push(TriggerRow {
             trigger: trigger.clone(),
             lease: None,
+            prev_completed: false,
         });
         t.record(now, req, ControlAction::Trigger, trigger.id.to_string());
         Ok(trigger)
@@ -179,37 +184,55 @@ impl Controls for MemoryStore {
         let Some(trigger) = t.triggers.iter_mut().find(|r| r.trigger.id == id) else {
             return Ok(None);
         };
+        // Pending, or running under this very lease while its claimant no longer
+        // holds it (expired unreleased, or taken since by another holder).
         let claimable = match &trigger.trigger.state {
             TriggerState::Pending => true,
-            TriggerState::Running { holder: was, .. } => trigger
-                .lease
-                .as_ref()
-                .and_then(|l| rows.get(l))
-                .is_none_or(|row| row.holder != *was || (row.expires_at <= now && !row.completed)),
+            TriggerState::Running { holder: was, .. } => {
+                trigger.lease.as_ref() == Some(lease_name)
+                    && rows.get(lease_name).is_none_or(|row| {
+                        row.holder != *was || (row.expires_at <= now && !row.completed)
+                    })
+            }
             _ => false,
         };
         if !claimable {
             return Ok(None);
         }
-        let requested = Tick::new(trigger.trigger.requested_at);
-        let row = match rows.get(lease_name) {
+        let (row, prev_completed) = match rows.get(lease_name) {
             Some(row) if row.expires_at > now => return Ok(None),
-            Some(row) => Row {
-                holder: holder.clone(),
-                tick: row.tick.max(requested),
-                token: FencingToken::new(row.token.get() + 1),
-                expires_at: now + delta(ttl),
-                completed: false,
-                cancel_tick: row.cancel_tick,
-            },
-            None => Row {
-                holder: holder.clone(),
-                tick: requested,
-                token: FencingToken::new(1),
-                expires_at: now + delta(ttl),
-                completed: false,
-                cancel_tick: None,
-            },
+            Some(row) => {
+                // The row's completion before this claim; while the row is still the
+                // vanished claimant's acquisition, the completion from before its claim.
+                let prev = match &trigger.trigger.state {
+                    TriggerState::Running { holder: was, .. } if row.holder == *was => {
+                        trigger.prev_completed
+                    }
+                    _ => row.completed,
+                };
+                let row = Row {
+                    holder: holder.clone(),
+                    // The scheduled tick is the row's, untouched.
+                    tick: row.tick,
+                    token: FencingToken::new(row.token.get() + 1),
+                    expires_at: now + delta(ttl),
+                    completed: false,
+                    cancel_tick: row.cancel_tick,
+                };
+                (row, prev)
+            }
+            None => {
+                let row = Row {
+                    holder: holder.clone(),
+                    // Earlier than any real tick.
+                    tick: Tick::new(DateTime::UNIX_EPOCH),
+                    token: FencingToken::new(1),
+                    expires_at: now + delta(ttl),
+                    completed: false,
+                    cancel_tick: None,
+                };
+                (row, false)
+            }
         };
         let granted = lease(lease_name, &row);
         rows.insert(lease_name.clone(), row);
@@ -218,6 +241,7 @@ impl Controls for MemoryStore {
             started_at: now,
         };
         trigger.lease = Some(lease_name.clone());
+        trigger.prev_completed = prev_completed;
         t.version += 1;
         Ok(Some(granted))
     }
@@ -230,6 +254,7 @@ impl Controls for MemoryStore {
         error: Option<&str>,
     ) -> Result<bool> {
         let now = self.call()?;
+        let mut rows = self.lock();
         let mut t = self.tables();
         let Some(trigger) = t.triggers.iter_mut().find(|r| r.trigger.id == id) else {
             return Ok(false);
@@ -239,15 +264,24 @@ impl Controls for MemoryStore {
             (TriggerState::Running { holder: was, .. }, Some(h)) => was == h,
             _ => false,
         };
-        if mine {
-            trigger.trigger.state = TriggerState::Done {
-                outcome: outcome.to_owned(),
-                error: error.map(str::to_owned),
-                finished_at: now,
-            };
-            t.version += 1;
+        if !mine {
+            return Ok(false);
         }
-        Ok(mine)
+        trigger.trigger.state = TriggerState::Done {
+            outcome: outcome.to_owned(),
+            error: error.map(str::to_owned),
+            finished_at: now,
+        };
+        // The claimant's lease, if it still holds it, given back as the claim found it.
+        if let (Some(h), Some(name)) = (holder, &trigger.lease)
+            && let Some(row) = rows.get_mut(name)
+            && row.holder == *h
+        {
+            row.completed = trigger.prev_completed;
+            row.expires_at = row.expires_at.min(now);
+        }
+        t.version += 1;
+        Ok(true)
     }
 
     async fn control_history(&self, job: Option<&str>, page: Page) -> Result<Vec<ControlRecord>> {

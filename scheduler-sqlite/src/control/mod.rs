@@ -100,10 +100,6 @@ fn node_of(node: String) -> Option<String> {
     Some(node).filter(|n| !n.is_empty())
 }
 
-fn micros(at: DateTime<Utc>) -> Value {
-    at.timestamp_micros().into()
-}
-
 fn page_values(page: Page) -> [Value; 2] {
     [page.before.into(), i64::from(page.limit).into()]
 }
@@ -402,11 +398,10 @@ impl Controls for SqliteStore {
         let Some(trigger) = claimable.first() else {
             return Ok(None);
         };
-        let requested_at = time(trigger, "requested_at", OP)?;
+        let prev_released_at: Option<i64> = get(trigger, "prev_released_at", OP)?;
         let values = vec![
             lease.as_str().to_owned().into(),
             holder.as_str().to_owned().into(),
-            micros(requested_at),
             ttl.as_millis().into(),
         ];
         let won = rows(self, &txn, OP, &self.control.claim_lease, values).await?;
@@ -425,6 +420,7 @@ impl Controls for SqliteStore {
             id.0.into(),
             holder.as_str().to_owned().into(),
             lease.name.as_str().to_owned().into(),
+            prev_released_at.into(),
         ];
         rows(self, &txn, OP, &self.control.claim_mark, values).await?;
         self.bump(&txn, OP).await?;
@@ -443,9 +439,19 @@ impl Controls for SqliteStore {
     ) -> scheduler_core::Result<bool> {
         const OP: &str = "finish a trigger";
         let (_turn, txn) = self.begin_write(OP).await?;
+        let holder: Value = holder.map(|h| h.as_str().to_owned()).into();
+        // The lease first, while the trigger still says who runs it.
+        rows(
+            self,
+            &txn,
+            OP,
+            &self.control.give_back,
+            vec![id.0.into(), holder.clone()],
+        )
+        .await?;
         let values = vec![
             id.0.into(),
-            holder.map(|h| h.as_str().to_owned()).into(),
+            holder,
             outcome.to_owned().into(),
             error.map(str::to_owned).into(),
         ];

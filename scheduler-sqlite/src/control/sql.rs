@@ -35,6 +35,7 @@ pub(crate) struct ControlSql {
     pub(crate) claimable: String,
     pub(crate) claim_lease: String,
     pub(crate) claim_mark: String,
+    pub(crate) give_back: String,
     pub(crate) finish: String,
     pub(crate) history: String,
     pub(crate) history_of_job: String,
@@ -105,36 +106,54 @@ impl ControlSql {
             // unreleased (it vanished mid-run), or since taken by another holder. A
             // claimant that released its lease as completed keeps it (its finish is
             // on its way). A claim under another lease name is never taken over, as
-            // on PostgreSQL.
+            // on PostgreSQL. Also read: the lease row's completion to put back at the
+            // finish (`prev_released_at`): the row's, or, while the row is still the
+            // vanished claimant's acquisition, the one its claim kept (the statements
+            // after it run in the same write transaction, so the row stays as read).
             claimable: format!(
-                "SELECT t.requested_at FROM {triggers} AS t \
+                "SELECT CASE WHEN l.holder = t.holder THEN t.prev_released_at \
+                        ELSE l.released_at END AS prev_released_at \
+                 FROM {triggers} AS t LEFT JOIN {leases} AS l ON l.name = ?2 \
                  WHERE t.id = ?1 AND (t.state = 'pending' OR (t.state = 'running' AND t.lease = ?2 AND NOT EXISTS ( \
-                   SELECT 1 FROM {leases} AS l \
-                   WHERE l.name = t.lease AND l.holder = t.holder \
-                     AND (l.released_at IS NOT NULL OR l.expires_at > {NOW}))))"
+                   SELECT 1 FROM {leases} AS c \
+                   WHERE c.name = t.lease AND c.holder = t.holder \
+                     AND (c.released_at IS NOT NULL OR c.expires_at > {NOW}))))"
             ),
             // The job's lease when it is free — expired or released, whatever its
-            // tick — with a new token; its tick the trigger's instant (`?3`) unless
-            // a later one was taken.
+            // tick — with a new token; its tick left as it is (a new row's is 0,
+            // 1970-01-01, earlier than any real tick).
             claim_lease: format!(
                 "INSERT INTO {leases} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
-                 VALUES (?1, ?2, ?3, 1, {NOW}, {NOW} + ?4 * 1000, NULL) \
+                 VALUES (?1, ?2, 0, 1, {NOW}, {NOW} + ?3 * 1000, NULL) \
                  ON CONFLICT (name) DO UPDATE \
-                   SET holder = excluded.holder, tick = max(l.tick, excluded.tick), \
-                       token = l.token + 1, taken_at = excluded.taken_at, \
-                       expires_at = excluded.expires_at, released_at = NULL \
+                   SET holder = excluded.holder, token = l.token + 1, \
+                       taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
+                       released_at = NULL \
                    WHERE l.expires_at <= {NOW} \
                  RETURNING name, holder, tick, token, expires_at"
             ),
             claim_mark: format!(
                 "UPDATE {triggers} SET state = 'running', holder = ?2, lease = ?3, \
-                   started_at = {NOW}, finished_at = NULL, outcome = NULL, error = NULL \
+                   started_at = {NOW}, finished_at = NULL, outcome = NULL, error = NULL, \
+                   prev_released_at = ?4 \
                  WHERE id = ?1"
+            ),
+            // Before the finish, in its transaction: the lease of trigger `?1`,
+            // running under `?2`, if `?2` still holds it, given back as the claim
+            // found it (released as completed or not) and expired now.
+            give_back: format!(
+                "UPDATE {leases} \
+                 SET released_at = (SELECT t.prev_released_at FROM {triggers} AS t WHERE t.id = ?1), \
+                     expires_at = min(expires_at, {NOW}) \
+                 WHERE holder = ?2 AND name = ( \
+                   SELECT t.lease FROM {triggers} AS t \
+                   WHERE t.id = ?1 AND t.state = 'running' AND t.holder = ?2)"
             ),
             // `?2` the claimant, or `NULL`: only a pending trigger.
             finish: format!(
                 "UPDATE {triggers} SET state = 'done', outcome = ?3, error = ?4, finished_at = {NOW} \
-                 WHERE id = ?1 AND (state = 'pending' OR (state = 'running' AND holder = ?2)) \
+                 WHERE id = ?1 AND ((state = 'pending' AND ?2 IS NULL) \
+                                    OR (state = 'running' AND holder = ?2)) \
                  RETURNING id"
             ),
             // `?1` the id to page before (`NULL`: the newest), `?2` the limit; of one

@@ -10,8 +10,9 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
-    ControlAction, ControlRequest, ControlState, Controls, Error, Holder, LeaseName, LeaseRow,
-    Page, Release, ScheduleRow, Scope, Store, TakeRequest, Tick, TriggerId, TriggerState,
+    ControlAction, ControlRequest, ControlState, Controls, Error, Holder, Lease, LeaseName,
+    LeaseRow, Page, Release, ScheduleRow, Scope, Store, TakeRequest, Taken, Tick, TriggerId,
+    TriggerState,
 };
 use tokio::task::JoinSet;
 
@@ -337,8 +338,8 @@ pub async fn history_records_who_when_why(a: &SharedStore) {
 }
 
 /// Of 8 instances claiming one trigger at once, exactly one gets it: it takes the
-/// job's lease (absent until then) for the trigger's instant, and the trigger runs
-/// under its holder.
+/// job's lease (absent until then: created with the first token and a tick earlier
+/// than any real one), and the trigger runs under its holder.
 pub async fn trigger_is_claimed_exactly_once(stores: &[SharedStore]) {
     assert!(!stores.is_empty());
     let job = "ctl-trigger-once";
@@ -377,7 +378,11 @@ pub async fn trigger_is_claimed_exactly_once(stores: &[SharedStore]) {
     assert_eq!(won.len(), 1, "{won:?}");
     let claimed = &won[0];
     assert_eq!(claimed.name, lease);
-    assert_eq!(claimed.tick, Tick::new(trigger.requested_at));
+    assert_eq!(
+        (claimed.tick, claimed.token.get()),
+        (before_any_tick(), 1),
+        "not the trigger's instant: the lease's tick is never a trigger's"
+    );
     let status = controls(&stores[0])
         .trigger_status(trigger.id)
         .await
@@ -396,7 +401,7 @@ pub async fn trigger_is_claimed_exactly_once(stores: &[SharedStore]) {
 
 /// A trigger waits while the job's lease is held (the job runs): the claim is
 /// refused and changes nothing. Once the lease is released the claim takes it with a
-/// new token, keeping the later tick the lease was taken for.
+/// new token, its tick left as it was.
 pub async fn claim_waits_for_a_held_lease(a: &SharedStore, b: &SharedStore) {
     let job = "ctl-trigger-held";
     let lease = name(job);
@@ -504,7 +509,7 @@ pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b:
     // Taken since by another holder: a tick of the job ran after the claimant's
     // lease expired.
     wait_until(a, second.expires_at).await;
-    let later = Tick::new(second.tick.at() + TimeDelta::seconds(1));
+    let later = tick(a, 0).await;
     let tick_run = a
         .take(&[TakeRequest::new(lease.clone(), later)], ttl(60_000))
         .await
@@ -630,6 +635,328 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
     assert_eq!(
         c.trigger_status(TriggerId(i64::MAX)).await.expect("status"),
         None
+    );
+}
+
+/// The tick a lease row gets when a trigger's claim creates it: earlier than any
+/// real tick.
+fn before_any_tick() -> Tick {
+    Tick::new(DateTime::UNIX_EPOCH)
+}
+
+/// Takes `lease` for `tick` alone, as a new holder.
+async fn take_tick(store: &SharedStore, lease: &LeaseName, tick: Tick) -> Taken {
+    store
+        .take(&[TakeRequest::new(lease.clone(), tick)], ttl(60_000))
+        .await
+        .expect("take")
+}
+
+/// Claims trigger `id` under `lease` as `holder`, the lease lasting `ms`.
+async fn claim(
+    store: &SharedStore,
+    id: TriggerId,
+    lease: &LeaseName,
+    holder: &Holder,
+    ms: u64,
+) -> Option<Lease> {
+    controls(store)
+        .claim_trigger(id, lease, holder, ttl(ms))
+        .await
+        .expect("claim")
+}
+
+/// A triggered run never takes a scheduled tick's place. Claimed while tick `t1` is
+/// due but not yet taken (its take late: jitter, a retry), it leaves the lease's
+/// tick as it was, and once finished `t1` is taken with the next token; claimed
+/// after `t1` was handed back unfinished, it leaves `t1` to be retried.
+pub async fn a_trigger_leaves_a_due_tick_takeable(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-due";
+    let lease = name(job);
+    // The tick before `t1` ran; `t1` is due, not yet taken.
+    let t1 = tick(a, -1).await;
+    let t0 = Tick::new(t1.at() - TimeDelta::seconds(1));
+    let ran = take_tick(a, &lease, t0).await.won.pop().expect("free");
+    a.release(&[ran.key()], Release::Completed)
+        .await
+        .expect("release");
+    // The trigger is asked for after `t1`.
+    let trigger = controls(b)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    assert!(trigger.requested_at > t1.at());
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("the lease is free");
+    assert_eq!(claimed.tick, t0, "the lease's tick is left as it was");
+    assert_eq!(claimed.token.get(), ran.token.get() + 1);
+    let row = lease_row(a, &lease).await.expect("the lease row");
+    assert_eq!((row.tick, row.released_at), (t0.at(), None));
+    // While the triggered run holds the lease, `t1` waits.
+    let waiting = take_tick(a, &lease, t1).await;
+    assert!(waiting.won.is_empty(), "{waiting:?}");
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+            .await
+            .expect("finish")
+    );
+    // Given back: `t0` completed as it was, and free now.
+    let row = lease_row(a, &lease).await.expect("the lease row");
+    assert_eq!(row.tick, t0.at());
+    assert!(
+        row.released_at.is_some(),
+        "t0 is no longer completed: {row:?}"
+    );
+    assert!(row.expires_at <= a.now().await.expect("clock"), "{row:?}");
+    let due = take_tick(a, &lease, t1)
+        .await
+        .won
+        .pop()
+        .expect("the due tick is taken once the triggered run is finished");
+    assert_eq!(due.token.get(), claimed.token.get() + 1);
+
+    // `t1`'s run is handed back unfinished: a trigger run meanwhile leaves `t1` to
+    // be retried.
+    a.release(&[due.key()], Release::Interrupted)
+        .await
+        .expect("release");
+    let trigger = controls(b)
+        .trigger(&request(job, "bob"))
+        .await
+        .expect("trigger");
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("the lease is free");
+    assert_eq!(claimed.tick, t1);
+    assert_eq!(claimed.token.get(), due.token.get() + 1);
+    assert!(
+        controls(a)
+            .finish_trigger(trigger.id, Some(&holder), "failed", Some("boom"))
+            .await
+            .expect("finish")
+    );
+    let row = lease_row(a, &lease).await.expect("the lease row");
+    assert_eq!((row.tick, row.released_at), (t1.at(), None), "{row:?}");
+    let retried = take_tick(b, &lease, t1)
+        .await
+        .won
+        .pop()
+        .expect("an unfinished tick stays retryable");
+    assert_eq!(retried.token.get(), claimed.token.get() + 1);
+}
+
+/// A trigger claimed after tick `t` completed leaves `t` completed, however the
+/// triggered run ends (here `cancelled`): a take of `t` is refused as completed, and
+/// the next tick is taken with the next token. So it does after a second claimant
+/// took the trigger over from one that vanished mid-run.
+pub async fn a_trigger_leaves_a_completed_tick_completed(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-after";
+    let lease = name(job);
+    let t = tick(a, 0).await;
+    let ran = take_tick(a, &lease, t).await.won.pop().expect("free");
+    a.release(&[ran.key()], Release::Completed)
+        .await
+        .expect("release");
+    let trigger = controls(b)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("the lease is free");
+    assert_eq!(claimed.tick, t, "the lease's tick is left as it was");
+    assert_eq!(claimed.token.get(), ran.token.get() + 1);
+    assert!(
+        controls(b)
+            .finish_trigger(
+                trigger.id,
+                Some(&holder),
+                "cancelled",
+                Some("stopped by the operator")
+            )
+            .await
+            .expect("finish")
+    );
+    let refused_as_completed = |taken: &Taken, at: Tick| {
+        assert!(
+            taken.won.is_empty(),
+            "a completed tick ran again: {taken:?}"
+        );
+        let held = taken
+            .held
+            .iter()
+            .find(|h| h.name == lease)
+            .unwrap_or_else(|| panic!("not reported held: {taken:?}"));
+        assert_eq!((held.tick, held.completed), (at, true), "{taken:?}");
+    };
+    refused_as_completed(&take_tick(a, &lease, t).await, t);
+    let next = Tick::new(t.at() + TimeDelta::seconds(1));
+    let ran = take_tick(a, &lease, next)
+        .await
+        .won
+        .pop()
+        .expect("the next tick is free");
+    assert_eq!(ran.token.get(), claimed.token.get() + 1);
+    a.release(&[ran.key()], Release::Completed)
+        .await
+        .expect("release");
+
+    // The claimant vanishes mid-run (its lease expires unreleased); another instance
+    // claims the trigger again and finishes it: `next` stays completed.
+    let trigger = controls(b)
+        .trigger(&request(job, "bob"))
+        .await
+        .expect("trigger");
+    let (first, second) = (Holder::generate(), Holder::generate());
+    let vanished = claim(a, trigger.id, &lease, &first, 300)
+        .await
+        .expect("the lease is free");
+    wait_until(a, vanished.expires_at).await;
+    let again = claim(b, trigger.id, &lease, &second, 60_000)
+        .await
+        .expect("the claimant's lease expired");
+    assert_eq!(again.tick, next);
+    assert_eq!(again.token.get(), vanished.token.get() + 1);
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&second), "succeeded", None)
+            .await
+            .expect("finish")
+    );
+    refused_as_completed(&take_tick(b, &lease, next).await, next);
+}
+
+/// A trigger claimed on a lease never used creates its row with a tick earlier than
+/// any real one and the first token; once finished, the job's first tick is taken
+/// with the next token.
+pub async fn a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(
+    a: &SharedStore,
+    b: &SharedStore,
+) {
+    let job = "ctl-trigger-new";
+    let lease = name(job);
+    let trigger = controls(a)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("no row: free");
+    assert_eq!(
+        (claimed.tick, claimed.token.get(), &claimed.holder),
+        (before_any_tick(), 1, &holder)
+    );
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+            .await
+            .expect("finish")
+    );
+    let row = lease_row(a, &lease).await.expect("the lease row");
+    assert_eq!(
+        (row.tick, row.released_at, row.holder.as_deref()),
+        (before_any_tick().at(), None, Some(holder.as_str()))
+    );
+    assert!(row.expires_at <= a.now().await.expect("clock"), "{row:?}");
+    let first = take_tick(a, &lease, tick(a, 0).await)
+        .await
+        .won
+        .pop()
+        .expect("the first real tick is free");
+    assert_eq!(first.token.get(), 2);
+}
+
+/// The finish gives the lease back only to its claimant, and only while it still
+/// holds it: a stranger's finish, or one without a holder, ends nothing and leaves
+/// the lease held; a pending trigger is ended without a holder only; a claimant
+/// whose lease passed to another holder ends its trigger and leaves that holder's
+/// lease alone.
+pub async fn finish_gives_the_lease_back_to_its_holder_only(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-give-back";
+    let lease = name(job);
+    let c = controls(a);
+    let trigger = c.trigger(&request(job, "alice")).await.expect("trigger");
+    assert!(
+        !c.finish_trigger(trigger.id, Some(&Holder::generate()), "skipped", None)
+            .await
+            .expect("finish"),
+        "a pending trigger was ended by a holder"
+    );
+    assert_eq!(
+        c.trigger_status(trigger.id)
+            .await
+            .expect("status")
+            .map(|t| t.state),
+        Some(TriggerState::Pending)
+    );
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 2_000)
+        .await
+        .expect("free");
+    let held = lease_row(a, &lease).await.expect("the lease row");
+    for stranger in [None, Some(Holder::generate())] {
+        assert!(
+            !c.finish_trigger(trigger.id, stranger.as_ref(), "succeeded", None)
+                .await
+                .expect("finish"),
+            "ended by {stranger:?}, not its claimant"
+        );
+        assert_eq!(
+            lease_row(a, &lease).await.as_ref(),
+            Some(&held),
+            "{stranger:?}'s finish changed the lease"
+        );
+    }
+    assert!(
+        take_tick(a, &lease, tick(a, 0).await).await.won.is_empty(),
+        "the triggered run's lease was given back by a stranger"
+    );
+
+    // The claimant's lease expires and passes to a tick's run; its finish ends the
+    // trigger and leaves the tick's lease held.
+    wait_until(a, claimed.expires_at).await;
+    let t = tick(a, 1).await;
+    let running = take_tick(a, &lease, t)
+        .await
+        .won
+        .pop()
+        .expect("the expired lease is free");
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&holder), "timed_out", None)
+            .await
+            .expect("finish"),
+        "the trigger still runs under its claimant"
+    );
+    let row = lease_row(a, &lease).await.expect("the lease row");
+    assert_eq!(
+        (
+            row.holder.as_deref(),
+            row.tick,
+            row.token,
+            row.expires_at,
+            row.released_at
+        ),
+        (
+            Some(running.holder.as_str()),
+            t.at(),
+            running.token.get(),
+            running.expires_at,
+            None
+        ),
+        "the finish touched another holder's lease"
+    );
+    let renewed = a.renew(&[running.key()], ttl(60_000)).await.expect("renew");
+    assert_eq!(
+        renewed.len(),
+        1,
+        "the tick's run lost its lease: {renewed:?}"
     );
 }
 
@@ -841,6 +1168,10 @@ pub async fn all(stores: &[SharedStore]) {
     claim_waits_for_a_held_lease(a, b).await;
     claim_is_taken_over_after_the_claimant_vanished(a, b).await;
     finish_and_status(a, b).await;
+    a_trigger_leaves_a_due_tick_takeable(a, b).await;
+    a_trigger_leaves_a_completed_tick_completed(a, b).await;
+    a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(a, b).await;
+    finish_gives_the_lease_back_to_its_holder_only(a, b).await;
     poll_sees_each_change(a, b).await;
     bad_schedules_store_nothing(a).await;
 }
