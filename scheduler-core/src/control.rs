@@ -571,6 +571,24 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// when nothing changed: one cheap read.
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>>;
 
+    /// Every pause in force, by job and node ([`ControlState::paused`] without the
+    /// rest of a poll).
+    ///
+    /// The default polls everything ([`poll(None)`](Self::poll), every schedule
+    /// included); the stores read the pauses only.
+    async fn paused(&self) -> Result<Vec<Pause>> {
+        Ok(self.poll(None).await?.unwrap_or_default().paused)
+    }
+
+    /// The triggers not yet done (pending, or running), oldest first
+    /// ([`ControlState::triggers`] without the rest of a poll).
+    ///
+    /// The default polls everything ([`poll(None)`](Self::poll), every schedule
+    /// included); the stores read the open triggers only.
+    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+        Ok(self.poll(None).await?.unwrap_or_default().triggers)
+    }
+
     /// Adds or replaces the dynamic schedule `row.name`, after checking it
     /// ([`ScheduleRow::check`]), that its handler is registered by a running
     /// instance ([`register_handlers`](Self::register_handlers)) and that its
@@ -587,6 +605,38 @@ pub trait Controls: Send + Sync + fmt::Debug {
 
     /// Every dynamic schedule, by name.
     async fn schedules(&self) -> Result<Vec<ScheduleRow>>;
+
+    /// The dynamic schedule `name`, unless there is none (or it was removed).
+    ///
+    /// What a page about one job reads. The default reads every schedule
+    /// ([`schedules`](Self::schedules)); the stores read the one row.
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        Ok(self
+            .schedules()
+            .await?
+            .into_iter()
+            .find(|row| row.name == name && !row.removed))
+    }
+
+    /// A page of the dynamic schedules, by name: the first `limit` whose name sorts
+    /// after `after` (`None`: from the first). Removed schedules are left out. To
+    /// read the next page, pass the last name of this one.
+    ///
+    /// What a dashboard listing schedules reads, however many there are. The default
+    /// reads every schedule ([`schedules`](Self::schedules)); the stores read the
+    /// page from the index on the name (names compare as the store's text does: by
+    /// bytes, or PostgreSQL's collation).
+    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+        let mut rows: Vec<ScheduleRow> = self
+            .schedules()
+            .await?
+            .into_iter()
+            .filter(|row| !row.removed && after.is_none_or(|after| row.name.as_str() > after))
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(rows)
+    }
 
     /// Records that `node` runs the handlers `names` (what
     /// [`put_schedule`](Self::put_schedule) checks a row's handler against).

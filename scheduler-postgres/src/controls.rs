@@ -427,6 +427,22 @@ impl Controls for PostgresStore {
         Ok(Some(self.control_state(since).await?))
     }
 
+    async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
+        const OP: &str = "read the pauses";
+        let rows = self
+            .query(OP, &self.control_sql().paused, Vec::new())
+            .await?;
+        Ok(all(&rows, OP, pause_from_row)?)
+    }
+
+    async fn open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
+        const OP: &str = "read the open triggers";
+        let rows = self
+            .query(OP, &self.control_sql().open_triggers, Vec::new())
+            .await?;
+        Ok(all(&rows, OP, trigger_from_row)?)
+    }
+
     async fn put_schedule(
         &self,
         row: &ScheduleRow,
@@ -514,6 +530,38 @@ impl Controls for PostgresStore {
         const OP: &str = "read the dynamic schedules";
         let rows = self
             .query(OP, &self.control_sql().schedules, Vec::new())
+            .await?;
+        Ok(all(&rows, OP, schedule_from_row)?)
+    }
+
+    async fn schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
+        const OP: &str = "read a dynamic schedule";
+        no_nul("the schedule's name", name)?;
+        let rows = self
+            .query(
+                OP,
+                &self.control_sql().schedule,
+                vec![name.to_owned().into()],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .map(|row| schedule_from_row(row, OP))
+            .transpose()?)
+    }
+
+    async fn schedules_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        const OP: &str = "read a page of the dynamic schedules";
+        let after = after.unwrap_or_default();
+        no_nul("the name to page after", after)?;
+        // Every name sorts after `''` (a name is never empty).
+        let values = vec![after.to_owned().into(), i64::from(limit).into()];
+        let rows = self
+            .query(OP, &self.control_sql().schedules_page, values)
             .await?;
         Ok(all(&rows, OP, schedule_from_row)?)
     }

@@ -51,6 +51,11 @@ pub(crate) struct ControlSql {
     pub(crate) changed_schedules: String,
     /// Every schedule not removed, by name.
     pub(crate) schedules: String,
+    /// `$1` name: the schedule, unless removed (the primary key).
+    pub(crate) schedule: String,
+    /// `$1` after (a name; `''`: from the first), `$2` limit: a page of the schedules
+    /// not removed, by name (the primary key, read from `$1` on).
+    pub(crate) schedules_page: String,
     /// `$1` name … `$8` enabled, `$9` by, `$10` why: the audit row (its detail the
     /// schedule's text).
     pub(crate) put_schedule: String,
@@ -258,6 +263,12 @@ impl ControlSql {
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE version > $1 ORDER BY name");
         let all_schedules =
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name");
+        let one_schedule =
+            format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = $1 AND NOT removed");
+        let schedules_page = format!(
+            "SELECT {SCHEDULE} FROM {schedules} WHERE name > $1 AND NOT removed \
+             ORDER BY name LIMIT $2"
+        );
         let put_schedule = format!(
             "WITH v AS ( \
                UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
@@ -333,6 +344,8 @@ impl ControlSql {
             open_triggers,
             changed_schedules,
             schedules: all_schedules,
+            schedule: one_schedule,
+            schedules_page,
             put_schedule,
             remove_schedule,
             register_handlers,

@@ -124,6 +124,13 @@ async fn bad_schedules_store_nothing() {
 }
 
 #[tokio::test]
+async fn dashboard_reads_agree_with_a_full_poll() {
+    let dir = TempDir::new("dashboard-reads");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::reads_for_dashboards(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn every_rule_in_turn_on_one_file() {
     let dir = TempDir::new("controls-all");
     let s = instances(&dir.join("leases.db"), 2).await;

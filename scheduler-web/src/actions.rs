@@ -163,7 +163,7 @@ async fn known(shared: &Shared, controls: &dyn Controls, name: &str) -> Result<(
     if name.is_empty() {
         return Err(Problem::bad_request("the form names no job"));
     }
-    if shared.job(name).is_some() || controls.schedules().await?.iter().any(|r| r.name == name) {
+    if shared.job(name).is_some() || controls.schedule(name).await?.is_some() {
         Ok(())
     } else {
         Err(Problem::not_found(format!(
@@ -272,12 +272,11 @@ pub(crate) async fn schedule_form(
     let handlers = controls.handlers().await?;
     let (form, editing) = match query.name.filter(|n| !n.is_empty()) {
         Some(name) => {
-            let rows = controls.schedules().await?;
-            let row = rows
-                .iter()
-                .find(|r| r.name == name)
+            let row = controls
+                .schedule(&name)
+                .await?
                 .ok_or_else(|| Problem::not_found(format!("no dynamic schedule named {name:?}")))?;
-            (ScheduleForm::from_row(row), true)
+            (ScheduleForm::from_row(&row), true)
         }
         None => (ScheduleForm::blank(), false),
     };

@@ -49,18 +49,16 @@ pub(crate) async fn job(
         return Ok(Html(page(name, Nav::None, body).into_string()));
     };
 
-    let state = controls.poll(None).await?.unwrap_or_default();
-    let row = state
-        .schedules
-        .iter()
-        .find(|r| r.name == name && !r.removed);
-    let view = match (shared.job(name), row) {
-        (Some(info), _) => Some(JobView::code(info, now)),
-        (None, Some(row)) => Some(JobView::dynamic(row, now)),
-        (None, None) => None,
+    // A job registered in code, or else the one dynamic schedule of that name.
+    let view = match shared.job(name) {
+        Some(info) => Some(JobView::code(info, now)),
+        None => controls
+            .schedule(name)
+            .await?
+            .map(|row| JobView::dynamic(&row, now)),
     };
     let view = match view {
-        Some(v) => Some(v.load(controls, &state.paused).await?),
+        Some(v) => Some(v.load(controls, &controls.paused().await?).await?),
         None => None,
     };
     let limit = shared.page_size;

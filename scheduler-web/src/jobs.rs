@@ -6,8 +6,8 @@ use axum::response::Html;
 use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
 use scheduler_core::{
-    ControlState, Controls, Duplicate, Page, Pause, Policy, RunRow, Schedule, ScheduleRow, Scope,
-    Trigger, TriggerState, UpcomingTick, upcoming_ticks,
+    Controls, Duplicate, Page, Pause, Policy, RunRow, Schedule, ScheduleRow, Scope, Trigger,
+    TriggerState, UpcomingTick, upcoming_ticks,
 };
 use serde::Deserialize;
 
@@ -118,36 +118,26 @@ pub(crate) async fn show(
     let mut code: Vec<JobView> = shared.jobs.iter().map(|j| JobView::code(j, now)).collect();
     let mut dynamic = Vec::new();
     let mut more_after = None;
-    let mut state = ControlState::default();
+    let mut open_triggers = Vec::new();
     if let Some(controls) = shared.controls() {
-        state = controls.poll(None).await?.unwrap_or_default();
+        // The pauses, one page of the schedules (and one row more, to know whether
+        // another page follows) and the open triggers: never every schedule.
+        let paused = controls.paused().await?;
         for job in std::mem::take(&mut code) {
-            code.push(job.load(controls, &state.paused).await?);
+            code.push(job.load(controls, &paused).await?);
         }
-        let mut rows: Vec<&ScheduleRow> = state
-            .schedules
-            .iter()
-            .filter(|r| !r.removed)
-            .filter(|r| {
-                query
-                    .schedules_after
-                    .as_ref()
-                    .is_none_or(|after| &r.name > after)
-            })
-            .collect();
-        rows.sort_by(|a, b| a.name.cmp(&b.name));
-        let limit = shared.page_size as usize;
-        if rows.len() > limit {
-            rows.truncate(limit);
+        let limit = shared.page_size;
+        let mut rows = controls
+            .schedules_page(query.schedules_after.as_deref(), limit.saturating_add(1))
+            .await?;
+        if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
             more_after = rows.last().map(|r| r.name.clone());
         }
-        for row in rows {
-            dynamic.push(
-                JobView::dynamic(row, now)
-                    .load(controls, &state.paused)
-                    .await?,
-            );
+        for row in &rows {
+            dynamic.push(JobView::dynamic(row, now).load(controls, &paused).await?);
         }
+        open_triggers = controls.open_triggers().await?;
     }
 
     let body = html! {
@@ -177,9 +167,9 @@ pub(crate) async fn show(
             @if shared.actions.is_enabled() {
                 p { a href=(link::NEW_SCHEDULE) data-action="new-schedule" { "Add a dynamic schedule" } }
             }
-            @if !state.triggers.is_empty() {
+            @if !open_triggers.is_empty() {
                 h2 { "Triggered runs not yet done" }
-                (triggers(&state.triggers, now))
+                (triggers(&open_triggers, now))
             }
         }
     };

@@ -5,6 +5,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
@@ -224,6 +225,65 @@ async fn runs_and_controls_are_paged_newest_first() {
     let (_, _, more) = get(&app, &older(&first, "older-controls").unwrap()).await;
     assert_eq!(controls(&more), 1);
     assert!(more.contains("op0") && !more.contains("op3"));
+}
+
+#[tokio::test]
+async fn dynamic_schedules_are_listed_a_page_at_a_time() {
+    let store = FakeStore::new();
+    store.register("report");
+    for c in ["g", "c", "a", "e", "b", "f", "d"] {
+        let row = ScheduleRow::new(format!("dyn-{c}"), "report", "every 1m");
+        store.put_schedule(&row, "test", "").await.unwrap();
+    }
+    store
+        .pause(&ControlRequest::new("dyn-b", "ops").why("flaky upstream"))
+        .await
+        .unwrap();
+    store
+        .trigger(&ControlRequest::new("sweep", "ops"))
+        .await
+        .unwrap();
+    // Page size 3 (support::app); read-only, so only the table's rows name a job.
+    let app = app(&store, &["sweep"], Actions::default());
+    let listed = |body: &str| -> Vec<String> {
+        body.split("data-job=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().to_owned())
+            .filter(|name| name.starts_with("dyn-"))
+            .collect()
+    };
+    let more = |body: &str| -> Option<String> {
+        let i = body.find("More schedules")?;
+        let start = body[..i].rfind("href=\"")? + 6;
+        let link = body[start..].split('"').next()?;
+        Some(format!("/scheduler/{}", link.trim_start_matches("./")))
+    };
+
+    let (status, _, first) = get(&app, "/scheduler/jobs").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(listed(&first), ["dyn-a", "dyn-b", "dyn-c"]);
+    assert!(first.contains("flaky upstream"), "dyn-b's pause: {first}");
+    assert!(
+        first.contains("Triggered runs not yet done"),
+        "the open trigger: {first}"
+    );
+    let next = more(&first).expect("a next page");
+    assert_eq!(next, "/scheduler/jobs?schedules_after=dyn-c");
+    let (_, _, second) = get(&app, &next).await;
+    assert_eq!(listed(&second), ["dyn-d", "dyn-e", "dyn-f"]);
+    let (_, _, third) = get(&app, &more(&second).expect("a last page")).await;
+    assert_eq!(listed(&third), ["dyn-g"]);
+    assert_eq!(more(&third), None);
+
+    let (status, _, job) = get(&app, "/scheduler/job?name=dyn-b").await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert!(
+        job.contains("report") && job.contains("flaky upstream"),
+        "{job}"
+    );
+
+    // Every page read what it shows, never every schedule.
+    assert_eq!(store.full_reads.load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The memory store's controls: the same rules as the SQL stores' tables, in maps.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -61,6 +62,30 @@ impl Tables {
             })
     }
 
+    /// Every pause in force, by job and node.
+    fn paused_now(&self) -> Vec<Pause> {
+        self.controls
+            .iter()
+            .filter(|(_, c)| c.paused)
+            .map(|((job, node), c)| Pause {
+                job: job.clone(),
+                node: none_if_empty(node),
+                since: c.since,
+                by: c.by.clone(),
+                why: c.why.clone(),
+            })
+            .collect()
+    }
+
+    /// The triggers not done, oldest first.
+    fn open_triggers(&self) -> Vec<Trigger> {
+        self.triggers
+            .iter()
+            .filter(|r| !matches!(r.trigger.state, TriggerState::Done { .. }))
+            .map(|r| r.trigger.clone())
+            .collect()
+    }
+
     fn record(
         &mut self,
         now: DateTime<Utc>,
@@ -86,6 +111,11 @@ impl Tables {
 
 fn node_key(node: Option<&String>) -> String {
     node.cloned().unwrap_or_default()
+}
+
+/// A node as the tables key it (`""`: every node) as the API says it.
+fn none_if_empty(node: &str) -> Option<String> {
+    (!node.is_empty()).then(|| node.to_owned())
 }
 
 #[async_trait]
@@ -304,21 +334,9 @@ impl Controls for MemoryStore {
             return Ok(None);
         }
         let after = since.unwrap_or(i64::MIN);
-        let none_if_empty = |n: &String| (!n.is_empty()).then(|| n.clone());
         Ok(Some(ControlState {
             version: t.version,
-            paused: t
-                .controls
-                .iter()
-                .filter(|(_, c)| c.paused)
-                .map(|((job, node), c)| Pause {
-                    job: job.clone(),
-                    node: none_if_empty(node),
-                    since: c.since,
-                    by: c.by.clone(),
-                    why: c.why.clone(),
-                })
-                .collect(),
+            paused: t.paused_now(),
             resumed: t
                 .controls
                 .iter()
@@ -334,12 +352,7 @@ impl Controls for MemoryStore {
                     })
                 })
                 .collect(),
-            triggers: t
-                .triggers
-                .iter()
-                .filter(|r| !matches!(r.trigger.state, TriggerState::Done { .. }))
-                .map(|r| r.trigger.clone())
-                .collect(),
+            triggers: t.open_triggers(),
             schedules: t
                 .schedules
                 .values()
@@ -349,6 +362,18 @@ impl Controls for MemoryStore {
                 .cloned()
                 .collect(),
         }))
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.paused_now())
+    }
+
+    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.open_triggers())
     }
 
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
@@ -417,6 +442,28 @@ impl Controls for MemoryStore {
         Ok(t.schedules
             .values()
             .filter(|s| !s.removed)
+            .cloned()
+            .collect())
+    }
+
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.schedules.get(name).filter(|s| !s.removed).cloned())
+    }
+
+    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        let from = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        Ok(t.schedules
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, s)| s)
+            .filter(|s| !s.removed)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .cloned()
             .collect())
     }

@@ -104,6 +104,16 @@ fn page_values(page: Page) -> [Value; 2] {
     [page.before.into(), i64::from(page.limit).into()]
 }
 
+fn pause_from_row(row: &QueryResult, operation: &'static str) -> Result<Pause> {
+    Ok(Pause {
+        job: get(row, "job", operation)?,
+        node: node_of(get(row, "node", operation)?),
+        since: time(row, "since", operation)?,
+        by: get(row, "actor", operation)?,
+        why: get(row, "why", operation)?,
+    })
+}
+
 fn record_from_row(row: &QueryResult, operation: &'static str) -> Result<ControlRecord> {
     let action: String = get(row, "action", operation)?;
     Ok(ControlRecord {
@@ -512,15 +522,7 @@ impl Controls for SqliteStore {
         let paused = rows(self, &txn, OP, &self.control.paused, Vec::new())
             .await?
             .iter()
-            .map(|row| {
-                Ok(Pause {
-                    job: get(row, "job", OP)?,
-                    node: node_of(get(row, "node", OP)?),
-                    since: time(row, "since", OP)?,
-                    by: get(row, "actor", OP)?,
-                    why: get(row, "why", OP)?,
-                })
-            })
+            .map(|row| pause_from_row(row, OP))
             .collect::<Result<_>>()?;
         let resumed = rows(self, &txn, OP, &self.control.resumed, vec![after.into()])
             .await?
@@ -568,6 +570,26 @@ impl Controls for SqliteStore {
             triggers,
             schedules,
         }))
+    }
+
+    async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
+        const OP: &str = "read the pauses";
+        Ok(rows(self, &self.db, OP, &self.control.paused, Vec::new())
+            .await?
+            .iter()
+            .map(|row| pause_from_row(row, OP))
+            .collect::<Result<_>>()?)
+    }
+
+    async fn open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
+        const OP: &str = "read the open triggers";
+        Ok(
+            rows(self, &self.db, OP, &self.control.open_triggers, Vec::new())
+                .await?
+                .iter()
+                .map(|row| trigger_from_row(row, OP))
+                .collect::<Result<_>>()?,
+        )
     }
 
     async fn put_schedule(
@@ -689,6 +711,42 @@ impl Controls for SqliteStore {
         const OP: &str = "read the dynamic schedules";
         Ok(
             rows(self, &self.db, OP, &self.control.schedules, Vec::new())
+                .await?
+                .iter()
+                .map(|row| schedule_from_row(row, OP))
+                .collect::<Result<_>>()?,
+        )
+    }
+
+    async fn schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
+        const OP: &str = "read a dynamic schedule";
+        let found = rows(
+            self,
+            &self.db,
+            OP,
+            &self.control.schedule,
+            vec![name.to_owned().into()],
+        )
+        .await?;
+        Ok(found
+            .first()
+            .map(|row| schedule_from_row(row, OP))
+            .transpose()?)
+    }
+
+    async fn schedules_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        const OP: &str = "read a page of the dynamic schedules";
+        // Every name sorts after `''` (a name is never empty).
+        let values = vec![
+            after.unwrap_or_default().to_owned().into(),
+            i64::from(limit).into(),
+        ];
+        Ok(
+            rows(self, &self.db, OP, &self.control.schedules_page, values)
                 .await?
                 .iter()
                 .map(|row| schedule_from_row(row, OP))

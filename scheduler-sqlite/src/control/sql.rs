@@ -44,6 +44,11 @@ pub(crate) struct ControlSql {
     pub(crate) open_triggers: String,
     pub(crate) changed_schedules: String,
     pub(crate) schedules: String,
+    /// `?1` name: the schedule, unless removed (the primary key).
+    pub(crate) schedule: String,
+    /// `?1` after (a name; `''`: from the first), `?2` limit: a page of the schedules
+    /// not removed, by name (the primary key, read from `?1` on).
+    pub(crate) schedules_page: String,
     pub(crate) put_schedule: String,
     pub(crate) remove_schedule: String,
     pub(crate) json_valid: String,
@@ -181,6 +186,11 @@ impl ControlSql {
             ),
             schedules: format!(
                 "SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name"
+            ),
+            schedule: format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = ?1 AND NOT removed"),
+            schedules_page: format!(
+                "SELECT {SCHEDULE} FROM {schedules} WHERE name > ?1 AND NOT removed \
+                 ORDER BY name LIMIT ?2"
             ),
             put_schedule: format!(
                 "INSERT INTO {schedules} \

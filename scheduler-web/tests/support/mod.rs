@@ -3,6 +3,7 @@
 //! `tower::ServiceExt::oneshot`.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, unreachable_pub)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,9 @@ use tower::ServiceExt as _;
 pub struct FakeStore {
     leases: MemoryStore,
     pub state: Mutex<FakeState>,
+    /// Reads of every dynamic schedule (`schedules()`, `poll(None)`): what no page
+    /// may make.
+    pub full_reads: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -244,6 +248,9 @@ impl Controls for FakeStore {
     }
 
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        if since.is_none() {
+            self.full_reads.fetch_add(1, Ordering::Relaxed);
+        }
         let s = self.state.lock().unwrap();
         if since.is_some_and(|v| v >= s.version) {
             return Ok(None);
@@ -311,7 +318,41 @@ impl Controls for FakeStore {
     }
 
     async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        Ok(self.state.lock().unwrap().schedules.clone())
+        self.full_reads.fetch_add(1, Ordering::Relaxed);
+        let mut rows = self.state.lock().unwrap().schedules.clone();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>> {
+        Ok(self.state.lock().unwrap().paused.clone())
+    }
+
+    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.triggers
+            .iter()
+            .filter(|t| !matches!(t.state, TriggerState::Done { .. }))
+            .cloned()
+            .collect())
+    }
+
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        let s = self.state.lock().unwrap();
+        Ok(s.schedules.iter().find(|r| r.name == name).cloned())
+    }
+
+    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+        let s = self.state.lock().unwrap();
+        let mut rows: Vec<ScheduleRow> = s
+            .schedules
+            .iter()
+            .filter(|r| after.is_none_or(|after| r.name.as_str() > after))
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows.truncate(limit as usize);
+        Ok(rows)
     }
 
     async fn register_handlers(&self, _: &str, names: &[String]) -> Result<()> {

@@ -11,7 +11,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     ControlAction, ControlRequest, ControlState, Controls, Error, Holder, Lease, LeaseName,
-    LeaseRow, Page, Release, ScheduleRow, Scope, Store, TakeRequest, Taken, Tick, TriggerId,
+    LeaseRow, Page, Pause, Release, ScheduleRow, Scope, Store, TakeRequest, Taken, Tick, TriggerId,
     TriggerState,
 };
 use tokio::task::JoinSet;
@@ -1157,6 +1157,165 @@ pub async fn bad_schedules_store_nothing(a: &SharedStore) {
     );
 }
 
+/// The reads a dashboard makes, each without reading every schedule: `paused()`
+/// lists the pauses in force (a resumed one gone), `open_triggers()` the triggers not
+/// done, `schedule(name)` one live schedule (not a removed one), and
+/// `schedules_page(after, limit)` the live schedules by name in pages that, walked
+/// to the end, give `schedules()`. Each agrees with what a full poll says, and none
+/// of them changes the store.
+pub async fn reads_for_dashboards(a: &SharedStore, b: &SharedStore) {
+    let (c, reader) = (controls(a), controls(b));
+    let handler = "ctl-dash-handler";
+    c.register_handlers("n1", &[handler.to_owned()])
+        .await
+        .expect("register");
+    // Put out of order; `d` disabled, `b` removed.
+    for name in ["ctl-dash-c", "ctl-dash-a", "ctl-dash-d", "ctl-dash-b"] {
+        let mut row = ScheduleRow::new(name, handler, "every 30s");
+        row.enabled = name != "ctl-dash-d";
+        c.put_schedule(&row, "alice", "").await.expect("put");
+    }
+    c.remove_schedule("ctl-dash-b", "bob", "")
+        .await
+        .expect("remove")
+        .expect("there was one");
+
+    // One schedule.
+    let full = reader.schedules().await.expect("schedules");
+    let a_row = reader
+        .schedule("ctl-dash-a")
+        .await
+        .expect("schedule")
+        .expect("a live schedule");
+    assert_eq!(Some(&a_row), full.iter().find(|r| r.name == "ctl-dash-a"));
+    assert_eq!(
+        (a_row.handler.as_str(), a_row.enabled, a_row.removed),
+        (handler, true, false)
+    );
+    let d_row = reader
+        .schedule("ctl-dash-d")
+        .await
+        .expect("schedule")
+        .expect("a disabled schedule is still a schedule");
+    assert!(!d_row.enabled);
+    for gone in ["ctl-dash-b", "ctl-dash-none"] {
+        assert_eq!(
+            reader.schedule(gone).await.expect("schedule"),
+            None,
+            "{gone}: removed or never put"
+        );
+    }
+
+    // Pages, by name: the removed one left out, each page at most `limit` long.
+    let names = |rows: &[ScheduleRow]| rows.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    let page = async |after: Option<&str>, limit: u32| {
+        let rows = reader.schedules_page(after, limit).await.expect("page");
+        assert!(rows.len() <= limit as usize, "{limit}: {rows:?}");
+        rows
+    };
+    assert_eq!(
+        names(&page(Some("ctl-dash-"), 2).await),
+        ["ctl-dash-a", "ctl-dash-c"]
+    );
+    let next = page(Some("ctl-dash-c"), 2).await;
+    assert_eq!(next.first(), Some(&d_row), "{next:?}");
+    assert_eq!(
+        names(&page(Some("ctl-dash-a"), 1).await),
+        ["ctl-dash-c"],
+        "the removed schedule between them takes no place"
+    );
+    assert!(page(None, 0).await.is_empty());
+    // Walked from the first page to the end, the pages are `schedules()`.
+    let mut walked = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let rows = page(after.as_deref(), 2).await;
+        let Some(last) = rows.last() else { break };
+        after = Some(last.name.clone());
+        walked.extend(rows);
+    }
+    assert_eq!(names(&walked), names(&full));
+    assert!(walked.iter().all(|r| !r.removed));
+
+    // Pauses: listed while in force, as a full poll lists them.
+    c.pause(&request("ctl-dash-a", "alice").why("deploy"))
+        .await
+        .expect("pause");
+    c.pause(&request("ctl-dash-c", "alice").node("n2"))
+        .await
+        .expect("pause n2");
+    let paused = reader.paused().await.expect("paused");
+    let full = reader.poll(None).await.expect("poll").expect("state");
+    assert_eq!(paused, full.paused);
+    let mine = |paused: &[Pause]| {
+        paused
+            .iter()
+            .filter(|p| p.job.starts_with("ctl-dash-"))
+            .map(|p| format!("{} on {:?} by {} for {:?}", p.job, p.node, p.by, p.why))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        mine(&paused),
+        [
+            r#"ctl-dash-a on None by alice for "deploy""#,
+            r#"ctl-dash-c on Some("n2") by alice for """#,
+        ]
+    );
+    c.resume(&request("ctl-dash-a", "bob"), true)
+        .await
+        .expect("resume");
+    assert_eq!(
+        mine(&reader.paused().await.expect("paused")),
+        [r#"ctl-dash-c on Some("n2") by alice for """#],
+        "a resumed pause is gone"
+    );
+    c.resume(&request("ctl-dash-c", "bob").node("n2"), false)
+        .await
+        .expect("resume n2");
+    assert!(mine(&reader.paused().await.expect("paused")).is_empty());
+
+    // Open triggers: listed until done, as a full poll lists them.
+    let trigger = c
+        .trigger(&request("ctl-dash-a", "alice"))
+        .await
+        .expect("trigger");
+    let open = reader.open_triggers().await.expect("open triggers");
+    assert!(open.iter().any(|t| t.id == trigger.id), "{open:?}");
+    let full = reader.poll(None).await.expect("poll").expect("state");
+    assert_eq!(open, full.triggers);
+    assert!(
+        c.finish_trigger(trigger.id, None, "skipped", None)
+            .await
+            .expect("finish")
+    );
+    let open = reader.open_triggers().await.expect("open triggers");
+    assert!(open.iter().all(|t| t.id != trigger.id), "{open:?}");
+
+    // A removed schedule put again is listed again.
+    c.put_schedule(
+        &ScheduleRow::new("ctl-dash-b", handler, "every 1m"),
+        "alice",
+        "",
+    )
+    .await
+    .expect("put again");
+    let again = reader
+        .schedule("ctl-dash-b")
+        .await
+        .expect("schedule")
+        .expect("put again");
+    assert_eq!(again.schedule, "every 1m");
+    assert_eq!(names(&page(Some("ctl-dash-a"), 1).await), ["ctl-dash-b"]);
+
+    // Reading changes nothing.
+    let seen = version(b).await;
+    reader.paused().await.expect("paused");
+    reader.open_triggers().await.expect("open triggers");
+    reader.schedule("ctl-dash-a").await.expect("schedule");
+    reader.schedules_page(None, 10).await.expect("page");
+    assert_eq!(reader.poll(Some(seen)).await.expect("poll"), None);
+}
+
 /// Every rule above, in turn, on one store (and its other handles).
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[1 % stores.len()]);
@@ -1174,4 +1333,5 @@ pub async fn all(stores: &[SharedStore]) {
     finish_gives_the_lease_back_to_its_holder_only(a, b).await;
     poll_sees_each_change(a, b).await;
     bad_schedules_store_nothing(a).await;
+    reads_for_dashboards(a, b).await;
 }
