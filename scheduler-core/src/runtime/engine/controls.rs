@@ -63,6 +63,9 @@ struct Dynamic {
 /// [`Controls::finish_trigger`]: crate::Controls::finish_trigger
 pub(super) struct Finish {
     pub(super) id: TriggerId,
+    /// The run's lease, still renewed until the end is recorded: were it to expire
+    /// meanwhile, another instance could claim the trigger again.
+    pub(super) lease: crate::lease::LeaseName,
     pub(super) holder: Holder,
     pub(super) outcome: &'static str,
     pub(super) error: Option<String>,
@@ -103,16 +106,18 @@ impl Engine {
         let Some(ctl) = &self.ctl else {
             return;
         };
-        if Instant::now() >= ctl.next {
-            self.poll_controls().await;
+        // A poll that failed (the controls table does not answer) claims nothing:
+        // the loop waits on the store once per poll at most.
+        if Instant::now() >= ctl.next && self.poll_controls().await {
             self.claim_triggers().await;
         }
         self.finish_triggers().await;
     }
 
-    async fn poll_controls(&mut self) {
+    /// Polls the controls; `false` when the poll failed.
+    async fn poll_controls(&mut self) -> bool {
         let Some(ctl) = &mut self.ctl else {
-            return;
+            return false;
         };
         ctl.next = Instant::now() + ctl.every;
         let gate = ctl.gate.clone();
@@ -143,7 +148,7 @@ impl Engine {
             }
         };
         match gate.run("poll controls", call).await {
-            Ok(None) => {}
+            Ok(None) => true,
             // The store's version went back (a restore, a recreated table): read
             // everything again at the next poll.
             Ok(Some(state)) if since.is_some_and(|v| state.version < v) => {
@@ -153,10 +158,15 @@ impl Engine {
                     ctl.version = None;
                     ctl.next = Instant::now();
                 }
+                false
             }
-            Ok(Some(state)) => self.apply_controls(state, since.is_none()),
+            Ok(Some(state)) => {
+                self.apply_controls(state, since.is_none());
+                true
+            }
             Err(err) => {
-                warn!(error = %err, "polling the controls failed; retrying at the next poll")
+                warn!(error = %err, "polling the controls failed; retrying at the next poll");
+                false
             }
         }
     }

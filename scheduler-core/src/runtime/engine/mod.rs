@@ -209,6 +209,7 @@ impl Engine {
         self.jobs
             .iter()
             .any(|j| j.running().is_some_and(|r| !r.lost))
+            || self.ctl.as_ref().is_some_and(|c| !c.to_finish.is_empty())
     }
 
     pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>) {
@@ -405,11 +406,27 @@ impl Engine {
             .enumerate()
             .filter_map(|(i, j)| j.running().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
             .collect();
-        if ours.is_empty() {
+        // Triggered runs that ended but whose end is not recorded yet keep their
+        // leases until it is.
+        let finishing: Vec<LeaseKey> = self.ctl.as_ref().map_or_else(Vec::new, |c| {
+            c.to_finish
+                .iter()
+                .filter(|f| !ours.iter().any(|(_, k)| k.name == f.lease))
+                .map(|f| LeaseKey {
+                    name: f.lease.clone(),
+                    holder: f.holder.clone(),
+                })
+                .collect()
+        });
+        if ours.is_empty() && finishing.is_empty() {
             self.next_renew = Instant::now() + renew_every;
             return;
         }
-        let keys: Vec<LeaseKey> = ours.iter().map(|(_, k)| k.clone()).collect();
+        let keys: Vec<LeaseKey> = ours
+            .iter()
+            .map(|(_, k)| k.clone())
+            .chain(finishing)
+            .collect();
         let asked = keys.len();
         let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
         let call = async move { store.renew(&keys, ttl).await };

@@ -195,6 +195,7 @@ impl Engine {
         {
             ctl.to_finish.push(super::controls::Finish {
                 id,
+                lease: running.lease.name.clone(),
                 holder: running.lease.holder.clone(),
                 outcome: outcome.as_str(),
                 error: result
