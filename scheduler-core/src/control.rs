@@ -250,7 +250,7 @@ pub struct ScheduleRow {
     /// Once per tick in the cluster, or once per node.
     pub scope: Scope,
     /// The policy in `#[job]`'s key syntax (`overlap = "skip", retry = 2`), empty
-    /// for the default ([`policy_from_spec`](crate::control::policy_from_spec)).
+    /// for the default ([`policy_from_spec`]).
     pub policy: String,
     /// The arguments handed to the handler: JSON text (`{}` for none).
     pub args: String,
