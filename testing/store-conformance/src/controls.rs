@@ -50,6 +50,8 @@ async fn version(store: &SharedStore) -> i64 {
 
 /// Asserts that `at` lies within `[before, after]` on the store's clock.
 fn within(at: DateTime<Utc>, before: DateTime<Utc>, after: DateTime<Utc>, what: &str) {
+    // Stores keep microseconds (as ticks do); a clock read may carry nanoseconds.
+    let before = scheduler_core::Tick::new(before).at();
     assert!(
         before <= at && at <= after,
         "{what}: {at} is not within [{before}, {after}]"
