@@ -529,9 +529,13 @@ pub trait Controls: Send + Sync + fmt::Debug {
     ///   new row), `ttl` from now, and is no longer released; **its tick is left as
     ///   it was** (a new row gets 1970-01-01T00:00:00Z, earlier than any real tick),
     ///   so a scheduled tick due but not yet taken is still taken after the run, and
-    ///   one that ran stays done. The trigger keeps the row's completion from before
-    ///   the claim (from before its first claim, when it takes over a vanished
-    ///   claimant's lease), which [`finish_trigger`](Self::finish_trigger) puts back.
+    ///   one that ran stays done. A request to stop
+    ///   ([`Store::request_cancel`](crate::Store::request_cancel)) from a tick no later
+    ///   than the trigger's instant is dropped: it was meant for the run before (the
+    ///   trigger's own, under `cancel running`); a later tick's is kept. The trigger
+    ///   keeps the row's completion from before the claim (from before its first
+    ///   claim, when it takes over a vanished claimant's lease), which
+    ///   [`finish_trigger`](Self::finish_trigger) puts back.
     ///
     /// The returned [`Lease`]'s tick is the row's, not the run's: the run's tick is
     /// the trigger's [`requested_at`](Trigger::requested_at). The lease is renewed

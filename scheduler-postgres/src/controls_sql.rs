@@ -164,8 +164,10 @@ impl ControlSql {
         //   saw it (a release that committed meanwhile counts). A lease held in the
         //   snapshot is not asked for at all (no row lock, no WAL for a losing claim);
         // - `taken` takes it for the new holder with the next token, its tick left
-        //   as it is; `added` inserts the row when there is none, with a tick earlier
-        //   than any real one (a row inserted meanwhile: no claim). Each returns the
+        //   as it is, dropping a request to stop from a tick no later than the
+        //   trigger's instant (the trigger's own, to the run before it); `added`
+        //   inserts the row when there is none, with a tick earlier than any real one
+        //   (a row inserted meanwhile: no claim). Each returns the
         //   completion to put back at the finish: the row's `released_at`, or, when
         //   the row is still the vanished claimant's acquisition, the one that claim
         //   kept;
@@ -173,7 +175,7 @@ impl ControlSql {
         //   lease was taken; the version is bumped after.
         let claim = format!(
             "WITH tr AS ( \
-               SELECT tg.id, tg.holder, tg.prev_released_at FROM {triggers} tg \
+               SELECT tg.id, tg.requested_at, tg.holder, tg.prev_released_at FROM {triggers} tg \
                WHERE tg.id = $1 AND (tg.state = 'pending' OR ( \
                  tg.state = 'running' AND tg.lease = $2 AND NOT EXISTS ( \
                    SELECT 1 FROM {t} c WHERE c.name = tg.lease AND c.holder = tg.holder \
@@ -188,7 +190,9 @@ impl ControlSql {
                UPDATE {t} l \
                  SET holder = $3, token = l.token + 1, taken_at = now(), \
                      expires_at = now() + $4::bigint * interval '1 millisecond', \
-                     released_at = NULL \
+                     released_at = NULL, \
+                     cancel_tick = CASE WHEN l.cancel_tick > tr.requested_at \
+                                        THEN l.cancel_tick END \
                FROM found, tr \
                WHERE l.name = found.name AND l.expires_at <= now() \
                RETURNING l.name, l.holder, l.tick, l.token, l.expires_at, \

@@ -110,6 +110,13 @@ async fn a_finish_gives_the_lease_back_to_its_holder_only() {
 }
 
 #[tokio::test]
+async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before() {
+    let dir = TempDir::new("trigger-cancel");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn poll_sees_each_change_and_nothing_else() {
     let dir = TempDir::new("poll");
     let s = instances(&dir.join("leases.db"), 2).await;

@@ -240,6 +240,7 @@ impl Controls for MemoryStore {
                     }
                     _ => row.completed,
                 };
+                let requested = Tick::new(trigger.trigger.requested_at);
                 let row = Row {
                     holder: holder.clone(),
                     // The scheduled tick is the row's, untouched.
@@ -247,7 +248,9 @@ impl Controls for MemoryStore {
                     token: FencingToken::new(row.token.get() + 1),
                     expires_at: now + delta(ttl),
                     completed: false,
-                    cancel_tick: row.cancel_tick,
+                    // A request to stop from a tick no later than the trigger's instant
+                    // (the trigger's own, to the run before it) is not this run's.
+                    cancel_tick: row.cancel_tick.filter(|t| *t > requested),
                 };
                 (row, prev)
             }

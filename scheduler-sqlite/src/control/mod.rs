@@ -408,11 +408,13 @@ impl Controls for SqliteStore {
         let Some(trigger) = claimable.first() else {
             return Ok(None);
         };
+        let requested_at: i64 = get(trigger, "requested_at", OP)?;
         let prev_released_at: Option<i64> = get(trigger, "prev_released_at", OP)?;
         let values = vec![
             lease.as_str().to_owned().into(),
             holder.as_str().to_owned().into(),
             ttl.as_millis().into(),
+            requested_at.into(),
         ];
         let won = rows(self, &txn, OP, &self.control.claim_lease, values).await?;
         let Some(row) = won.first() else {

@@ -116,7 +116,8 @@ impl ControlSql {
             // vanished claimant's acquisition, the one its claim kept (the statements
             // after it run in the same write transaction, so the row stays as read).
             claimable: format!(
-                "SELECT CASE WHEN l.holder = t.holder THEN t.prev_released_at \
+                "SELECT t.requested_at, \
+                        CASE WHEN l.holder = t.holder THEN t.prev_released_at \
                         ELSE l.released_at END AS prev_released_at \
                  FROM {triggers} AS t LEFT JOIN {leases} AS l ON l.name = ?2 \
                  WHERE t.id = ?1 AND (t.state = 'pending' OR (t.state = 'running' AND t.lease = ?2 AND NOT EXISTS ( \
@@ -126,14 +127,17 @@ impl ControlSql {
             ),
             // The job's lease when it is free — expired or released, whatever its
             // tick — with a new token; its tick left as it is (a new row's is 0,
-            // 1970-01-01, earlier than any real tick).
+            // 1970-01-01, earlier than any real tick). A request to stop from a tick
+            // no later than the trigger's instant (`?4`: the trigger's own, to the run
+            // before it) is dropped.
             claim_lease: format!(
                 "INSERT INTO {leases} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
                  VALUES (?1, ?2, 0, 1, {NOW}, {NOW} + ?3 * 1000, NULL) \
                  ON CONFLICT (name) DO UPDATE \
                    SET holder = excluded.holder, token = l.token + 1, \
                        taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
-                       released_at = NULL \
+                       released_at = NULL, \
+                       cancel_tick = CASE WHEN l.cancel_tick > ?4 THEN l.cancel_tick END \
                    WHERE l.expires_at <= {NOW} \
                  RETURNING name, holder, tick, token, expires_at"
             ),

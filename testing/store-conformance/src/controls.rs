@@ -962,6 +962,69 @@ pub async fn finish_gives_the_lease_back_to_its_holder_only(a: &SharedStore, b: 
     );
 }
 
+/// A request to stop from a tick no later than the trigger's instant was meant for
+/// the run before the trigger (under `cancel running`, the trigger asks it itself):
+/// the triggered run's renewals do not report it. A later tick's request, asked of
+/// the triggered run, does.
+pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
+    a: &SharedStore,
+    b: &SharedStore,
+) {
+    let job = "ctl-trigger-cancel";
+    let lease = name(job);
+    let t = tick(a, 0).await;
+    let running = take_tick(a, &lease, t).await.won.pop().expect("free");
+    let trigger = controls(b)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let instant = Tick::new(trigger.requested_at);
+    assert!(instant > t);
+    // The trigger asks the running tick to stop; it stops, handing its tick back.
+    assert!(
+        b.request_cancel(&lease, instant)
+            .await
+            .expect("request cancel")
+    );
+    let renewed = a.renew(&[running.key()], ttl(60_000)).await.expect("renew");
+    assert!(renewed[0].cancel_requested, "{renewed:?}");
+    a.release(&[running.key()], Release::Interrupted)
+        .await
+        .expect("release");
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("free");
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert!(
+        !renewed[0].cancel_requested,
+        "the triggered run was asked to stop by its own request: {renewed:?}"
+    );
+    // A later tick asks it to stop.
+    let later = Tick::new(instant.at() + TimeDelta::seconds(1));
+    assert!(
+        a.request_cancel(&lease, later)
+            .await
+            .expect("request cancel")
+    );
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert!(renewed[0].cancel_requested, "{renewed:?}");
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&holder), "cancelled_by_newer", None)
+            .await
+            .expect("finish")
+    );
+    // `t`, handed back unfinished, is still to be retried.
+    let retried = take_tick(a, &lease, t)
+        .await
+        .won
+        .pop()
+        .expect("an interrupted tick stays retryable");
+    assert_eq!(retried.token.get(), claimed.token.get() + 1);
+}
+
 /// The change `watcher` sees since version `seen`, which becomes the new version;
 /// asserts that there is one, and none after it.
 async fn changed(watcher: &dyn Controls, seen: &mut i64) -> ControlState {
@@ -1333,6 +1396,7 @@ pub async fn all(stores: &[SharedStore]) {
     a_trigger_leaves_a_completed_tick_completed(a, b).await;
     a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(a, b).await;
     finish_gives_the_lease_back_to_its_holder_only(a, b).await;
+    a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(a, b).await;
     poll_sees_each_change(a, b).await;
     bad_schedules_store_nothing(a).await;
     reads_for_dashboards(a, b).await;
