@@ -131,11 +131,12 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
 
     // 4. Trigger `hourly`, follow the run, find it in the history.
     click(browser, "hourly", "trigger").await;
-    let url = browser.current_url().await.unwrap();
-    assert!(
-        url.path().ends_with("/scheduler/trigger"),
-        "the trigger's page: {url}"
-    );
+    // The click returns before the browser has followed the redirect.
+    let url = eventually("the trigger's page", move || async move {
+        let url = browser.current_url().await.ok()?;
+        url.path().ends_with("/scheduler/trigger").then_some(url)
+    })
+    .await;
     let id = url
         .query_pairs()
         .find(|(k, _)| k == "id")
