@@ -7,14 +7,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_core::{
-    CatchUp, ControlRequest, Controls, Overlap, Page, Policy, ScheduleRow, TriggerState,
-};
-use support::{Log, Probe, builder, mid_second, runs, store};
+use scheduler_core::{CatchUp, ControlRequest, Controls, Overlap, Policy, TriggerState};
+use support::{Faulty, Log, Probe, builder, mid_second, runs, store};
 
 async fn sleep(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -83,147 +81,6 @@ async fn a_trigger_of_a_busy_concurrent_job_waits_for_a_slot() {
 // 3. A triggered run whose end cannot be recorded for longer than the ttl runs
 //    again on another instance: its lease is no longer renewed once the run ended.
 // ---------------------------------------------------------------------------
-#[derive(Debug)]
-struct FailingFinish {
-    inner: Arc<scheduler_core::MemoryStore>,
-    failing_finishes: AtomicU32,
-    /// claim_trigger never answers (a statement stuck on a lock of the control tables).
-    hang_claims: bool,
-}
-
-#[scheduler_core::async_trait]
-impl Controls for FailingFinish {
-    async fn pause(
-        &self,
-        r: &ControlRequest,
-    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
-        self.inner.pause(r).await
-    }
-    async fn resume(
-        &self,
-        r: &ControlRequest,
-        c: bool,
-    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
-        self.inner.resume(r, c).await
-    }
-    async fn trigger(&self, r: &ControlRequest) -> scheduler_core::Result<scheduler_core::Trigger> {
-        self.inner.trigger(r).await
-    }
-    async fn trigger_status(
-        &self,
-        id: scheduler_core::TriggerId,
-    ) -> scheduler_core::Result<Option<scheduler_core::Trigger>> {
-        self.inner.trigger_status(id).await
-    }
-    async fn claim_trigger(
-        &self,
-        id: scheduler_core::TriggerId,
-        lease: &scheduler_core::LeaseName,
-        holder: &scheduler_core::Holder,
-        ttl: scheduler_core::Ttl,
-    ) -> scheduler_core::Result<Option<scheduler_core::Lease>> {
-        if self.hang_claims {
-            tokio::time::sleep(Duration::from_secs(3_600)).await;
-        }
-        self.inner.claim_trigger(id, lease, holder, ttl).await
-    }
-    async fn finish_trigger(
-        &self,
-        id: scheduler_core::TriggerId,
-        holder: Option<&scheduler_core::Holder>,
-        outcome: &str,
-        error: Option<&str>,
-    ) -> scheduler_core::Result<bool> {
-        if holder.is_some()
-            && self
-                .failing_finishes
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            return Err(scheduler_core::Error::store("told to fail"));
-        }
-        self.inner.finish_trigger(id, holder, outcome, error).await
-    }
-    async fn control_history(
-        &self,
-        j: Option<&str>,
-        p: Page,
-    ) -> scheduler_core::Result<Vec<scheduler_core::ControlRecord>> {
-        self.inner.control_history(j, p).await
-    }
-    async fn poll(
-        &self,
-        since: Option<i64>,
-    ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
-        self.inner.poll(since).await
-    }
-    async fn put_schedule(
-        &self,
-        r: &ScheduleRow,
-        b: &str,
-        w: &str,
-    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
-        self.inner.put_schedule(r, b, w).await
-    }
-    async fn remove_schedule(
-        &self,
-        n: &str,
-        b: &str,
-        w: &str,
-    ) -> scheduler_core::Result<Option<scheduler_core::ControlRecord>> {
-        self.inner.remove_schedule(n, b, w).await
-    }
-    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
-        self.inner.schedules().await
-    }
-    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
-        self.inner.register_handlers(node, names).await
-    }
-    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
-        self.inner.handlers().await
-    }
-    async fn leases(&self) -> scheduler_core::Result<Vec<scheduler_core::LeaseRow>> {
-        self.inner.leases().await
-    }
-    async fn runs(
-        &self,
-        j: Option<&str>,
-        p: Page,
-    ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
-        self.inner.runs(j, p).await
-    }
-}
-
-#[scheduler_core::async_trait]
-impl scheduler_core::Store for FailingFinish {
-    async fn take(
-        &self,
-        r: &[scheduler_core::TakeRequest],
-        ttl: scheduler_core::Ttl,
-    ) -> scheduler_core::Result<scheduler_core::Taken> {
-        self.inner.take(r, ttl).await
-    }
-    async fn renew(
-        &self,
-        l: &[scheduler_core::LeaseKey],
-        ttl: scheduler_core::Ttl,
-    ) -> scheduler_core::Result<Vec<scheduler_core::Renewed>> {
-        self.inner.renew(l, ttl).await
-    }
-    async fn release(
-        &self,
-        l: &[scheduler_core::LeaseKey],
-        how: scheduler_core::Release,
-    ) -> scheduler_core::Result<Vec<scheduler_core::LeaseName>> {
-        self.inner.release(l, how).await
-    }
-    async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {
-        self.inner.now().await
-    }
-    fn controls(&self) -> Option<&dyn Controls> {
-        Some(self)
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_triggered_run_whose_end_is_recorded_late_does_not_run_again() {
@@ -231,10 +88,11 @@ async fn a_triggered_run_whose_end_is_recorded_late_does_not_run_again() {
     // Recording the end fails 30 times in a row (full-jitter backoff capped at 1 s: several seconds) on a 4 s ttl:
     // a store statement that keeps failing (a deadlock retry storm, a constraint,
     // a NUL byte in the error text on PostgreSQL) or a partition of this instance.
-    let store = Arc::new(FailingFinish {
+    let store = Arc::new(Faulty {
         inner: memory.clone(),
         failing_finishes: AtomicU32::new(30),
         hang_claims: false,
+        early: AtomicU32::new(0),
     });
     let make = |node: &str| {
         let mut job = Probe::new("hourly", &memory, &log);
@@ -359,7 +217,6 @@ async fn a_trigger_does_not_swallow_a_jittered_tick() {
     );
 }
 
-
 // ---------------------------------------------------------------------------
 // 6. Control calls are awaited in the loop, one per waiting trigger: a control
 //    table that does not answer stalls renewals, and held leases are lost.
@@ -367,10 +224,11 @@ async fn a_trigger_does_not_swallow_a_jittered_tick() {
 #[tokio::test(start_paused = true)]
 async fn stuck_trigger_claims_do_not_cost_the_leases_of_running_jobs() {
     let (memory, log) = (store(), Log::default());
-    let store = Arc::new(FailingFinish {
+    let store = Arc::new(Faulty {
         inner: memory.clone(),
         failing_finishes: AtomicU32::new(0),
         hang_claims: true,
+        early: AtomicU32::new(0),
     });
     let mut long = Probe::new("long", &memory, &log);
     long.every = Duration::from_secs(3_600);

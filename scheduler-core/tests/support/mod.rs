@@ -2,6 +2,10 @@
 //! in a [`Log`], on a [`MemoryStore`] whose clock advances with paused tokio time.
 #![allow(dead_code)] // Each test binary uses its own part.
 
+pub(crate) mod faulty;
+#[allow(unused_imports)] // Used by the tests of controls only.
+pub(crate) use faulty::Faulty;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

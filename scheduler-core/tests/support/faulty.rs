@@ -1,0 +1,165 @@
+//! A memory store whose controls fail or hang on demand, and which notes releases
+//! of a triggered run's lease before its end is recorded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use scheduler_core::{ControlRequest, Controls, Page, ScheduleRow, TriggerState};
+
+/// The memory store `inner`, with faults.
+#[derive(Debug)]
+pub(crate) struct Faulty {
+    pub(crate) inner: Arc<scheduler_core::MemoryStore>,
+    /// How many `finish_trigger` calls of a holder still fail (a store outage at
+    /// the end of a triggered run).
+    pub(crate) failing_finishes: AtomicU32,
+    /// claim_trigger never answers (a statement stuck on a lock of the control tables).
+    pub(crate) hang_claims: bool,
+    /// Releases of a lease whose triggered run was not yet recorded done.
+    pub(crate) early: AtomicU32,
+}
+
+#[scheduler_core::async_trait]
+impl Controls for Faulty {
+    async fn pause(
+        &self,
+        r: &ControlRequest,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.pause(r).await
+    }
+    async fn resume(
+        &self,
+        r: &ControlRequest,
+        c: bool,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.resume(r, c).await
+    }
+    async fn trigger(&self, r: &ControlRequest) -> scheduler_core::Result<scheduler_core::Trigger> {
+        self.inner.trigger(r).await
+    }
+    async fn trigger_status(
+        &self,
+        id: scheduler_core::TriggerId,
+    ) -> scheduler_core::Result<Option<scheduler_core::Trigger>> {
+        self.inner.trigger_status(id).await
+    }
+    async fn claim_trigger(
+        &self,
+        id: scheduler_core::TriggerId,
+        lease: &scheduler_core::LeaseName,
+        holder: &scheduler_core::Holder,
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<Option<scheduler_core::Lease>> {
+        if self.hang_claims {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+        }
+        self.inner.claim_trigger(id, lease, holder, ttl).await
+    }
+    async fn finish_trigger(
+        &self,
+        id: scheduler_core::TriggerId,
+        holder: Option<&scheduler_core::Holder>,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> scheduler_core::Result<bool> {
+        if holder.is_some()
+            && self
+                .failing_finishes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(scheduler_core::Error::store("told to fail"));
+        }
+        self.inner.finish_trigger(id, holder, outcome, error).await
+    }
+    async fn control_history(
+        &self,
+        j: Option<&str>,
+        p: Page,
+    ) -> scheduler_core::Result<Vec<scheduler_core::ControlRecord>> {
+        self.inner.control_history(j, p).await
+    }
+    async fn poll(
+        &self,
+        since: Option<i64>,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
+        self.inner.poll(since).await
+    }
+    async fn put_schedule(
+        &self,
+        r: &ScheduleRow,
+        b: &str,
+        w: &str,
+    ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
+        self.inner.put_schedule(r, b, w).await
+    }
+    async fn remove_schedule(
+        &self,
+        n: &str,
+        b: &str,
+        w: &str,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlRecord>> {
+        self.inner.remove_schedule(n, b, w).await
+    }
+    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        self.inner.schedules().await
+    }
+    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        self.inner.register_handlers(node, names).await
+    }
+    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
+        self.inner.handlers().await
+    }
+    async fn leases(&self) -> scheduler_core::Result<Vec<scheduler_core::LeaseRow>> {
+        self.inner.leases().await
+    }
+    async fn runs(
+        &self,
+        j: Option<&str>,
+        p: Page,
+    ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
+        self.inner.runs(j, p).await
+    }
+}
+
+#[scheduler_core::async_trait]
+impl scheduler_core::Store for Faulty {
+    async fn take(
+        &self,
+        r: &[scheduler_core::TakeRequest],
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<scheduler_core::Taken> {
+        self.inner.take(r, ttl).await
+    }
+    async fn renew(
+        &self,
+        l: &[scheduler_core::LeaseKey],
+        ttl: scheduler_core::Ttl,
+    ) -> scheduler_core::Result<Vec<scheduler_core::Renewed>> {
+        self.inner.renew(l, ttl).await
+    }
+    async fn release(
+        &self,
+        l: &[scheduler_core::LeaseKey],
+        how: scheduler_core::Release,
+    ) -> scheduler_core::Result<Vec<scheduler_core::LeaseName>> {
+        if let Some(state) = self.inner.poll(None).await? {
+            for t in &state.triggers {
+                if let TriggerState::Running { holder, .. } = &t.state
+                    && l.iter().any(|k| k.holder == *holder)
+                {
+                    self.early.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        self.inner.release(l, how).await
+    }
+    async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {
+        self.inner.now().await
+    }
+    fn controls(&self) -> Option<&dyn Controls> {
+        Some(self)
+    }
+}
