@@ -91,6 +91,10 @@ async fn a_resume_with_catch_up_runs_the_latest_tick_paused_over() {
     // Paused over a whole window: without the resume's catch-up, nothing would run
     // before the next tick.
     slow.catch_up = Some(Duration::from_secs(2));
+    // Start half a second into a 10 s period: the resume (25 s later) then falls
+    // mid-period, 4.5 s before the next tick.
+    let into = store.clock().now().timestamp_millis().rem_euclid(10_000);
+    sleep(u64::try_from((10_500 - into).rem_euclid(10_000)).unwrap_or(0)).await;
     store
         .pause(&ControlRequest::new("slow", "ops"))
         .await
@@ -467,4 +471,40 @@ async fn a_triggered_run_is_recorded_done_before_its_lease_is_released() {
         matches!(status.map(|t| t.state), Some(TriggerState::Done { .. })),
         "the end was recorded once the store answered"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_rows_are_applied_over_several_turns_and_all_run() {
+    let store = store();
+    store
+        .register_handlers("node-a", &["count".to_owned()])
+        .await
+        .expect("register");
+    for k in 0..5_000 {
+        store
+            .put_schedule(
+                &ScheduleRow::new(format!("tenant-{k}"), "count", "every 2s"),
+                "loader",
+                "",
+            )
+            .await
+            .expect("put");
+    }
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let s = seen.clone();
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .handler("count", move |ctx: JobContext, _args: Arc<str>| {
+            let s = s.clone();
+            async move {
+                s.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(ctx.job().to_owned());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build");
+    scheduler.run_until(sleep(6_000)).await;
+    assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).len(), 5_000);
 }

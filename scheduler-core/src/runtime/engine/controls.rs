@@ -21,6 +21,9 @@ use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
 use crate::runtime::ticks::JobTicks;
 
+/// How many dynamic schedule rows one turn of the loop applies at most.
+const APPLY_CHUNK: usize = 2_000;
+
 /// The loop's side of the controls.
 pub(super) struct ControlLoop {
     every: Duration,
@@ -45,6 +48,8 @@ pub(super) struct ControlLoop {
     ran_here: HashSet<TriggerId>,
     /// Whether this instance's handlers are registered with the store.
     registered: bool,
+    /// Dynamic schedule rows read and not yet applied, oldest first.
+    pub(super) rows: std::collections::VecDeque<ScheduleRow>,
     /// Rows this instance cannot run, by name, with the version reported (logged
     /// once per version).
     reported: HashMap<String, i64>,
@@ -85,6 +90,7 @@ impl ControlLoop {
         Self {
             by_name,
             ran_here: HashSet::new(),
+            rows: std::collections::VecDeque::new(),
             every,
             next: Instant::now(),
             gate,
@@ -108,7 +114,9 @@ impl Engine {
         };
         // A poll that failed (the controls table does not answer) claims nothing:
         // the loop waits on the store once per poll at most.
-        if Instant::now() >= ctl.next && self.poll_controls().await {
+        if !ctl.rows.is_empty() {
+            self.apply_some_schedules();
+        } else if Instant::now() >= ctl.next && self.poll_controls().await {
             self.claim_triggers().await;
         }
         self.finish_triggers().await;
@@ -200,7 +208,12 @@ impl Engine {
             .triggers
             .into_iter()
             .filter(|t| t.node.as_deref().is_none_or(|n| n == &*self.s.node))
-            .filter(|t| !self.entries_of(&t.job).is_empty())
+            // While rows are still being applied, a trigger of a dynamic schedule
+            // not applied yet is kept (claimed once its entries exist).
+            .filter(|t| {
+                !self.entries_of(&t.job).is_empty()
+                    || self.ctl.as_ref().is_some_and(|c| !c.rows.is_empty())
+            })
             .filter(|t| !self.runs_trigger(t))
             .collect();
         if let Some(ctl) = &mut self.ctl {
@@ -449,6 +462,21 @@ impl Engine {
 
     /// Adds, changes and drops dynamic schedules as their rows say.
     fn apply_schedules(&mut self, rows: Vec<ScheduleRow>) {
+        if let Some(ctl) = &mut self.ctl {
+            ctl.rows.extend(rows);
+        }
+        self.apply_some_schedules();
+    }
+
+    /// Applies up to [`APPLY_CHUNK`] of the rows read and not yet applied: a first
+    /// poll of 100,000 rows is applied over many turns of the loop, which renews,
+    /// takes and releases in between.
+    pub(super) fn apply_some_schedules(&mut self) {
+        let Some(ctl) = &mut self.ctl else {
+            return;
+        };
+        let take = ctl.rows.len().min(APPLY_CHUNK);
+        let rows: Vec<ScheduleRow> = ctl.rows.drain(..take).collect();
         let now = self.db_now();
         for row in rows {
             let Some(ctl) = &mut self.ctl else {

@@ -314,6 +314,9 @@ impl Engine {
         }
         if let Some(ctl) = &self.ctl {
             wake = wake.min(ctl.next);
+            if !ctl.rows.is_empty() {
+                wake = now;
+            }
             if !ctl.to_finish.is_empty() {
                 wake = wake.min(ctl.finish_retry.at.unwrap_or(now));
             }
