@@ -94,11 +94,12 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
 
     // 2. Pause `tick` from the page; it stops running (checked in the database).
     click(browser, "tick", "pause").await;
-    let row = row_text(browser, "tick").await.unwrap();
-    assert!(
-        row.contains("paused everywhere"),
-        "the page shows the pause: {row}"
-    );
+    // The click returns before the browser has followed the redirect.
+    eventually("the page to show the pause", move || async move {
+        let row = row_text(browser, "tick").await?;
+        row.contains("paused everywhere").then_some(())
+    })
+    .await;
     let paused_at = app.last_control("tick", ControlAction::Pause).await;
     let tock_before = app.last_tick("tock").await;
     eventually(
@@ -199,15 +200,20 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
         .await
         .unwrap();
     click(browser, "tock", "pause").await;
-    let body = browser
-        .find(Locator::Css("body"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The click returns before the browser has the answer.
+    let body = eventually("the refusal page", move || async move {
+        let body = browser
+            .find(Locator::Css("body"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        body.contains("Forbidden").then_some(body)
+    })
+    .await;
     assert!(
-        body.contains("Forbidden") && body.contains("the form carried no CSRF token"),
+        body.contains("the form carried no CSRF token"),
         "refused, in words: {body}"
     );
     assert_eq!(
@@ -275,17 +281,18 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
         .unwrap();
     why.send_keys("maintenance window").await.unwrap();
     click(browser, "hourly", "pause").await;
-    let pause = browser
-        .find(Locator::Css("main dl"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        pause.contains("paused everywhere") && pause.contains("maintenance window"),
-        "{pause}"
-    );
+    let pause = eventually("the job page to show the pause", move || async move {
+        let dl = browser
+            .find(Locator::Css("main dl"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        dl.contains("paused everywhere").then_some(dl)
+    })
+    .await;
+    assert!(pause.contains("maintenance window"), "{pause}");
 
     // 8. A screenshot of the jobs page.
     browser
@@ -449,17 +456,18 @@ impl App {
     }
 
     /// When the newest control `action` of `job` was recorded (store clock).
+    ///
+    /// Waits for it: a click returns before the browser's POST has been answered.
     async fn last_control(&self, job: &str, action: ControlAction) -> DateTime<Utc> {
-        let records = self
-            .controls()
-            .control_history(Some(job), Page::default())
-            .await
-            .unwrap();
-        records
-            .iter()
-            .find(|r| r.action == action)
-            .unwrap_or_else(|| panic!("no {action} of {job} recorded: {records:?}"))
-            .at
+        eventually(&format!("a {action} of {job} to be recorded"), || async {
+            let records = self
+                .controls()
+                .control_history(Some(job), Page::default())
+                .await
+                .ok()?;
+            records.iter().find(|r| r.action == action).map(|r| r.at)
+        })
+        .await
     }
 
     async fn controls_recorded(&self) -> usize {
