@@ -508,3 +508,52 @@ async fn many_rows_are_applied_over_several_turns_and_all_run() {
     scheduler.run_until(sleep(6_000)).await;
     assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).len(), 5_000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_with_catch_up_all_runs_every_tick_paused_over_once() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await;
+    let make = |node: &str| {
+        builder(&store)
+            .node_id(node)
+            // The default poll interval: the next live tick comes due (and runs)
+            // before the resume is seen.
+            .control_poll(Some(Duration::from_secs(5)))
+            .job_with_policy(
+                Probe::new("every1s", &store, &log),
+                scheduler_core::Policy::default()
+                    .catch_up(scheduler_core::CatchUp::All { max: 100 }),
+            )
+            .build()
+            .expect("build")
+    };
+    let (a, b) = (make("node-a"), make("node-b"));
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (stop, _) = futures_lite_join(async move {
+        sleep(2_000).await;
+        s.pause(&ControlRequest::new("every1s", "ops"))
+            .await
+            .expect("pause");
+        let paused_at = s.clock().now();
+        sleep(18_100).await;
+        s.resume(&ControlRequest::new("every1s", "ops"), true)
+            .await
+            .expect("resume");
+        let resumed_at = s.clock().now();
+        sleep(10_000).await;
+        let _ = tx.send((paused_at, resumed_at));
+    });
+    tokio::join!(a.run_until(stop.clone().wait()), b.run_until(stop.wait()));
+    let (paused_at, resumed_at) = rx.await.expect("times");
+    let all = runs(&log, "every1s");
+    let caught_up: Vec<_> = all
+        .iter()
+        .filter(|r| r.tick > paused_at && r.tick < resumed_at)
+        .map(|r| r.tick)
+        .collect();
+    // About 18 ticks paused over: each run once, by one of the two instances.
+    assert!(caught_up.len() >= 17, "{} caught up", caught_up.len());
+    let distinct: std::collections::HashSet<_> = caught_up.iter().collect();
+    assert_eq!(distinct.len(), caught_up.len(), "a tick ran twice");
+}

@@ -15,7 +15,8 @@ use super::Engine;
 use crate::control::{ControlState, ScheduleRow, Trigger, TriggerId, TriggerState};
 use crate::error::Error;
 use crate::lease::{Holder, Lease, Tick};
-use crate::policy::Overlap;
+use crate::policy::{CatchUp, Overlap};
+use crate::runtime::BackfillOptions;
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
@@ -50,6 +51,8 @@ pub(super) struct ControlLoop {
     registered: bool,
     /// Dynamic schedule rows read and not yet applied, oldest first.
     pub(super) rows: std::collections::VecDeque<ScheduleRow>,
+    /// Catch-ups of ticks paused over ([`CatchUp::All`]) under way.
+    catch_ups: Vec<tokio::task::JoinHandle<()>>,
     /// Rows this instance cannot run, by name, with the version reported (logged
     /// once per version).
     reported: HashMap<String, i64>,
@@ -91,6 +94,7 @@ impl ControlLoop {
             by_name,
             ran_here: HashSet::new(),
             rows: std::collections::VecDeque::new(),
+            catch_ups: Vec::new(),
             every,
             next: Instant::now(),
             gate,
@@ -193,11 +197,21 @@ impl Engine {
                 if !resume.catch_up {
                     continue;
                 }
-                for i in self.entries_of(&resume.job) {
+                if resume.node.as_deref().is_some_and(|n| n != &*self.s.node) {
+                    continue;
+                }
+                let entries = self.entries_of(&resume.job);
+                // Every tick paused over (the most recent `max`): run like a
+                // backfill, each under a lease of its own, so a later tick that ran
+                // meanwhile does not shut them out.
+                if let Some(&first) = entries.first()
+                    && let CatchUp::All { max } = self.s.entries[first].job_policy.catch_up
+                {
+                    self.catch_up_all(first, resume.paused_since, resume.resumed_at, max);
+                    continue;
+                }
+                for i in entries {
                     let e = &self.s.entries[i];
-                    if resume.node.as_deref().is_some_and(|n| n != &*self.s.node) {
-                        continue;
-                    }
                     info!(job = %e.name, paused_since = %resume.paused_since,
                         "job resumed: catching up the ticks paused over, as its catch-up policy says");
                     self.jobs[i].on_resumed(&e.cadence, resume.paused_since, now);
@@ -218,6 +232,67 @@ impl Engine {
             .collect();
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
+        }
+    }
+
+    /// Catches up the most recent `max` ticks of entry `i`'s job from `since` to
+    /// `until` (a pause under [`CatchUp::All`]) as a backfill on a task of its own:
+    /// each tick under a lease of its own, once across the instances that all start
+    /// it, one at a time; counted `backfilled`.
+    fn catch_up_all(
+        &mut self,
+        i: usize,
+        since: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+        max: u32,
+    ) {
+        let e = &self.s.entries[i];
+        let keep = usize::try_from(max)
+            .unwrap_or(usize::MAX)
+            .min(BackfillOptions::default().max_ticks);
+        let mut ticks = std::collections::VecDeque::new();
+        let mut cursor = since - TimeDelta::microseconds(1);
+        while let Some(tick) = e.schedule.next_after(cursor)
+            && tick.at() <= until
+        {
+            ticks.push_back(tick);
+            if ticks.len() > keep {
+                ticks.pop_front();
+            }
+            cursor = tick.at();
+        }
+        let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
+            return;
+        };
+        let (from, to, job) = (from.at(), to.at(), e.name.to_string());
+        info!(job = %job, paused_since = %since, ticks = ticks.len(),
+            "job resumed: catching up every tick paused over, each under a lease of its own");
+        let backfiller = self.s.backfiller();
+        let options = BackfillOptions::default().concurrency(1);
+        let task = tokio::spawn(async move {
+            match backfiller.backfill(&job, from, to, options).await {
+                Ok(report) => {
+                    info!(job = %job, ran = report.ran, already_done = report.already_done,
+                    failed = report.failed, "ticks paused over caught up")
+                }
+                Err(err) => {
+                    warn!(job = %job, error = %err, "catching up the ticks paused over failed")
+                }
+            }
+        });
+        if let Some(ctl) = &mut self.ctl {
+            ctl.catch_ups.retain(|t| !t.is_finished());
+            ctl.catch_ups.push(task);
+        }
+    }
+
+    /// Stops the catch-ups under way (at shutdown): their ticks' leases expire and
+    /// another instance's catch-up, or the next, takes them.
+    pub(super) fn abort_catch_ups(&mut self) {
+        if let Some(ctl) = &mut self.ctl {
+            for task in ctl.catch_ups.drain(..) {
+                task.abort();
+            }
         }
     }
 

@@ -55,6 +55,7 @@ impl Engine {
         while let Some(done) = self.tasks.join_next_with_id().await {
             self.finished(done);
         }
+        self.abort_catch_ups();
         // Triggered runs' ends are recorded before their leases are released.
         self.finish_triggers().await;
         // Release everything in (at most) one call per kind; a few quick retries, then
