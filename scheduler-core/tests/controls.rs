@@ -203,39 +203,13 @@ async fn a_trigger_runs_once_across_instances_and_records_its_end() {
 
 #[tokio::test(start_paused = true)]
 async fn a_trigger_while_the_job_runs_is_skipped_by_the_skip_policy() {
-    let (store, log) = (store(), Log::default());
-    let mut long = Probe::new("long", &store, &log);
-    long.every = Duration::from_secs(10);
-    long.work = Duration::from_secs(5);
-    let scheduler = builder(&store)
-        .control_poll(Some(POLL))
-        .job(long)
-        .build()
-        .expect("build");
-    let s = store.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    scheduler
-        .run_until(async move {
-            // Into the start-up run (it runs 5 s).
-            sleep(1_000).await;
-            let t = s
-                .trigger(&ControlRequest::new("long", "carol"))
-                .await
-                .expect("trigger");
-            sleep(2_000).await;
-            let _ = tx.send(t);
-        })
-        .await;
-    let t = rx.await.expect("trigger");
-    let status = store
-        .trigger_status(t.id)
-        .await
-        .expect("status")
-        .expect("trigger");
+    let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::Skip).await;
     assert!(
-        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "skipped"),
-        "{status:?}"
+        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "skipped"),
+        "{state:?}"
     );
+    // Only the start-up run.
+    assert_eq!(runs.len(), 1, "{runs:?}");
 }
 
 #[tokio::test(start_paused = true)]
