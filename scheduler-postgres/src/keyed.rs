@@ -30,10 +30,11 @@
 //!
 //! Besides the work's own statements a chunk costs three round trips: `BEGIN`, the
 //! locking statement and `COMMIT`. The locking statement carries the transaction's
-//! settings itself (`set_config(…, true)`, which is `SET LOCAL`), with the keys as a
-//! bound array, never spliced into SQL text; the values are those the store's own
-//! transactions run with ([`PostgresStore::begin`]), read back once per handle. Between
-//! `BEGIN` and that statement the transaction holds no lock and no snapshot.
+//! settings itself (`set_config(…, true)`, which is `SET LOCAL`), with the chunk's lock
+//! ids (or its keys, see below) as a bound array, never spliced into SQL text; the
+//! settings are those the store's own transactions run with ([`PostgresStore::begin`]),
+//! read back once per handle. Between `BEGIN` and that statement the transaction holds
+//! no lock and no snapshot.
 //!
 //! That statement itself still runs under the connection's own `statement_timeout`:
 //! on a pool the store opened, the lease-statement bound
@@ -52,23 +53,35 @@
 //! # The hash
 //!
 //! A key's lock id is `hashtextextended(key, 0)`, PostgreSQL's stable 64-bit text hash
-//! (the one hash partitioning relies on, PostgreSQL ≥ 11), computed by the server for
-//! the whole chunk in the locking statement itself, so every client, whatever its
-//! language, derives the same id. `hashtext` would do too, but is 32-bit: among 100,000
-//! keys it already makes one colliding pair on average. A collision never breaks
+//! (the one hash partitioning relies on, PostgreSQL ≥ 11), so every client, whatever its
+//! language, derives the same id from SQL. `hashtext` would do too, but is 32-bit: among
+//! 100,000 keys it already makes one colliding pair on average. A collision never breaks
 //! exactly-once (two keys sharing a lock only wait for each other), it only adds
 //! contention; 64 bits make that negligible. The single-`bigint` advisory lock space is
 //! shared with every other user of `pg_advisory_xact_lock(bigint)` in the database.
 //!
+//! The client computes it: the function hashes the text's bytes in the database's
+//! encoding, so in a UTF-8 (or `SQL_ASCII`) database on a little-endian server it is
+//! the client's own hash of the key's UTF-8 bytes. Once per handle the server encoding
+//! is read and the server's ids of a few keys (every length of the hash's tail) are
+//! compared with the client's; if either differs (another encoding, a big-endian
+//! server), the handle sends the keys instead and the server hashes them, in the locking
+//! statement, for the whole chunk. Either way the locks are the same ids; the test
+//! `keyed_lock_ids` reads them from `pg_locks` in a UTF-8 and in a LATIN1 database. The
+//! client's ids are sorted and distinct, so the server neither hashes nor deduplicates,
+//! and the statement binds 8 bytes per key instead of its text.
+//!
 //! # Lock order
 //!
 //! The locks are taken by
-//! `SELECT pg_advisory_xact_lock(s.id) FROM (SELECT DISTINCT hashtextextended(k, 0) AS id
-//! FROM unnest($1::text[]) AS k) AS s ORDER BY s.id`. An `ORDER BY` inside a subquery
+//! `SELECT pg_advisory_xact_lock(s.id) FROM unnest($1::int8[]) AS s(id) ORDER BY s.id`
+//! (when the server hashes: `… FROM (SELECT DISTINCT hashtextextended(k, 0) AS id FROM
+//! unnest($1::text[]) AS k) AS s ORDER BY s.id`). An `ORDER BY` inside a subquery
 //! would not be enough (nothing obliges the outer query to keep that order); here the
 //! locking call is an output expression of the query that sorts, and PostgreSQL
 //! evaluates output expressions that the `ORDER BY` does not reference *after* sorting
-//! (documented under "SELECT List" in the `SELECT` reference since 9.6). The test
+//! (documented under "SELECT List" in the `SELECT` reference since 9.6). The client
+//! sorts its ids too, but the order does not rest on that. The test
 //! `keyed_lock_order` checks it on a real server: blocked on one key, a worker holds
 //! exactly the locks of the smaller hashes.
 //!
@@ -100,6 +113,7 @@
 
 mod batch;
 mod error;
+mod hash;
 mod options;
 mod server;
 
@@ -118,16 +132,65 @@ use crate::error::{Error, sqlstate};
 use crate::fenced::FencedFuture;
 use crate::store::PostgresStore;
 
-/// The locking statement of per-key locks: `$1` the chunk's keys, `$2` and `$3` the
-/// transaction's settings ([`Settings`]). The locking call is an output expression of
-/// the sorting query, not referenced by its `ORDER BY`: PostgreSQL evaluates it after
-/// the sort, row by row.
+/// The locking statement of per-key locks when the client computes the lock ids: `$1`
+/// the chunk's distinct lock ids, `$2` and `$3` the transaction's settings
+/// ([`Settings`]). The locking call is an output expression of the sorting query, not
+/// referenced by its `ORDER BY`: PostgreSQL evaluates it after the sort, row by row.
+/// (The client sorts the ids too, so the sort finds them in order.)
+const LOCK_IDS: &str = "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+        set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
+       SELECT pg_advisory_xact_lock(s.id) FROM unnest($1::int8[]) AS s(id) ORDER BY s.id \
+     ) AS l";
+
+/// The same when the server computes the lock ids: `$1` the chunk's keys.
 const LOCK_KEYS: &str = "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
         set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
        SELECT pg_advisory_xact_lock(s.id) FROM ( \
          SELECT DISTINCT hashtextextended(k, 0) AS id FROM unnest($1::text[]) AS k \
        ) AS s ORDER BY s.id \
      ) AS l";
+
+/// A handle's locking statements: [`LOCK_IDS`] and [`LOCK_KEYS`], or their stripe
+/// forms.
+#[derive(Debug)]
+struct LockStatements {
+    /// `$1` the sorted distinct lock ids (or stripes), computed by the client.
+    ids: String,
+    /// `$1` the keys, hashed by the server (`$4` the stripe count, for stripes).
+    keys: String,
+}
+
+impl LockStatements {
+    fn new(options: &KeyedOptions) -> Self {
+        match options.stripes {
+            None => LockStatements {
+                ids: LOCK_IDS.to_owned(),
+                keys: LOCK_KEYS.to_owned(),
+            },
+            Some(_) => LockStatements {
+                // `$1` the chunk's distinct stripes, sorted (int4 values, bound as
+                // int8 so that a stripe count beyond int4 fails as it does below).
+                ids: format!(
+                    "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+                            set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
+                       SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id::int4) \
+                       FROM unnest($1::int8[]) AS s(id) ORDER BY s.id \
+                     ) AS l"
+                ),
+                // `$1` the keys, `$4` the stripe count.
+                keys: format!(
+                    "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+                            set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
+                       SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id) FROM ( \
+                         SELECT DISTINCT ((hashtextextended(k, 0) % $4 + $4) % $4)::int4 AS id \
+                         FROM unnest($1::text[]) AS k \
+                       ) AS s ORDER BY s.id \
+                     ) AS l"
+                ),
+            },
+        }
+    }
+}
 
 /// What a processed batch ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,8 +225,8 @@ enum Start {
 pub struct Keyed {
     store: PostgresStore,
     options: KeyedOptions,
-    /// The locking statement for these options.
-    lock_sql: Arc<str>,
+    /// The locking statements for these options.
+    lock: Arc<LockStatements>,
     server: Arc<OnceCell<Server>>,
 }
 
@@ -171,24 +234,10 @@ impl PostgresStore {
     /// A handle that processes keyed batches on this store's pool; see the
     /// [module docs](crate::keyed).
     pub fn keyed(&self, options: KeyedOptions) -> Keyed {
-        let lock_sql: Arc<str> = match options.stripes {
-            None => LOCK_KEYS.into(),
-            // `$1` the keys, `$2` and `$3` the settings, `$4` the stripe count.
-            Some(_) => format!(
-                "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
-                        set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
-                   SELECT pg_advisory_xact_lock({STRIPE_LOCK_CLASS}, s.id) FROM ( \
-                     SELECT DISTINCT ((hashtextextended(k, 0) % $4 + $4) % $4)::int4 AS id \
-                     FROM unnest($1::text[]) AS k \
-                   ) AS s ORDER BY s.id \
-                 ) AS l"
-            )
-            .into(),
-        };
         Keyed {
             store: self.clone(),
+            lock: Arc::new(LockStatements::new(&options)),
             options,
-            lock_sql,
             server: Arc::new(OnceCell::new()),
         }
     }
@@ -338,7 +387,7 @@ impl Keyed {
         for part in keys.chunks(per_transaction) {
             let committed = batch.done_through(done);
             let statement = |source| Error::statement("process keyed items", source);
-            let (txn, locks) = match self.start(part, &server.settings).await {
+            let (txn, locks) = match self.start(part, server).await {
                 Ok(started) => started,
                 Err(Start::Begin(source)) => return Err(store(committed)(statement(source))),
                 Err(Start::Lock(source)) => {
@@ -386,7 +435,7 @@ impl Keyed {
     async fn start<K: AsRef<str>>(
         &self,
         keys: &[K],
-        settings: &Settings,
+        server: &Server,
     ) -> Result<(DatabaseTransaction, u64), Start> {
         if !self.store.transaction_pooling() {
             let txn = self
@@ -395,7 +444,7 @@ impl Keyed {
                 .begin()
                 .await
                 .map_err(Start::Begin)?;
-            match self.lock(&txn, keys, settings).await {
+            match self.lock(&txn, keys, server).await {
                 Ok(locks) => return Ok((txn, locks)),
                 Err(source) => {
                     let _ = txn.rollback().await;
@@ -411,7 +460,7 @@ impl Keyed {
             }
         }
         let txn = self.store.begin().await.map_err(Start::Begin)?;
-        match self.lock(&txn, keys, settings).await {
+        match self.lock(&txn, keys, server).await {
             Ok(locks) => Ok((txn, locks)),
             Err(source) => {
                 let _ = txn.rollback().await;
@@ -420,25 +469,39 @@ impl Keyed {
         }
     }
 
-    /// Sets `settings` on `txn` and takes the advisory locks of `keys`, in sorted
-    /// order; returns how many.
+    /// Sets the transaction settings on `txn` and takes the advisory locks of `keys`, in
+    /// sorted order; returns how many. The lock ids are computed here when they are the
+    /// server's ([`Server::client_hashes`]), else by the server in the statement.
     async fn lock<K: AsRef<str>>(
         &self,
         txn: &DatabaseTransaction,
         keys: &[K],
-        settings: &Settings,
+        server: &Server,
     ) -> Result<u64, DbErr> {
-        let names: Vec<String> = keys.iter().map(|k| k.as_ref().to_owned()).collect();
-        let mut values: Vec<Value> = vec![
-            names.into(),
-            settings.idle.as_str().into(),
-            settings.statement.as_str().into(),
-        ];
-        if let Some(stripes) = self.options.stripes {
-            values.push(i64::from(stripes.max(1)).into());
+        let stripes = self.options.stripes.map(|s| i64::from(s.max(1)));
+        let Settings {
+            idle,
+            statement: bound,
+        } = &server.settings;
+        let (sql, mut values): (&str, Vec<Value>) = if server.client_hashes {
+            let ids = keys.iter().map(|k| hash::lock_id(k.as_ref()));
+            let mut ids: Vec<i64> = match stripes {
+                None => ids.collect(),
+                // What the server-hashing statement computes, `(h % n + n) % n` (n > 0).
+                Some(n) => ids.map(|id| id.rem_euclid(n)).collect(),
+            };
+            ids.sort_unstable();
+            ids.dedup();
+            (&self.lock.ids, vec![ids.into()])
+        } else {
+            let names: Vec<String> = keys.iter().map(|k| k.as_ref().to_owned()).collect();
+            (&self.lock.keys, vec![names.into()])
+        };
+        values.extend([idle.as_str().into(), bound.as_str().into()]);
+        if let (false, Some(n)) = (server.client_hashes, stripes) {
+            values.push(n.into());
         }
-        let statement =
-            Statement::from_sql_and_values(DbBackend::Postgres, self.lock_sql.as_ref(), values);
+        let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
         let row = txn
             .query_one_raw(statement)
             .await?
