@@ -212,6 +212,28 @@ pub(crate) struct JobTicks {
     buffered: Option<Due>,
 }
 
+/// The most recent `keep` ticks of `schedule` from `since` to `until` (both
+/// included), oldest first: the ticks a pause went over.
+pub(crate) fn latest_ticks(
+    schedule: &Compiled,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    keep: usize,
+) -> VecDeque<Tick> {
+    let mut ticks = VecDeque::new();
+    let mut cursor = since - TimeDelta::microseconds(1);
+    while let Some(tick) = schedule.next_after(cursor)
+        && tick.at() <= until
+    {
+        ticks.push_back(tick);
+        if ticks.len() > keep {
+            ticks.pop_front();
+        }
+        cursor = tick.at();
+    }
+    ticks
+}
+
 /// A tick, the instant (store clock) it fires, and its window.
 type Due = (Tick, DateTime<Utc>, TimeDelta);
 
@@ -524,18 +546,7 @@ impl JobTicks {
             CatchUp::Latest => 1,
             CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
         };
-        let mut paused_over = VecDeque::new();
-        let mut cursor = since - TimeDelta::microseconds(1);
-        while let Some(tick) = cadence.schedule.next_after(cursor)
-            && tick.at() <= now
-        {
-            paused_over.push_back(tick);
-            if paused_over.len() > keep {
-                paused_over.pop_front();
-            }
-            cursor = tick.at();
-        }
-        for tick in paused_over {
+        for tick in latest_ticks(&cadence.schedule, since, now, keep) {
             let window = (now - tick.at()) + cadence.window(tick);
             self.backlog.push_back((tick, now, window));
         }

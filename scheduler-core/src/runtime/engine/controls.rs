@@ -250,17 +250,7 @@ impl Engine {
         let keep = usize::try_from(max)
             .unwrap_or(usize::MAX)
             .min(BackfillOptions::default().max_ticks);
-        let mut ticks = std::collections::VecDeque::new();
-        let mut cursor = since - TimeDelta::microseconds(1);
-        while let Some(tick) = e.schedule.next_after(cursor)
-            && tick.at() <= until
-        {
-            ticks.push_back(tick);
-            if ticks.len() > keep {
-                ticks.pop_front();
-            }
-            cursor = tick.at();
-        }
+        let ticks = crate::runtime::ticks::latest_ticks(&e.schedule, since, until, keep);
         let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
             return;
         };
