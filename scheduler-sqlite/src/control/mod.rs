@@ -256,6 +256,22 @@ impl SqliteStore {
         record_from_row(&row, operation)
     }
 
+    /// One page of rows, of job `job` (`of_job`: the job, then the page's values)
+    /// or of every job (`all`: the page's values).
+    async fn paged(
+        &self,
+        operation: &'static str,
+        job: Option<&str>,
+        page: Page,
+        of_job: &str,
+        all: &str,
+    ) -> Result<Vec<QueryResult>> {
+        let mut values: Vec<Value> = job.map(|j| j.to_owned().into()).into_iter().collect();
+        values.extend(page_values(page));
+        let sql = if job.is_some() { of_job } else { all };
+        rows(self, &self.db, operation, sql, values).await
+    }
+
     async fn history_exists(&self) -> Result<bool> {
         const OP: &str = "look for the run history table";
         let found = rows(
@@ -485,17 +501,10 @@ impl Controls for SqliteStore {
         page: Page,
     ) -> scheduler_core::Result<Vec<ControlRecord>> {
         const OP: &str = "read the control history";
-        let found = match job {
-            Some(job) => {
-                let mut values = vec![job.to_owned().into()];
-                values.extend(page_values(page));
-                rows(self, &self.db, OP, &self.control.history_of_job, values).await?
-            }
-            None => {
-                let values = page_values(page).into();
-                rows(self, &self.db, OP, &self.control.history, values).await?
-            }
-        };
+        let sql = &self.control;
+        let found = self
+            .paged(OP, job, page, &sql.history_of_job, &sql.history)
+            .await?;
         Ok(found
             .iter()
             .map(|row| record_from_row(row, OP))
@@ -809,17 +818,10 @@ impl Controls for SqliteStore {
         if !self.history_exists().await? {
             return Ok(Vec::new());
         }
-        let found = match job {
-            Some(job) => {
-                let mut values = vec![job.to_owned().into()];
-                values.extend(page_values(page));
-                rows(self, &self.db, OP, &self.control.runs_of_job, values).await?
-            }
-            None => {
-                let values = page_values(page).into();
-                rows(self, &self.db, OP, &self.control.runs, values).await?
-            }
-        };
+        let sql = &self.control;
+        let found = self
+            .paged(OP, job, page, &sql.runs_of_job, &sql.runs)
+            .await?;
         Ok(found
             .iter()
             .map(|row| {
