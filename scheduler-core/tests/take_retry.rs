@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use scheduler_core::{
-    BoxError, Error, Idempotent, JobContext, LeaseKey, LeaseName, MemoryStore, Outcome, Release,
-    Renewed, Schedule, Scheduler, Store, TakeRequest, Taken, Ttl,
+    BoxError, Error, Idempotent, JobContext, LeaseKey, LeaseName, LocalClock, MemoryStore, Outcome,
+    Release, Renewed, Schedule, Scheduler, Store, TakeRequest, Taken, Ttl,
 };
 
 /// Applies the first `lose` takes but answers them with an error.
@@ -70,14 +70,22 @@ impl Idempotent for Counted {
 
 #[tokio::test(start_paused = true)]
 async fn a_take_applied_but_never_answered_is_won_by_its_retry() {
+    // Ten minutes past an hour: the hourly job's next tick is not within the test's
+    // 30 s (started at 18:59:55 wall time, its 19:00 tick ran too).
+    let clock = LocalClock::starting_at(
+        "2026-12-01T18:10:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
     let store = Arc::new(LostAnswers {
-        inner: MemoryStore::new(),
+        inner: MemoryStore::with_clock(clock),
         lose: AtomicU32::new(1),
     });
     let runs = Arc::new(AtomicU32::new(0));
     // ttl 10 min: a ghost holder would keep the tick from running for that long.
     let scheduler = Scheduler::builder(store.clone())
         .node_id("a")
+        .clock(clock)
         .lease_ttl(Duration::from_secs(600))
         .retry_backoff(Duration::from_millis(100), Duration::from_secs(1))
         .job(Counted { runs: runs.clone() })
