@@ -21,7 +21,8 @@
 //! into an SDK meter provider (the cost of observability per run). Each case's
 //! instance is shut down before the next starts, so cases do not disturb each other.
 //!
-//! `cargo bench -p scheduler-benches --bench runtime`
+//! `cargo bench -p scheduler-benches --bench runtime` (`RUNTIME_CASES=10000_every_plain`
+//! runs only the cases named, comma-separated).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -362,16 +363,22 @@ fn overhead(c: &mut Criterion) {
         (10_000, true, every(), "every"),
         (10_000, false, cron(), "cron"),
     ] {
+        let label = format!(
+            "{jobs}_{kind}_{}",
+            if metrics { "metrics" } else { "plain" }
+        );
+        // `RUNTIME_CASES=10000_every_plain,1000_cron` runs only the cases named.
+        if let Ok(only) = std::env::var("RUNTIME_CASES")
+            && !only.split(',').any(|c| c.trim() == label)
+        {
+            continue;
+        }
         let url = rt.block_on(scheduler_benches::database());
         let instance = start(url, jobs, metrics, schedule);
         instance.wait_ticks(2); // past start-up and the first catch-up
         let outcomes_before = instance.outcomes();
         let (mut elapsed, mut calls_total, mut cpu_ns) = (Duration::ZERO, [0u64; 4], 0u64);
         let mut window: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
-        let label = format!(
-            "{jobs}_{kind}_{}",
-            if metrics { "metrics" } else { "plain" }
-        );
         group.bench_function(&label, |b| {
             b.iter_custom(|iters| {
                 let opened = Utc::now();
@@ -402,6 +409,16 @@ fn overhead(c: &mut Criterion) {
         let (from, to) = window.expect("criterion ran the case");
         instance.settle(to.timestamp_micros().div_euclid(PERIOD_US) * PERIOD_US);
         let runs = judge(&instance.probe, jobs, from, to);
+        // `RUNTIME_DUMP=dir` writes each case's runs, in the order they started, as
+        // `dir/<case>.csv` (job, tick µs, lateness µs), for a closer look.
+        if let Ok(dir) = std::env::var("RUNTIME_DUMP") {
+            let log = instance.probe.log.lock().unwrap();
+            let mut csv = String::from("job,tick_us,late_us\n");
+            for r in log.iter() {
+                csv.push_str(&format!("{},{},{}\n", r.job, r.tick_us, r.late_us));
+            }
+            std::fs::write(format!("{dir}/{label}.csv"), csv).unwrap();
+        }
         let mut outcomes = instance.outcomes();
         for (after, before) in outcomes.iter_mut().zip(outcomes_before) {
             *after -= before;

@@ -337,7 +337,9 @@ pub struct Taken {
     pub held: Vec<Held>,
     /// The store's clock while the take ran, when the store reports it: the runtime
     /// estimates its offset to the store from it instead of reading the clock
-    /// separately. `None` is always correct (the runtime then reads
+    /// separately, taking it as read when the answer arrived (so it errs late, never
+    /// early, by the time from the reading to the answer: read it as late in the
+    /// take as you can). `None` is always correct (the runtime then reads
     /// [`Store::now`](crate::Store::now) when it needs to).
     pub now: Option<DateTime<Utc>>,
     /// Requests refused because their job is paused ([`TakeRequest::control`]);

@@ -180,11 +180,13 @@ async fn a_take_goes_out_after_the_instances_own_pending_release() {
     }
 }
 
-/// A store whose takes take 50 ms each, recording each take's size and answer time.
+/// A store whose takes take 50 ms each, recording each take's size and answer time,
+/// and each release's size.
 #[derive(Debug)]
 struct SlowTakes {
     inner: MemoryStore,
     takes: Mutex<Vec<(usize, Instant)>>,
+    releases: Mutex<Vec<usize>>,
 }
 
 #[scheduler_core::async_trait]
@@ -206,6 +208,10 @@ impl Store for SlowTakes {
         leases: &[LeaseKey],
         how: Release,
     ) -> scheduler_core::Result<Vec<LeaseName>> {
+        self.releases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(leases.len());
         self.inner.release(leases, how).await
     }
     async fn now(&self) -> scheduler_core::Result<chrono::DateTime<chrono::Utc>> {
@@ -219,6 +225,7 @@ fn big_tick() -> (Arc<SlowTakes>, Scheduler, Vec<Starts>) {
     let store = Arc::new(SlowTakes {
         inner: MemoryStore::with_clock(clock()),
         takes: Mutex::default(),
+        releases: Mutex::default(),
     });
     let mut builder = Scheduler::builder(store.clone()).node_id("a");
     let mut starts = Vec::new();
@@ -249,7 +256,8 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let sizes: Vec<usize> = takes.iter().map(|(n, _)| *n).collect();
-    assert_eq!(sizes, [100, 100, 50], "the tick's takes, by size");
+    // Late (the tick at start-up): a first chunk of 100, then twice as many.
+    assert_eq!(sizes, [100, 150], "the tick's takes, by size");
     let first_run = starts
         .iter()
         .filter_map(|s| {
@@ -258,7 +266,7 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
         })
         .min()
         .unwrap_or_else(|| panic!("nothing ran"));
-    let last_answer = takes[2].1;
+    let last_answer = takes[1].1;
     assert!(
         first_run < last_answer,
         "the first chunk's runs start before the last chunk is answered"
@@ -271,12 +279,26 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
 #[tokio::test(start_paused = true)]
 async fn a_big_tick_is_taken_ahead_so_its_runs_start_on_time() {
     // 250 jobs a minute, takes of 50 ms each: the tick at start-up is taken late, in
-    // three chunks; the next ones are taken that long ahead of their instant, and
-    // every run waits for its instant.
-    let (_store, scheduler, starts) = big_tick();
+    // two chunks; the next ones are taken ahead of their instant, each in one call
+    // (its runs released in one), and every run waits for its instant.
+    let (store, scheduler, starts) = big_tick();
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(150)))
         .await;
+    let sizes: Vec<usize> = store
+        .takes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(sizes, [100, 150, 250, 250], "takes, by size");
+    let releases = store
+        .releases
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(releases, [250, 250, 250], "releases, by size");
     for (i, s) in starts.iter().enumerate() {
         let s = s.lock().unwrap_or_else(|e| e.into_inner()).clone();
         assert_eq!(s.len(), 3, "job {i} ran at start-up and on two ticks");

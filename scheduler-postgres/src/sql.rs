@@ -48,6 +48,11 @@ impl Sql {
         // row not won" took a join against `won` that a generic plan turned into a
         // filtered nested loop: quadratic for a big takeover.)
         //
+        // Each row carries the database's clock as it was produced
+        // (`clock_timestamp()`, not the transaction's `now()`): the latest is the
+        // runtime's clock sample, read near the statement's end, so that a long take
+        // (10,000 names: a few hundred milliseconds) still samples the clock closely.
+        //
         // A request whose job is paused, everywhere (`node = ''`) or on the asking
         // node, is refused before anything else: it is neither inserted nor updated,
         // and comes back as `paused` only, never as won or held. Each request looks
@@ -79,16 +84,16 @@ impl Sql {
              RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
              ) \
              SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, \
-                    false AS paused, now() AS now \
+                    false AS paused, clock_timestamp() AS now \
              FROM won \
              UNION ALL \
              SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
                     h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, \
-                    false, now() \
+                    false, clock_timestamp() \
              FROM {t} h JOIN req ON h.name = req.name \
              WHERE NOT req.paused AND ({pre}) IS NOT TRUE \
              UNION ALL \
-             SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, now() \
+             SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, clock_timestamp() \
              FROM req WHERE req.paused",
             pre = free("h", "req.tick"),
             decide = free("l", "excluded.tick"),

@@ -5,7 +5,7 @@
 //! Three kinds of store call, each with its own retry: takes (due ticks, in chunks of
 //! [`TAKE_CHUNK`] whose runs start as each chunk is answered), renewals (driven by
 //! lease expiry, only while a lease is held: never held up by a failing take) and
-//! releases (coalesced for [`RELEASE_LINGER`], always sent before a take, during the
+//! releases (coalesced while runs keep ending, [`RELEASE_QUIET`], always sent before a take, during the
 //! shutdown drain too).
 //!
 //! The store's clock is learnt from the takes' own answers ([`Taken::now`]); it is
@@ -42,24 +42,41 @@ type RunResult = (usize, Result<(), BoxError>);
 /// How long cancelled runs get to return at shutdown before they are aborted.
 const CANCEL_NOTICE: Duration = Duration::from_secs(1);
 
-/// The most leases one take statement asks for. A tick of 10,000 jobs is taken in
-/// chunks, and each chunk's runs start as soon as it is answered instead of after
-/// one statement for all (about 100 names per statement is where a statement's
-/// fixed cost stops mattering).
+/// The first chunk of a round of takes that is late (its ticks fire before one
+/// call for all could be answered): its runs start after one short call instead of
+/// after one statement for all (about 100 names per statement is where a
+/// statement's fixed cost stops mattering); each next chunk is twice as big.
 const TAKE_CHUNK: usize = 100;
 
-/// How long a finished run's release waits for others to join it in one statement
-/// (at most an eighth of the ttl). A take never waits for it: pending releases go
-/// out first.
-const RELEASE_LINGER: Duration = Duration::from_millis(20);
+/// The most leases one take statement asks for (a round taken ahead of its ticks
+/// goes in calls this big: at 10,000 jobs one statement of about 200 ms, well within
+/// the store's statement timeout).
+const TAKE_MOST: usize = 10_000;
+
+/// Finished runs' releases are sent once none has joined them for this long (runs
+/// of one tick end within a few milliseconds of each other), or [`RELEASE_LINGER`]
+/// after the first, whichever comes first (each at most an eighth of the ttl). A
+/// take never waits for them: pending releases go out first.
+const RELEASE_QUIET: Duration = Duration::from_millis(5);
+
+/// The most a finished run's release waits for others to join it in one
+/// statement (10,000 runs of one tick take some 40 ms to start and end).
+const RELEASE_LINGER: Duration = Duration::from_millis(100);
 
 /// The most a tick is taken ahead of its fire time (and at most half its
 /// window, see `JobTicks::due`).
 const MAX_AHEAD: Duration = Duration::from_secs(1);
 
-/// How old the last clock sample may grow before a take or renewal also reads the
-/// store's clock on its own (the takes' answers normally keep it fresh).
-const CLOCK_STALE: Duration = Duration::from_secs(600);
+/// Added to the lead of every round of takes (see `Engine::take_due`): even a
+/// round of one quick statement is answered before its ticks fire.
+const AHEAD_MARGIN: Duration = Duration::from_millis(10);
+
+/// How old the clock sample the estimate rests on may grow before a take or
+/// renewal also reads the store's clock on its own (the takes' answers normally keep
+/// it fresh; a big take's sample is looser by its commit, so at 10,000 jobs a tick
+/// this is one read a minute). The estimate loosens with age by the drift allowed
+/// (`store_clock.rs`): 6 ms at a minute.
+const CLOCK_STALE: Duration = Duration::from_secs(60);
 
 pub(super) struct Engine {
     s: Scheduler,
@@ -70,16 +87,21 @@ pub(super) struct Engine {
     to_release: Vec<(LeaseKey, Release)>,
     /// Since when `to_release` has not been empty.
     release_since: Option<Instant>,
+    /// When `to_release` last grew, and how long it was then.
+    release_grew: (Instant, usize),
+    release_quiet: Duration,
     release_linger: Duration,
     leases: Gate,
     clock_gate: Gate,
     clock: StoreClock,
-    /// When the clock was last sampled.
+    /// When the clock estimate last moved to a sample.
     sampled: Instant,
     take: Retry,
     /// How far ahead of their fire time ticks are taken: a little more than the last
     /// round of takes lasted, so a big tick is answered by the time it fires.
     ahead: TimeDelta,
+    /// What a take costs per name in a big round, once one was answered.
+    take_cost: Option<Duration>,
     release: Retry,
     renew_fails: Backoff,
     next_renew: Instant,
@@ -107,6 +129,8 @@ impl Engine {
             by_task: HashMap::new(),
             to_release: Vec::new(),
             release_since: None,
+            release_grew: (Instant::now(), 0),
+            release_quiet: RELEASE_QUIET.min(s.settings.ttl.get() / 8),
             release_linger: RELEASE_LINGER.min(s.settings.ttl.get() / 8),
             leases: Gate::new(limit, s.observe.clone()),
             clock_gate: Gate::new(limit, s.observe.clone()),
@@ -114,6 +138,7 @@ impl Engine {
             sampled: Instant::now(),
             take: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             ahead: TimeDelta::zero(),
+            take_cost: None,
             release: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             renew_fails: Backoff::new(s.settings.retry_base, s.settings.retry_cap),
             next_renew: Instant::now() + renew_every,
@@ -184,9 +209,9 @@ impl Engine {
     /// A reading `db` of the store's clock, made between the local instants `before`
     /// and `after`.
     fn note_sample(&mut self, before: DateTime<Utc>, after: DateTime<Utc>, db: DateTime<Utc>) {
-        self.sampled = Instant::now();
         match self.clock.sample(before, after, db) {
             Sample::Taken { offset, moved } => {
+                self.sampled = Instant::now();
                 if moved {
                     info!(
                         offset_ms = offset.num_milliseconds(),
@@ -196,10 +221,9 @@ impl Engine {
                 let seconds = offset.num_microseconds().unwrap_or(0) as f64 / 1e6;
                 self.s.observe.clock_offset(seconds);
             }
-            Sample::Discarded { rtt, best } => debug!(
+            Sample::Looser { rtt } => debug!(
                 round_trip_ms = rtt.num_milliseconds(),
-                best_ms = best.num_milliseconds(),
-                "clock sample discarded: its round trip was too long"
+                "clock sample looser than the estimate; the estimate stands"
             ),
         }
     }
@@ -239,22 +263,60 @@ impl Engine {
         for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
             job.start(&e.cadence, now);
         }
-        loop {
+        'turns: loop {
             self.beat.beat();
             self.turn().await;
-            let wake = self.next_wake();
-            tokio::select! {
-                () = tokio::time::sleep_until(wake) => {}
-                Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    self.finished(done);
-                    while let Some(done) = self.tasks.try_join_next_with_id() {
-                        self.finished(done);
+            let mut wake = self.next_wake();
+            // Runs that end before `wake` are handled without a whole turn (which
+            // looks at every job: at 10,000 jobs a turn per few ended runs held up
+            // the start of the runs still to begin at the same instant).
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => break,
+                    Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                        let mut ended = Vec::new();
+                        ended.extend(self.finished(done));
+                        while let Some(done) = self.tasks.try_join_next_with_id() {
+                            ended.extend(self.finished(done));
+                        }
+                        self.beat.beat();
+                        match self.wake_after_runs_ended(&ended, wake) {
+                            Some(sooner) => wake = sooner,
+                            None => break,
+                        }
                     }
+                    () = &mut shutdown => break 'turns,
                 }
-                () = &mut shutdown => break,
             }
         }
         self.drain().await;
+    }
+
+    /// After the runs of jobs `ended` ended, the loop's next wake-up if it can wait
+    /// until then (or until the queued releases are due, or one of those jobs needs
+    /// the loop, if sooner), or `None` when it needs a whole turn now: one of those
+    /// jobs has a tick to take (a tick buffered behind the run), or a triggered run's
+    /// end is to be recorded.
+    fn wake_after_runs_ended(&mut self, ended: &[usize], wake: Instant) -> Option<Instant> {
+        if self.ctl.as_ref().is_some_and(|c| !c.to_finish.is_empty()) {
+            return None;
+        }
+        self.note_releases();
+        let (now, db_now) = (Instant::now(), self.db_now());
+        let mut wake = wake;
+        if let Some(at) = self.release_wake() {
+            wake = wake.min(at);
+        }
+        for &i in ended {
+            if let Some(at) = self.jobs[i].next_wake(self.ahead) {
+                if at <= db_now {
+                    return None;
+                }
+                let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
+                wake = wake.min(at.max(self.take.at.unwrap_or(now)));
+            }
+        }
+        Some(wake)
     }
 
     /// One turn of the loop: renew (when due and something is held), release what
@@ -335,12 +397,31 @@ impl Engine {
     /// runs to end and join them), or at once when a take follows; never during the
     /// release's backoff.
     fn releases_due(&mut self, take_follows: bool) -> bool {
-        if self.to_release.is_empty() {
-            self.release_since = None;
-            return false;
+        self.note_releases();
+        match self.lingered() {
+            None => false,
+            Some(at) => self.release.ready() && (take_follows || Instant::now() >= at),
         }
-        let since = *self.release_since.get_or_insert_with(Instant::now);
-        self.release.ready() && (take_follows || since.elapsed() >= self.release_linger)
+    }
+
+    /// Notes when the queue of releases started and when it last grew.
+    fn note_releases(&mut self) {
+        let len = self.to_release.len();
+        if len == 0 {
+            self.release_since = None;
+        } else if len > self.release_grew.1 || self.release_since.is_none() {
+            let now = Instant::now();
+            self.release_since.get_or_insert(now);
+            self.release_grew.0 = now;
+        }
+        self.release_grew.1 = len;
+    }
+
+    /// When the queued releases have lingered long enough: no release joined them
+    /// for [`RELEASE_QUIET`], or [`RELEASE_LINGER`] after the first.
+    fn lingered(&self) -> Option<Instant> {
+        let since = self.release_since?;
+        Some((self.release_grew.0 + self.release_quiet).min(since + self.release_linger))
     }
 
     /// When the queued releases are next due (see [`Engine::releases_due`]).
@@ -348,9 +429,7 @@ impl Engine {
         if self.to_release.is_empty() {
             return None;
         }
-        let lingered = self
-            .release_since
-            .map_or_else(Instant::now, |since| since + self.release_linger);
+        let lingered = self.lingered().unwrap_or_else(Instant::now);
         Some(self.release.at.map_or(lingered, |at| at.max(lingered)))
     }
 

@@ -89,7 +89,12 @@ impl Engine {
         self.jobs[i].on_attempt(begin_at, attempt_token);
     }
 
-    pub(super) fn finished(&mut self, done: Result<(Id, RunResult), tokio::task::JoinError>) {
+    /// A run's task ended: retry it, or record its end and queue its release.
+    /// Returns the job it ran, if it was one of the loop's.
+    pub(super) fn finished(
+        &mut self,
+        done: Result<(Id, RunResult), tokio::task::JoinError>,
+    ) -> Option<usize> {
         let (id, result) = match done {
             Ok((id, (_, result))) => (id, result),
             Err(err) => {
@@ -110,9 +115,7 @@ impl Engine {
                 (id, Err(why))
             }
         };
-        let Some(i) = self.by_task.remove(&id) else {
-            return;
-        };
+        let i = self.by_task.remove(&id)?;
         if let Err(err) = &result
             && !err.is::<Interrupted>()
             && !self.draining
@@ -141,12 +144,13 @@ impl Engine {
                 self.s.observe.run_ended(&e.name, record);
                 debug!(job = %e.name, attempt, wait_ms = wait.as_millis(), "retry scheduled");
                 self.spawn_attempt(i, wait, std::time::Duration::ZERO);
-                return;
+                return Some(i);
             }
         }
         if let Some(running) = self.jobs[i].on_finished() {
             self.ended(i, &running, result);
         }
+        Some(i)
     }
 
     /// A run ended with `result`: report it and queue its release. `Ok` completes the

@@ -24,7 +24,9 @@ impl Engine {
                 wake = wake.min(at);
             }
             tokio::select! {
-                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
+                Some(done) = self.tasks.join_next_with_id() => {
+                    self.finished(done);
+                }
                 () = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= deadline {
                         break;
@@ -47,7 +49,9 @@ impl Engine {
         tokio::pin!(notice);
         while !self.tasks.is_empty() {
             tokio::select! {
-                Some(done) = self.tasks.join_next_with_id() => self.finished(done),
+                Some(done) = self.tasks.join_next_with_id() => {
+                    self.finished(done);
+                }
                 () = &mut notice => break,
             }
         }

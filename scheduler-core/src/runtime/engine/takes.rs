@@ -1,4 +1,5 @@
-//! Takes: the due ticks, asked for in chunks whose runs start as each is answered.
+//! Takes: the due ticks, asked for in as few calls as the time left allows, else in
+//! growing chunks whose runs start as each is answered.
 
 use std::collections::{HashMap, HashSet};
 
@@ -7,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, report};
+use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, TAKE_MOST, report};
 use crate::error::Error;
 use crate::lease::{ControlKey, TakeRequest, Taken};
 
@@ -44,16 +45,29 @@ impl Engine {
         due
     }
 
-    /// Takes the due ticks in chunks of [`TAKE_CHUNK`], one store call each,
-    /// pipelined: each chunk is sent as soon as the one before is answered, before
-    /// that answer's runs are started. After a failed chunk no more are sent; the
-    /// rest wait for the take's backoff (never sent, they are still simply due).
+    /// Takes the due ticks, one store call per chunk, pipelined: each chunk is sent
+    /// as soon as the one before is answered, before that answer's runs are
+    /// started. After a failed chunk no more are sent; the rest wait for the take's
+    /// backoff (never sent, they are still simply due).
+    ///
+    /// A round that will be answered well before its first tick fires (the usual
+    /// case: rounds start `ahead` of their ticks) goes in as few calls as
+    /// it can ([`TAKE_MOST`] names each); a round that is late starts with a chunk
+    /// of [`TAKE_CHUNK`] and doubles each next one, so that the first runs start
+    /// after one short call.
     pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
         let began = Instant::now();
+        let names = due.len();
+        let mut size = if self.fits_ahead(&due) {
+            TAKE_MOST
+        } else {
+            TAKE_CHUNK
+        };
         let mut due = due.into_iter().peekable();
         let mut chunks = std::iter::from_fn(move || {
             due.peek()?;
-            let chunk: (Vec<usize>, Vec<TakeRequest>) = due.by_ref().take(TAKE_CHUNK).unzip();
+            let chunk: (Vec<usize>, Vec<TakeRequest>) = due.by_ref().take(size).unzip();
+            size = size.saturating_mul(2).min(TAKE_MOST);
             Some(chunk)
         });
         let mut in_flight = chunks
@@ -74,14 +88,46 @@ impl Engine {
         if !answered_all {
             return;
         }
-        // The next round starts a quarter longer than this one lasted ahead of its
-        // ticks; after a slow round the lead halves each round.
-        let round = began.elapsed().saturating_mul(5) / 4;
+        let elapsed = began.elapsed();
+        // What a name costs in a big round (a small round's cost is mostly the
+        // round trip): a quarter less each round after a slow one.
+        if names > TAKE_CHUNK {
+            let per_name = elapsed / u32::try_from(names).unwrap_or(u32::MAX);
+            self.take_cost = Some(
+                self.take_cost
+                    .map_or(per_name, |cost| per_name.max(cost * 3 / 4)),
+            );
+        }
+        // The next round starts twice as long as this one lasted, and a margin,
+        // ahead of its ticks (a round slowed down by a busy server or a busy loop
+        // still ends before they fire); after a slow round the lead shrinks by a
+        // quarter each round.
+        let round = elapsed.saturating_mul(2) + AHEAD_MARGIN;
         let round = TimeDelta::from_std(round.min(MAX_AHEAD)).unwrap_or(TimeDelta::zero());
-        self.ahead = round.max(self.ahead / 2);
+        self.ahead = round.max(self.ahead * 3 / 4);
         if self.sampled.elapsed() >= CLOCK_STALE {
             self.sync_clock().await;
         }
+    }
+
+    /// Whether a round of takes for `due` would be answered, in calls of
+    /// [`TAKE_MOST`], before its first tick fires, with half as long again to spare
+    /// (estimated from the cost per name of the last big rounds; unknown before the
+    /// first).
+    fn fits_ahead(&self, due: &[(usize, TakeRequest)]) -> bool {
+        if due.len() <= TAKE_CHUNK {
+            return true;
+        }
+        let (Some(cost), Some(first)) =
+            (self.take_cost, due.iter().map(|(_, r)| r.tick.at()).min())
+        else {
+            return false;
+        };
+        let names = u32::try_from(due.len()).unwrap_or(u32::MAX);
+        let needed = cost.saturating_mul(names).saturating_mul(3) / 2;
+        (first - self.db_now())
+            .to_std()
+            .is_ok_and(|left| left >= needed)
     }
 
     /// Sends one take call for `requests` on a task of its own (through the gate:
