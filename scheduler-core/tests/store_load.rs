@@ -187,12 +187,29 @@ struct SlowTakes {
     inner: MemoryStore,
     takes: Mutex<Vec<(usize, Instant)>>,
     releases: Mutex<Vec<usize>>,
+    /// How many takes of more than 200 names still fail (after their 50 ms).
+    fail_big: std::sync::atomic::AtomicU32,
 }
 
 #[scheduler_core::async_trait]
 impl Store for SlowTakes {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        let failing = std::sync::atomic::Ordering::SeqCst;
+        if requests.len() > 200
+            && self
+                .fail_big
+                .fetch_update(failing, failing, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            self.takes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((0, Instant::now()));
+            return Err(scheduler_core::Error::store(
+                "canceling statement due to statement timeout",
+            ));
+        }
         let taken = self.inner.take(requests, ttl).await;
         self.takes
             .lock()
@@ -226,6 +243,7 @@ fn big_tick() -> (Arc<SlowTakes>, Scheduler, Vec<Starts>) {
         inner: MemoryStore::with_clock(clock()),
         takes: Mutex::default(),
         releases: Mutex::default(),
+        fail_big: std::sync::atomic::AtomicU32::new(0),
     });
     let mut builder = Scheduler::builder(store.clone()).node_id("a");
     let mut starts = Vec::new();
@@ -308,5 +326,33 @@ async fn a_big_tick_is_taken_ahead_so_its_runs_start_on_time() {
                 "job {i}: a run began {late} after its tick"
             );
         }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_take_that_fails_is_asked_again_in_chunks() {
+    // The second tick's one take of 250 names fails (cut by the server's bound, say):
+    // it is retried after its backoff, late, so in chunks of 100 and 150; every job
+    // still runs once a tick, and the next tick goes in one call again.
+    let (store, scheduler, _) = big_tick();
+    store.fail_big.store(1, std::sync::atomic::Ordering::SeqCst);
+    let stats = scheduler.stats();
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(150)))
+        .await;
+    let sizes: Vec<usize> = store
+        .takes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(
+        sizes,
+        [100, 150, 0, 100, 150, 250],
+        "takes, by size (0: the failed one)"
+    );
+    for i in 0..250 {
+        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Ran), 3);
     }
 }

@@ -86,6 +86,9 @@ impl Engine {
             answered_all &= self.on_chunk_answer(asked, answer);
         }
         if !answered_all {
+            // A failed round (a big statement cut by the server's bound, say) goes
+            // in growing chunks again until a big round is answered.
+            self.take_cost = None;
             return;
         }
         let elapsed = began.elapsed();
