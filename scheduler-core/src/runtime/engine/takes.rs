@@ -2,6 +2,7 @@
 //! growing chunks whose runs start as each is answered.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::task::JoinHandle;
@@ -52,17 +53,14 @@ impl Engine {
     ///
     /// A round that will be answered well before its first tick fires (the usual
     /// case: rounds start `ahead` of their ticks) goes in as few calls as
-    /// it can ([`TAKE_MOST`] names each); a round that is late starts with a chunk
-    /// of [`TAKE_CHUNK`] and doubles each next one, so that the first runs start
-    /// after one short call.
+    /// it can ([`TAKE_MOST`] names each); a round with less time left starts with
+    /// the chunk that will be answered in that time (at least [`TAKE_CHUNK`], so a
+    /// late round's first runs start after one short call) and doubles each next
+    /// one.
     pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
         let began = Instant::now();
         let names = due.len();
-        let mut size = if self.fits_ahead(&due) {
-            TAKE_MOST
-        } else {
-            TAKE_CHUNK
-        };
+        let mut size = self.first_chunk(&due);
         let mut due = due.into_iter().peekable();
         let mut chunks = std::iter::from_fn(move || {
             due.peek()?;
@@ -113,24 +111,23 @@ impl Engine {
         }
     }
 
-    /// Whether a round of takes for `due` would be answered, in calls of
-    /// [`TAKE_MOST`], before its first tick fires, with half as long again to spare
+    /// How many names of `due` the round's first call asks for: as many as will be
+    /// answered before the first tick fires, with half as long again to spare
     /// (estimated from the cost per name of the last big rounds; unknown before the
-    /// first).
-    fn fits_ahead(&self, due: &[(usize, TakeRequest)]) -> bool {
+    /// first), within [`TAKE_CHUNK`] … [`TAKE_MOST`].
+    fn first_chunk(&self, due: &[(usize, TakeRequest)]) -> usize {
         if due.len() <= TAKE_CHUNK {
-            return true;
+            return TAKE_CHUNK;
         }
         let (Some(cost), Some(first)) =
             (self.take_cost, due.iter().map(|(_, r)| r.tick.at()).min())
         else {
-            return false;
+            return TAKE_CHUNK;
         };
-        let names = u32::try_from(due.len()).unwrap_or(u32::MAX);
-        let needed = cost.saturating_mul(names).saturating_mul(3) / 2;
-        (first - self.db_now())
-            .to_std()
-            .is_ok_and(|left| left >= needed)
+        let left = (first - self.db_now()).to_std().unwrap_or(Duration::ZERO);
+        let per_name = (cost * 3 / 2).as_nanos().max(1);
+        let fits = usize::try_from(left.as_nanos() / per_name).unwrap_or(usize::MAX);
+        fits.clamp(TAKE_CHUNK, TAKE_MOST)
     }
 
     /// Sends one take call for `requests` on a task of its own (through the gate:
