@@ -236,6 +236,18 @@ impl Store for SlowTakes {
     }
 }
 
+impl SlowTakes {
+    /// The takes' sizes, in order (0: a take that failed).
+    fn take_sizes(&self) -> Vec<usize> {
+        self.takes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, _)| *n)
+            .collect()
+    }
+}
+
 /// 250 jobs a minute, 1 ms each, on a store whose takes take 50 ms, its clock half a
 /// second into a minute (the next tick is a minute away); with each job's starts.
 fn big_tick() -> (Arc<SlowTakes>, Scheduler, Vec<Starts>) {
@@ -303,13 +315,7 @@ async fn a_big_tick_is_taken_ahead_so_its_runs_start_on_time() {
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(150)))
         .await;
-    let sizes: Vec<usize> = store
-        .takes
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|(n, _)| *n)
-        .collect();
+    let sizes = store.take_sizes();
     assert_eq!(sizes, [100, 150, 250, 250], "takes, by size");
     let releases = store
         .releases
@@ -340,13 +346,7 @@ async fn a_big_take_that_fails_is_asked_again_in_chunks() {
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(150)))
         .await;
-    let sizes: Vec<usize> = store
-        .takes
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|(n, _)| *n)
-        .collect();
+    let sizes = store.take_sizes();
     assert_eq!(
         sizes,
         [100, 150, 0, 100, 150, 250],
