@@ -2,15 +2,20 @@
 //! each job's [`JobTicks`]. The decisions about ticks live in `ticks.rs`, the store
 //! clock in `store_clock.rs`, logging and counting in `observe.rs`.
 //!
-//! Three kinds of store call, each with its own retry: takes (due ticks, in chunks of
-//! [`TAKE_CHUNK`] whose runs start as each chunk is answered), renewals (driven by
-//! lease expiry, only while a lease is held: never held up by a failing take) and
-//! releases (coalesced while runs keep ending, [`RELEASE_QUIET`], always sent before a take, during the
-//! shutdown drain too).
+//! Three kinds of store call, each with its own retry: takes (due ticks, ahead of
+//! their instant in one call of up to [`TAKE_MOST`] names, or, with less time left,
+//! in growing chunks from [`TAKE_CHUNK`] whose runs start as each is answered),
+//! renewals (driven by lease expiry, only while a lease is held: never held up by a
+//! failing take) and releases (coalesced while runs keep ending, see
+//! [`RELEASE_QUIET`], always sent before a take, during the shutdown drain too).
 //!
 //! The store's clock is learnt from the takes' own answers ([`Taken::now`]); it is
-//! read on its own only at start-up and when no sample is fresh, with a take or a
-//! renewal: an instance that holds nothing sends nothing between its ticks.
+//! read on its own only at start-up and when no sample was taken for
+//! [`CLOCK_STALE`], with a take or a renewal: an instance that holds nothing sends
+//! nothing between its ticks.
+//!
+//! A turn of the loop looks at every job; runs that end are handled without one
+//! unless their job needs the loop ([`Engine::wake_after_runs_ended`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
