@@ -127,8 +127,11 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
         (app.last_tick("tick").await? > resumed_at).then_some(())
     })
     .await;
-    let row = row_text(browser, "tick").await.unwrap();
-    assert!(!row.contains("paused everywhere"), "{row}");
+    eventually("the page to show tick resumed", move || async move {
+        let row = row_text(browser, "tick").await?;
+        (!row.contains("paused everywhere")).then_some(())
+    })
+    .await;
 
     // 4. Trigger `hourly`, follow the run, find it in the history.
     click(browser, "hourly", "trigger").await;
@@ -255,11 +258,12 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
         .click()
         .await
         .unwrap();
-    let row = row_text(browser, "tenant-7-report").await;
-    assert!(
-        row.as_deref().is_some_and(|r| r.contains("every 2 s")),
-        "the schedule listed: {row:?}"
-    );
+    // The click returns before the browser has followed the redirect.
+    eventually("the schedule listed", move || async move {
+        let row = row_text(browser, "tenant-7-report").await?;
+        row.contains("every 2 s").then_some(())
+    })
+    .await;
     eventually("a run of the dynamic schedule", move || async move {
         app.last_tick("tenant-7-report").await
     })
