@@ -285,11 +285,16 @@ impl Store for PostgresStore {
             .lease_query("take leases", &self.sql.take, values, ttl.get() / 4)
             .await?;
         let received = std::time::Instant::now();
-        let mut taken = Taken::default();
+        // The last row's clock: rows come in the order they were produced, so it is
+        // the latest, the closest to the answer's arrival (read once, not per row).
+        let mut taken = Taken {
+            now: rows
+                .last()
+                .map(|row| time(row, "now", "take leases"))
+                .transpose()?,
+            ..Taken::default()
+        };
         for row in &rows {
-            // The latest of the rows' clocks: the closest to the answer's arrival.
-            let now = time(row, "now", "take leases")?;
-            taken.now = Some(taken.now.map_or(now, |t| t.max(now)));
             if get::<bool>(row, "paused", "take leases")? {
                 taken.paused.push(name_from_row(row, "take leases")?);
             } else if get::<bool>(row, "won", "take leases")? {
