@@ -317,8 +317,7 @@ impl Engine {
                 if at <= db_now {
                     return None;
                 }
-                let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
-                wake = wake.min(at.max(self.take.at.unwrap_or(now)));
+                wake = wake.min(self.job_wake(at, now, db_now));
             }
         }
         Some(wake)
@@ -390,12 +389,17 @@ impl Engine {
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
-        let not_before = self.take.at.unwrap_or(now);
         for at in self.jobs.iter().filter_map(|j| j.next_wake(self.ahead)) {
-            let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
-            wake = wake.min(at.max(not_before));
+            wake = wake.min(self.job_wake(at, now, db_now));
         }
         wake
+    }
+
+    /// A job's wake-up `at` on the store clock as a local instant (`now` locally is
+    /// `db_now` there), not before the take's backoff allows.
+    fn job_wake(&self, at: DateTime<Utc>, now: Instant, db_now: DateTime<Utc>) -> Instant {
+        let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
+        at.max(self.take.at.unwrap_or(now))
     }
 
     /// Whether to send the queued releases now: once they have lingered (for more
