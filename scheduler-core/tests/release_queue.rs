@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use scheduler_core::{
-    BoxError, Idempotent, JobContext, LeaseName, MemoryStore, Outcome, Schedule, Scheduler,
+    BoxError, Idempotent, JobContext, LeaseName, LocalClock, MemoryStore, Outcome, Schedule,
+    Scheduler,
 };
 
 struct Brisk;
@@ -26,7 +27,11 @@ impl Idempotent for Brisk {
 
 #[tokio::test(start_paused = true)]
 async fn releases_queued_for_two_runs_of_one_job_are_all_delivered() {
-    let store = Arc::new(MemoryStore::new());
+    // The store's clock starts on a whole second, so the row is read at half past (12.5
+    // s in), long after the last tick's run was released. (On the system clock, a start
+    // late in a second made that read land during the last run: a flake, 3 in 40.)
+    let start = chrono::DateTime::from_timestamp(1_774_699_200, 0).unwrap_or_default();
+    let store = Arc::new(MemoryStore::with_clock(LocalClock::starting_at(start)));
     // ttl 2 s: a run whose release failed holds its lease 2 s, then the next tick is
     // taken by a new holder, whose release is queued behind the first.
     let scheduler = Scheduler::builder(store.clone())

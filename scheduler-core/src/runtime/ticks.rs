@@ -54,7 +54,8 @@ impl Cadence {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Polling {
     /// While the previous tick's run still holds the lease elsewhere: at least this
-    /// often (and four times per window), so this tick starts soon after it ends.
+    /// often, and more often in a short window ([`overlap_step`]), so this tick starts
+    /// soon after it ends.
     pub(crate) overlap: Duration,
     /// While this very tick runs elsewhere: this often, only when the window leaves
     /// room for two such polls (a graceful shutdown elsewhere may hand the tick back
@@ -62,6 +63,28 @@ pub(crate) struct Polling {
     pub(crate) same_tick: Duration,
     /// The lease ttl: a race just lost leaves the winner's lease for about this long.
     pub(crate) ttl: Duration,
+}
+
+/// How many times per window a tick waiting for the previous tick's run elsewhere asks
+/// again. The run's end is only seen at a poll, so the next run starts up to a step
+/// (plus a round trip) after it; with a run longer than the period minus a step, that
+/// delay carries over to the next tick, and the next, and a store slow to answer can
+/// push one past its window. A quarter window was too coarse: a job busy for 60 % of
+/// its period lost a tick on two instances whose store took 210 ms to answer
+/// (`overlap_and_jitter.rs`).
+const OVERLAP_POLLS_PER_WINDOW: i32 = 16;
+
+/// The shortest step between such polls, unless the window is shorter than four of
+/// them (then a quarter window).
+const OVERLAP_POLL_FLOOR: TimeDelta = TimeDelta::milliseconds(50);
+
+/// The step between the polls of a tick waiting for the previous tick's run to end
+/// elsewhere, in a window of `window`: a sixteenth of it, at least
+/// [`OVERLAP_POLL_FLOOR`] (or a quarter window, if less), at most `most`.
+fn overlap_step(window: TimeDelta, most: TimeDelta) -> TimeDelta {
+    (window / OVERLAP_POLLS_PER_WINDOW)
+        .max(OVERLAP_POLL_FLOOR.min(window / 4))
+        .min(most)
 }
 
 /// Something about a tick that the observer logs and counts.
@@ -623,7 +646,7 @@ impl JobTicks {
         }
         let window = p.window;
         let delta = |d: Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
-        let overlap_poll = now + delta(polling.overlap).min(window / 4);
+        let overlap_poll = now + overlap_step(window, delta(polling.overlap));
         let same_tick_poll =
             (delta(polling.same_tick) * 2 < window).then(|| now + delta(polling.same_tick));
         let retry_at = match held {
@@ -790,6 +813,20 @@ mod tests {
 
     fn ms(v: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(v).unwrap()
+    }
+
+    #[test]
+    fn a_tick_behind_a_run_elsewhere_polls_a_sixteenth_of_its_window() {
+        let ms = TimeDelta::milliseconds;
+        assert_eq!(
+            overlap_step(ms(1_000), ms(1_000)),
+            ms(62) + TimeDelta::microseconds(500)
+        );
+        assert_eq!(overlap_step(ms(10_000), ms(666)), ms(625));
+        assert_eq!(overlap_step(ms(60_000), ms(1_000)), ms(1_000));
+        // Short windows: every 50 ms, or a quarter window when that is less.
+        assert_eq!(overlap_step(ms(400), ms(1_000)), ms(50));
+        assert_eq!(overlap_step(ms(100), ms(1_000)), ms(25));
     }
 
     fn every(secs: u64, catch_up: Option<u64>) -> Cadence {
