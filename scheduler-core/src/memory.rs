@@ -38,6 +38,9 @@ pub struct MemoryStore {
     /// Milliseconds a take waits before it is applied (a statement held up by an
     /// outage or a lock): it is applied, and answered, at the end of the wait.
     take_delay_ms: AtomicU64,
+    /// Milliseconds a renewal or a release waits before it is applied (a slow store).
+    renew_delay_ms: AtomicU64,
+    release_delay_ms: AtomicU64,
     /// Pauses, triggers, dynamic schedules and their record.
     tables: Mutex<controls::Tables>,
 }
@@ -123,6 +126,21 @@ impl MemoryStore {
         self.take_delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    #[cfg(feature = "test-util")]
+    /// Makes every call (take, renewal, release, clock read) wait `delay` before it
+    /// is applied and answered, as on a loaded database.
+    pub fn set_latency(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        for each in [
+            &self.take_delay_ms,
+            &self.renew_delay_ms,
+            &self.release_delay_ms,
+            &self.clock_delay_ms,
+        ] {
+            each.store(ms, Ordering::SeqCst);
+        }
+    }
+
     /// How many calls (take, renew, release, now) the store has answered or failed.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
@@ -188,14 +206,19 @@ fn lease(name: &LeaseName, row: &Row) -> Lease {
     }
 }
 
+/// Sleeps the milliseconds `delay` holds (a delay a test set), if any.
+async fn wait_ms(delay: &AtomicU64) {
+    let ms = delay.load(Ordering::SeqCst);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
         ensure_unique(requests.iter().map(|r| &r.name))?;
-        let delay = self.take_delay_ms.load(Ordering::SeqCst);
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-        }
+        wait_ms(&self.take_delay_ms).await;
         let now = self.call()?;
         if self.failing_takes.load(Ordering::SeqCst) {
             return Err(Error::store("memory store told to fail takes"));
@@ -257,6 +280,7 @@ impl Store for MemoryStore {
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {
         ensure_unique(leases.iter().map(|k| &k.name))?;
+        wait_ms(&self.renew_delay_ms).await;
         let now = self.call()?;
         let mut rows = self.lock();
         let mut renewed = Vec::new();
@@ -278,6 +302,7 @@ impl Store for MemoryStore {
 
     async fn release(&self, leases: &[LeaseKey], how: Release) -> Result<Vec<LeaseName>> {
         ensure_unique(leases.iter().map(|k| &k.name))?;
+        wait_ms(&self.release_delay_ms).await;
         let now = self.call()?;
         if self.failing_releases.load(Ordering::SeqCst) {
             return Err(Error::store("memory store told to fail releases"));
@@ -298,10 +323,7 @@ impl Store for MemoryStore {
     }
 
     async fn now(&self) -> Result<DateTime<Utc>> {
-        let delay = self.clock_delay_ms.load(Ordering::SeqCst);
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-        }
+        wait_ms(&self.clock_delay_ms).await;
         self.call()
     }
 

@@ -5,12 +5,10 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DurationRound, TimeDelta};
 use scheduler_core::{Outcome, Scheduler};
-use support::slow::Slow;
 use support::{Log, Probe, builder, runs, store};
 
 #[tokio::test(start_paused = true)]
@@ -76,10 +74,7 @@ async fn jitter_delays_within_its_bound() {
 #[tokio::test(start_paused = true)]
 async fn ticks_after_an_overrunning_run_are_not_lost_in_a_cluster() {
     let (memory, log) = (store(), Log::default());
-    let slow = Arc::new(Slow {
-        inner: memory.clone(),
-        latency: Duration::from_millis(210),
-    });
+    memory.set_latency(Duration::from_millis(210));
     // Started 950 ms into a second: the catch-up run starts about a second late.
     let into = i64::from(memory.clock().now().timestamp_subsec_millis());
     let wait = (950 - into).rem_euclid(1000);
@@ -88,7 +83,7 @@ async fn ticks_after_an_overrunning_run_are_not_lost_in_a_cluster() {
     let instance = |node: &'static str| {
         let mut report = Probe::new("report", &memory, &log);
         report.work = Duration::from_millis(600);
-        Scheduler::builder(slow.clone())
+        Scheduler::builder(memory.clone())
             .node_id(node)
             .lease_ttl(Duration::from_secs(2))
             .control_poll(None)

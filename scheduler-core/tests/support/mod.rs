@@ -3,7 +3,6 @@
 #![allow(dead_code)] // Each test binary uses its own part.
 
 pub(crate) mod faulty;
-pub(crate) mod slow;
 #[allow(unused_imports)] // Used by the tests of controls only.
 pub(crate) use faulty::Faulty;
 
