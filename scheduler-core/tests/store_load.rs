@@ -2,6 +2,8 @@
 //! tick, nothing at all between ticks while it holds no lease, and big ticks taken
 //! in chunks whose runs start as each chunk is answered.
 
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -188,18 +190,17 @@ struct SlowTakes {
     takes: Mutex<Vec<(usize, Instant)>>,
     releases: Mutex<Vec<usize>>,
     /// How many takes of more than 200 names still fail (after their 50 ms).
-    fail_big: std::sync::atomic::AtomicU32,
+    fail_big: AtomicU32,
 }
 
 #[scheduler_core::async_trait]
 impl Store for SlowTakes {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let failing = std::sync::atomic::Ordering::SeqCst;
         if requests.len() > 200
             && self
                 .fail_big
-                .fetch_update(failing, failing, |n| n.checked_sub(1))
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         {
             self.takes
@@ -255,7 +256,7 @@ fn big_tick() -> (Arc<SlowTakes>, Scheduler, Vec<Starts>) {
         inner: MemoryStore::with_clock(clock()),
         takes: Mutex::default(),
         releases: Mutex::default(),
-        fail_big: std::sync::atomic::AtomicU32::new(0),
+        fail_big: AtomicU32::new(0),
     });
     let mut builder = Scheduler::builder(store.clone()).node_id("a");
     let mut starts = Vec::new();
@@ -341,7 +342,7 @@ async fn a_big_take_that_fails_is_asked_again_in_chunks() {
     // it is retried after its backoff, late, so in chunks of 100 and 150; every job
     // still runs once a tick, and the next tick goes in one call again.
     let (store, scheduler, _) = big_tick();
-    store.fail_big.store(1, std::sync::atomic::Ordering::SeqCst);
+    store.fail_big.store(1, SeqCst);
     let stats = scheduler.stats();
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(150)))

@@ -285,15 +285,7 @@ impl Store for PostgresStore {
             .lease_query("take leases", &self.sql.take, values, ttl.get() / 4)
             .await?;
         let received = std::time::Instant::now();
-        // The last row's clock: rows come in the order they were produced, so it is
-        // the latest, the closest to the answer's arrival (read once, not per row).
-        let mut taken = Taken {
-            now: rows
-                .last()
-                .map(|row| time(row, "now", "take leases"))
-                .transpose()?,
-            ..Taken::default()
-        };
+        let mut taken = Taken::default();
         for row in &rows {
             if get::<bool>(row, "paused", "take leases")? {
                 taken.paused.push(name_from_row(row, "take leases")?);
@@ -308,12 +300,17 @@ impl Store for PostgresStore {
                 });
             }
         }
+        // The last row's clock: rows come in the order they were produced, so it is
+        // the latest, the closest to the answer's arrival (read once, not per row).
         // The runtime takes the sample as read when this call returns: the time spent
         // decoding since the rows arrived is added (a few milliseconds per thousand
         // rows), so the sample still errs late, by the way back only, never early.
-        taken.now = taken
-            .now
-            .map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
+        let now = rows
+            .last()
+            .map(|row| time(row, "now", "take leases"))
+            .transpose()?;
+        taken.now =
+            now.map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
         Ok(taken)
     }
 
