@@ -396,6 +396,10 @@ impl Controls for Metered {
         add(&self.calls.other_controls, 1);
         self.inner.runs(job, page).await
     }
+
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
+        self.inner.watch()
+    }
 }
 
 /// The store on a pool of its own (so each lease statement is one round trip).

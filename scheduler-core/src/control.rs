@@ -20,7 +20,9 @@
 //!
 //! Each of them is recorded ([`ControlRecord`]: who, when, why) and bumps the
 //! store's control version, which instances poll ([`Controls::poll`]) — one cheap
-//! read while nothing changed.
+//! read while nothing changed. A store that can announce the bumps
+//! ([`Controls::watch`], PostgreSQL's `LISTEN`/`NOTIFY`) is polled when one is
+//! announced instead of on a timer.
 //!
 //! [`TakeRequest::control`]: crate::TakeRequest::control
 //! [`Taken::paused`]: crate::Taken::paused
@@ -655,6 +657,35 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// The runs of `job` (or of every job) the run history keeps, newest first; empty
     /// when the store keeps no run history.
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>>;
+
+    /// A watch that announces changes of the control version, so that the runtime
+    /// polls the controls when one is announced instead of every
+    /// [`control_poll`](crate::SchedulerBuilder::control_poll): while the watch is
+    /// [`live`](ControlSignal::live), an instance with nothing else to claim sends no
+    /// control read between changes.
+    ///
+    /// `None` (the default), or a watch that is not live: the runtime polls on its
+    /// timer. Called once per scheduler, from within its tokio runtime. A store that
+    /// wraps another must forward it.
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+        None
+    }
+}
+
+/// What a store's [watch of the controls](Controls::watch) says.
+///
+/// The rule a store keeps: **a poll that begins after `changes` moved sees every
+/// change announced up to that move**, and while `live` every change of the control
+/// version moves `changes`. So a store bumps `changes` for each change it learns of,
+/// and once more each time it (re)starts listening (changes made while it was not
+/// listening may not have been announced).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlSignal {
+    /// Whether every change is announced now. `false` while the store is not
+    /// listening (a listener connection down): the runtime then polls on its timer.
+    pub live: bool,
+    /// How many times the store announced a change, or started listening.
+    pub changes: u64,
 }
 
 #[cfg(test)]

@@ -146,6 +146,39 @@ impl MemoryStore {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// How many control polls ([`Controls::poll`](crate::Controls::poll)) the store
+    /// has answered.
+    pub fn control_polls(&self) -> u64 {
+        self.tables().polls
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Makes the store announce its control changes ([`Controls::watch`]), as
+    /// PostgreSQL's `LISTEN` does, to schedulers started from now on; `live: false`
+    /// plays a listener that is down (changes go unannounced, the runtime polls on
+    /// its timer), `true` again one that listens anew (which counts as a change).
+    ///
+    /// [`Controls::watch`]: crate::Controls::watch
+    pub fn announce_controls(&self, live: bool) {
+        let mut t = self.tables();
+        match &t.announce {
+            Some(tx) => {
+                tx.send_modify(|s| {
+                    if live && !s.live {
+                        s.changes += 1;
+                    }
+                    s.live = live;
+                });
+            }
+            None => {
+                let changes = u64::from(live);
+                t.announce = Some(tokio::sync::watch::Sender::new(
+                    crate::control::ControlSignal { live, changes },
+                ));
+            }
+        }
+    }
+
     /// A copy of the row of `name`, if any.
     pub fn row(&self, name: &LeaseName) -> Option<Row> {
         self.lock().get(name).cloned()

@@ -626,4 +626,10 @@ impl Controls for PostgresStore {
         };
         Ok(all(&rows, OP, run_from_row)?)
     }
+
+    /// Directly on PostgreSQL, a `LISTEN` on a connection of the store's own (see
+    /// [`crate::watch`]); `None` behind a transaction pooler.
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
+        self.watch.subscribe()
+    }
 }

@@ -12,15 +12,41 @@
 //! claim and finish also bump the version (instances read the triggers still open
 //! from [`Controls::poll`](scheduler_core::Controls::poll)), after the trigger row
 //! and the lease row they lock.
+//!
+//! Every bump also announces the new version on the table's [`channel`]
+//! (`pg_notify` in the bump's `RETURNING`, delivered when the statement commits), for
+//! the instances that `LISTEN` ([`crate::watch`]).
 
 use scheduler_migrations::{HistoryTable, TableName};
 
 /// The columns of an audit row, as every control returns its record.
 const RECORD: &str = "id, at, job, node, action, actor, why, detail";
 
+/// The channel the control changes of the lease table `table` are announced on:
+/// `[schema.]table_controls`, or, when that is longer than PostgreSQL's 63-byte names
+/// (which would refuse it), `scheduler_controls_` and a 64-bit hash of it in hex.
+/// Made of a validated table name's characters only (lowercase ASCII letters, digits,
+/// `_`, `.`), so it can be spliced into SQL as a string literal.
+pub(crate) fn channel(table: &TableName) -> String {
+    let name = match table.schema() {
+        Some(schema) => format!("{schema}.{}_controls", table.table()),
+        None => format!("{}_controls", table.table()),
+    };
+    if name.len() <= 63 {
+        return name;
+    }
+    // FNV-1a: stable across builds and platforms.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("scheduler_controls_{hash:016x}")
+}
+
 /// The statements of the controls of one lease table.
 #[derive(Debug, Clone)]
 pub(crate) struct ControlSql {
+    /// The channel control changes are announced on ([`channel`]).
+    pub(crate) channel: String,
     /// `$1` job, `$2` node (`''`: every node), `$3` by, `$4` why: the audit row.
     pub(crate) pause: String,
     /// As `pause` (`''`: every pause of the job), and `$5` catch up.
@@ -90,12 +116,16 @@ impl ControlSql {
         let schedules = table.with_suffix("_schedules");
         let handlers = table.with_suffix("_handlers");
         let version = table.with_suffix("_version");
+        let channel = channel(table);
+        // In every bump's `RETURNING`: evaluated for the version row, announced at
+        // commit (an unchanged version announces nothing).
+        let notify = format!("pg_notify('{channel}', version::text)");
         let runs = HistoryTable::for_leases(table).quoted();
         // Pausing a paused job keeps the first pause's time, actor and reason (the
         // audit row records the request all the same).
         let pause = format!(
             "WITH v AS ( \
-               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify} \
              ), c AS ( \
                INSERT INTO {controls} AS c \
                  (job, node, paused, since, actor, why, resumed_at, catch_up, version) \
@@ -119,7 +149,7 @@ impl ControlSql {
         // with one, only that node's.
         let resume = format!(
             "WITH v AS ( \
-               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify} \
              ), c AS ( \
                UPDATE {controls} c \
                  SET paused = false, resumed_at = now(), catch_up = $5, version = v.version \
@@ -137,7 +167,7 @@ impl ControlSql {
         );
         let trigger = format!(
             "WITH v AS ( \
-               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify} \
              ), tr AS ( \
                INSERT INTO {triggers} (job, node, requested_at, actor, why, state) \
                SELECT $1, $2::text, now(), $3, $4, 'pending' FROM v \
@@ -218,6 +248,7 @@ impl ControlSql {
              ), v AS ( \
                UPDATE {version} SET version = version + 1 \
                WHERE id = 1 AND EXISTS (SELECT 1 FROM claimed) \
+               RETURNING {notify} \
              ) \
              SELECT lease.name, lease.holder, lease.tick, lease.token, lease.expires_at \
              FROM lease JOIN claimed ON true"
@@ -244,6 +275,7 @@ impl ControlSql {
              ), v AS ( \
                UPDATE {version} SET version = version + 1 \
                WHERE id = 1 AND EXISTS (SELECT 1 FROM f) \
+               RETURNING {notify} \
              ) \
              SELECT id FROM f"
         );
@@ -275,7 +307,7 @@ impl ControlSql {
         );
         let put_schedule = format!(
             "WITH v AS ( \
-               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version \
+               UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify} \
              ), s AS ( \
                INSERT INTO {schedules} AS s (name, handler, schedule, zone, scope, policy, args, \
                                             enabled, removed, version, updated_at, actor) \
@@ -301,7 +333,7 @@ impl ControlSql {
             "WITH v AS ( \
                UPDATE {version} SET version = version + 1 \
                WHERE id = 1 AND EXISTS (SELECT 1 FROM {schedules} WHERE name = $1 AND NOT removed) \
-               RETURNING version \
+               RETURNING version, {notify} \
              ), s AS ( \
                UPDATE {schedules} s \
                  SET removed = true, enabled = false, version = v.version, updated_at = now(), \
@@ -334,6 +366,7 @@ impl ControlSql {
             "SELECT {run_columns} FROM {runs} WHERE job = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
         );
         Self {
+            channel,
             pause,
             resume,
             trigger,

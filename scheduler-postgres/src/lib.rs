@@ -71,6 +71,7 @@ mod row;
 mod session;
 mod sql;
 pub mod store;
+mod watch;
 
 pub use error::{Error, Result};
 pub use fenced::{Fence, FencedError, FencedFuture};

@@ -22,6 +22,7 @@ use crate::options::{PostgresOptions, connect_failed, connect_options};
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
+use crate::watch::Watcher;
 
 /// The PostgreSQL lease store.
 ///
@@ -82,6 +83,8 @@ pub struct PostgresStore {
     table: TableName,
     sql: Sql,
     controls: Arc<ControlSql>,
+    /// The listener of announced control changes, shared by the clones.
+    pub(crate) watch: Arc<Watcher>,
 }
 
 impl PostgresStore {
@@ -130,10 +133,19 @@ impl PostgresStore {
 
     /// The store on `session`, migrated unless `options` says not to.
     async fn start(session: Session, options: PostgresOptions) -> Result<Self> {
+        let controls = ControlSql::new(&options.table);
+        // `LISTEN` is kept per server connection: not behind a transaction pooler.
+        let listen = (session.pooling() == Pooling::Direct).then(|| {
+            session
+                .connection()
+                .get_postgres_connection_pool()
+                .connect_options()
+        });
         let store = Self {
+            watch: Arc::new(Watcher::new(listen, controls.channel.clone())),
             session,
             sql: Sql::new(&options.table),
-            controls: Arc::new(ControlSql::new(&options.table)),
+            controls: Arc::new(controls),
             table: options.table,
         };
         if options.migrate {
@@ -255,6 +267,8 @@ impl Store for PostgresStore {
         if requests.is_empty() {
             return Ok(Taken::default());
         }
+        // The instance's own traffic: the listener checks its connection now if due.
+        self.watch.took();
         let names: Vec<String> = requests
             .iter()
             .map(|r| r.name.as_str().to_owned())

@@ -109,3 +109,36 @@ async fn this_binary_runs_through_pgbouncer() {
         .expect("port");
     assert_ne!(server_port, bouncer_port);
 }
+
+/// `LISTEN` is not kept between transactions behind a transaction pooler: such a
+/// store hands out no watch of its controls (its instances poll on the timer), and
+/// its controls still announce, for instances connected directly.
+#[tokio::test]
+async fn behind_a_transaction_pooler_the_controls_are_polled_not_watched() {
+    use scheduler_core::Controls;
+    let db = test_postgres::TestDb::new().await;
+    let store = scheduler_postgres::PostgresStore::connect(
+        db.url(),
+        scheduler_postgres::PostgresOptions::default(),
+    )
+    .await
+    .expect("connect through PgBouncer");
+    assert!(store.transaction_pooling());
+    assert!(store.watch().is_none());
+    let mut listener = sea_orm::sqlx::postgres::PgListener::connect(db.direct_url())
+        .await
+        .expect("listener");
+    listener
+        .listen("scheduler_leases_controls")
+        .await
+        .expect("listen");
+    store
+        .pause(&scheduler_core::ControlRequest::new("report", "alice"))
+        .await
+        .expect("pause");
+    let announced = tokio::time::timeout(std::time::Duration::from_secs(60), listener.recv())
+        .await
+        .expect("a notification")
+        .expect("recv");
+    assert_eq!(announced.payload(), "1");
+}

@@ -63,6 +63,15 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "controls_sql.rs: TableName::with_suffix(\"_version\"), a validated identifier",
     ),
     (
+        "channel",
+        "controls_sql.rs: channel(): a validated TableName's parts (lowercase ASCII letters, \
+         digits, `_`, `.`) or a hex hash, spliced as a string literal",
+    ),
+    (
+        "notify",
+        "controls_sql.rs: `pg_notify('{channel}', version::text)`, built from `{channel}` only",
+    ),
+    (
         "RECORD",
         "controls_sql.rs: the audit table's column list, a literal constant",
     ),

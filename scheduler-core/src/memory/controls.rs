@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::{MemoryStore, Row, delta, lease};
 use crate::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlState, Controls, LeaseRow, Page, Pause,
-    Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow,
+    Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, TakeRequest, Tick, Ttl};
@@ -24,6 +24,11 @@ pub(super) struct Tables {
     triggers: Vec<TriggerRow>,
     schedules: BTreeMap<String, ScheduleRow>,
     handlers: BTreeMap<(String, String), DateTime<Utc>>,
+    /// The announcements of changes, once a test asked for them
+    /// ([`MemoryStore::announce_controls`]).
+    pub(super) announce: Option<tokio::sync::watch::Sender<ControlSignal>>,
+    /// Polls answered.
+    pub(super) polls: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +53,19 @@ struct TriggerRow {
 }
 
 impl Tables {
+    /// Bumps the control version, announcing it while the watch is live.
+    fn bump(&mut self) {
+        self.version += 1;
+        if let Some(tx) = &self.announce {
+            tx.send_if_modified(|s| {
+                if s.live {
+                    s.changes += 1;
+                }
+                s.live
+            });
+        }
+    }
+
     /// Whether `req`'s job is paused for its node.
     pub(super) fn paused(&self, req: &TakeRequest) -> bool {
         let Some(key) = &req.control else {
@@ -93,7 +111,7 @@ impl Tables {
         action: ControlAction,
         detail: String,
     ) -> ControlRecord {
-        self.version += 1;
+        self.bump();
         let record = ControlRecord {
             id: i64::try_from(self.audit.len()).unwrap_or(i64::MAX) + 1,
             at: now,
@@ -275,7 +293,7 @@ impl Controls for MemoryStore {
         };
         trigger.lease = Some(lease_name.clone());
         trigger.prev_completed = prev_completed;
-        t.version += 1;
+        t.bump();
         Ok(Some(granted))
     }
 
@@ -313,7 +331,7 @@ impl Controls for MemoryStore {
             row.completed = trigger.prev_completed;
             row.expires_at = row.expires_at.min(now);
         }
-        t.version += 1;
+        t.bump();
         Ok(true)
     }
 
@@ -332,7 +350,8 @@ impl Controls for MemoryStore {
 
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
         self.call()?;
-        let t = self.tables();
+        let mut t = self.tables();
+        t.polls += 1;
         if since == Some(t.version) {
             return Ok(None);
         }
@@ -508,6 +527,10 @@ impl Controls for MemoryStore {
         // The memory store keeps no run history.
         self.call()?;
         Ok(Vec::new())
+    }
+
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+        self.tables().announce.as_ref().map(|tx| tx.subscribe())
     }
 }
 

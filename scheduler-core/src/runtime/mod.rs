@@ -154,7 +154,11 @@ impl SchedulerBuilder {
 
     /// How often the store's controls are polled (one cheap read while nothing
     /// changed): an operator's resume, trigger or dynamic schedule is picked up
-    /// within this long. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
+    /// within this long. A store that announces its changes
+    /// ([`Controls::watch`](crate::Controls::watch): PostgreSQL, directly connected)
+    /// is polled when one is announced instead, and on this timer only while its
+    /// watch is down, after a failed poll, or while a trigger of a job run here waits
+    /// for the job's lease. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
     /// pauses still hold (the take itself refuses a paused job), but this instance
     /// then claims no trigger, catches up nothing on a resume, registers no handler
     /// and runs no dynamic schedule. Stores without controls

@@ -2,17 +2,24 @@
 //! version every [`poll interval`](crate::SchedulerBuilder::control_poll), and when
 //! it moved, the resumes to catch up, the triggers to claim and the dynamic schedules
 //! to add, change or drop. Pauses need nothing here: the take refuses them.
+//!
+//! A store that announces changes ([`Controls::watch`](crate::Controls::watch)) is
+//! polled when one is announced instead, as long as its watch is live, the last poll
+//! succeeded, the handlers are registered and no trigger of a job run here waits for
+//! its lease (those are claimed again at each poll): then an idle instance sends no
+//! control read between changes. Otherwise the timer applies.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::TimeDelta;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Engine;
-use crate::control::{ControlState, ScheduleRow, Trigger, TriggerId, TriggerState};
+use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId, TriggerState};
 use crate::error::Error;
 use crate::lease::{Holder, Lease, Tick};
 use crate::policy::{CatchUp, Overlap};
@@ -28,8 +35,16 @@ const APPLY_CHUNK: usize = 2_000;
 /// The loop's side of the controls.
 pub(super) struct ControlLoop {
     every: Duration,
-    pub(super) next: Instant,
+    /// When the timer's next poll is due.
+    next: Instant,
     gate: Gate,
+    /// The store's announcements of changes, if it makes any.
+    pub(super) watch: Option<watch::Receiver<ControlSignal>>,
+    /// The watch's count of changes when the last successful poll began.
+    seen: Option<u64>,
+    /// Whether the last poll failed (or must be read again from scratch): the timer
+    /// applies until one succeeds.
+    failed: bool,
     /// The control version last read; `None` before the first read.
     version: Option<i64>,
     /// Triggers of jobs this instance runs, not yet claimed or ended, as last read.
@@ -98,6 +113,9 @@ impl ControlLoop {
             every,
             next: Instant::now(),
             gate,
+            watch: None,
+            seen: None,
+            failed: false,
             version: None,
             waiting: Vec::new(),
             to_finish: Vec::new(),
@@ -105,6 +123,21 @@ impl ControlLoop {
             dynamic: HashMap::new(),
             registered: false,
             reported: HashMap::new(),
+        }
+    }
+
+    /// When the next poll is due: at once when the store announced a change since
+    /// the last poll began, never while its live watch announced none (and nothing
+    /// else needs a poll), else at the timer's next poll.
+    pub(super) fn poll_at(&self, handlers: bool) -> Option<Instant> {
+        let quiet = !self.failed && (self.registered || !handlers) && self.waiting.is_empty();
+        // A watch whose store dropped it announces nothing more, live or not.
+        let signal = self.watch.as_ref().filter(|w| w.has_changed().is_ok());
+        match signal.map(|w| *w.borrow()) {
+            Some(signal) if signal.live && quiet => {
+                (self.seen != Some(signal.changes)).then(Instant::now)
+            }
+            _ => Some(self.next),
         }
     }
 }
@@ -118,9 +151,12 @@ impl Engine {
         };
         // A poll that failed (the controls table does not answer) claims nothing:
         // the loop waits on the store once per poll at most.
+        let handlers = !self.s.handlers.is_empty();
         if !ctl.rows.is_empty() {
             self.apply_some_schedules();
-        } else if Instant::now() >= ctl.next && self.poll_controls().await {
+        } else if ctl.poll_at(handlers).is_some_and(|at| Instant::now() >= at)
+            && self.poll_controls().await
+        {
             self.claim_triggers().await;
         }
         self.finish_triggers().await;
@@ -132,6 +168,8 @@ impl Engine {
             return false;
         };
         ctl.next = Instant::now() + ctl.every;
+        // Announced from here on: seen by this poll, or moving the count again.
+        let changes = ctl.watch.as_mut().map(|w| w.borrow_and_update().changes);
         let gate = ctl.gate.clone();
         if !ctl.registered && !self.s.handlers.is_empty() {
             let mut names: Vec<String> = self.s.handlers.keys().cloned().collect();
@@ -159,7 +197,14 @@ impl Engine {
                 None => Ok(None),
             }
         };
-        match gate.run("poll controls", call).await {
+        let polled = gate.run("poll controls", call).await;
+        if let Some(ctl) = &mut self.ctl {
+            ctl.failed = polled.is_err();
+            if polled.is_ok() {
+                ctl.seen = changes;
+            }
+        }
+        match polled {
             Ok(None) => true,
             // The store's version went back (a restore, a recreated table): read
             // everything again at the next poll.
@@ -169,6 +214,7 @@ impl Engine {
                 if let Some(ctl) = &mut self.ctl {
                     ctl.version = None;
                     ctl.next = Instant::now();
+                    ctl.failed = true;
                 }
                 false
             }

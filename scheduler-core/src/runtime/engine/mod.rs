@@ -268,6 +268,13 @@ impl Engine {
         for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
             job.start(&e.cadence, now);
         }
+        // The store's announcements of control changes: each wakes the loop, whose
+        // turn polls when the control loop's own receiver says so.
+        let mut announced = None;
+        if let Some(ctl) = &mut self.ctl {
+            ctl.watch = self.s.store.controls().and_then(|c| c.watch());
+            announced = ctl.watch.clone();
+        }
         'turns: loop {
             self.beat.beat();
             self.turn().await;
@@ -289,6 +296,19 @@ impl Engine {
                             Some(sooner) => wake = sooner,
                             None => break,
                         }
+                    }
+                    changed = async {
+                        match announced.as_mut() {
+                            Some(watch) => watch.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        // A store that dropped its watch announces nothing more:
+                        // the timer applies (the control loop's receiver says so).
+                        if !changed {
+                            announced = None;
+                        }
+                        break;
                     }
                     () = &mut shutdown => break 'turns,
                 }
@@ -379,7 +399,9 @@ impl Engine {
             wake = wake.min(at);
         }
         if let Some(ctl) = &self.ctl {
-            wake = wake.min(ctl.next);
+            if let Some(at) = ctl.poll_at(!self.s.handlers.is_empty()) {
+                wake = wake.min(at);
+            }
             if !ctl.rows.is_empty() {
                 wake = now;
             }

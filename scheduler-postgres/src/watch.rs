@@ -1,0 +1,229 @@
+//! Announced control changes ([`Controls::watch`](scheduler_core::Controls::watch)):
+//! every control statement announces the new control version on the lease table's
+//! channel (`pg_notify`, [`crate::controls_sql::channel`]), and a store whose
+//! schedulers watch keeps **one connection of its own** (not one of the pool's) in
+//! `LISTEN` on it. An instance is then polled by a change, not by a timer: while
+//! nothing changes it sends no control read.
+//!
+//! The listener starts with the first scheduler that watches, and stops (closing its
+//! connection) when the last one stops. The signal it keeps is the runtime's rule
+//! ([`ControlSignal`]): `changes` moves for every notification, and once more each
+//! time the connection listens anew (a change made meanwhile went unannounced), so
+//! the runtime polls then; `live` is `false` while it is not listening, and the
+//! runtime polls on its timer.
+//!
+//! A connection cut cleanly is noticed at once (sqlx reconnects and listens again).
+//! One cut silently (a firewall that dropped an idle flow, a server gone without a
+//! reset) would leave a listener that hears nothing, so the connection is checked (a
+//! `SELECT 1` answered within [`CHECK_TIMEOUT`]) at the first lease take at least
+//! [`CHECK_AT_TAKE`] after the last check — with the instance's own traffic, never
+//! between its ticks — and after [`CHECK_QUIET`] without one. A failed check, a
+//! failed connection or a failed `LISTEN` drops the connection; it is opened again
+//! after a backoff (1 s, doubling, at most 30 s), the timer polling meanwhile.
+//!
+//! Behind a transaction pooler `LISTEN` is not kept between transactions, so a store
+//! in that mode does not watch ([`Controls::watch`](scheduler_core::Controls::watch)
+//! is `None`): its instances poll on the timer. Its control statements still
+//! announce, for instances connected directly.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use scheduler_core::ControlSignal;
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sea_orm::sqlx::{self, Executor};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+/// A take at least this long after the last check checks the listener's connection.
+pub(crate) const CHECK_AT_TAKE: Duration = Duration::from_secs(30);
+/// Without takes, the connection is checked after this long.
+pub(crate) const CHECK_QUIET: Duration = Duration::from_secs(300);
+/// How long a check (or opening the connection) may take.
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// A store's side of the watch, shared by its clones.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    /// Where the listener connects; `None`: the store does not watch.
+    connect: Option<Arc<PgConnectOptions>>,
+    channel: String,
+    /// The running listener, if any.
+    running: Arc<Mutex<Option<Arc<Listening>>>>,
+}
+
+/// What a running listener shares with the store.
+#[derive(Debug)]
+struct Listening {
+    signal: watch::Sender<ControlSignal>,
+    /// A take was sent (the store's own traffic): check the connection if due.
+    took: Notify,
+}
+
+impl Watcher {
+    /// A watcher connecting as `connect` to `channel`; `None`: no watch.
+    pub(crate) fn new(connect: Option<Arc<PgConnectOptions>>, channel: String) -> Self {
+        Self {
+            connect,
+            channel,
+            running: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Option<Arc<Listening>>> {
+        // Only assignments happen under the lock: a poisoned one is still sound.
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A receiver of the signal, starting the listener if none runs; `None` when the
+    /// store does not watch or no tokio runtime is current.
+    pub(crate) fn subscribe(&self) -> Option<watch::Receiver<ControlSignal>> {
+        let connect = self.connect.clone()?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let mut running = self.running();
+        if let Some(listening) = running.as_ref() {
+            return Some(listening.signal.subscribe());
+        }
+        let listening = Arc::new(Listening {
+            signal: watch::Sender::new(ControlSignal::default()),
+            took: Notify::new(),
+        });
+        let receiver = listening.signal.subscribe();
+        *running = Some(Arc::clone(&listening));
+        runtime.spawn(listen(
+            listening,
+            Arc::clone(&self.running),
+            connect,
+            self.channel.clone(),
+        ));
+        Some(receiver)
+    }
+
+    /// The store sends a take: the listener checks its connection now if the last
+    /// check is [`CHECK_AT_TAKE`] old.
+    pub(crate) fn took(&self) {
+        if let Some(listening) = self.running().as_ref() {
+            listening.took.notify_one();
+        }
+    }
+}
+
+/// Why a listening session ended.
+enum Ended {
+    /// No scheduler watches any more.
+    Unwatched,
+    /// The connection, `LISTEN` or a check failed.
+    Failed(String),
+}
+
+/// The listener's task: sessions, with a backoff between them, until nobody watches.
+async fn listen(
+    listening: Arc<Listening>,
+    running: Arc<Mutex<Option<Arc<Listening>>>>,
+    connect: Arc<PgConnectOptions>,
+    channel: String,
+) {
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        let ended = tokio::select! {
+            () = listening.signal.closed() => Ended::Unwatched,
+            ended = session(&listening, &connect, &channel, &mut backoff) => ended,
+        };
+        listening
+            .signal
+            .send_if_modified(|s| std::mem::replace(&mut s.live, false));
+        if let Ended::Failed(error) = &ended {
+            tracing::warn!(channel = %channel, error = %error, retry_in = ?backoff,
+                "listening for control changes failed; the controls are polled on the timer meanwhile");
+            tokio::select! {
+                () = listening.signal.closed() => {}
+                () = tokio::time::sleep(backoff) => {
+                    backoff = backoff.saturating_mul(2).min(BACKOFF_CAP);
+                    continue;
+                }
+            }
+        }
+        // Nobody watches: stop, unless a scheduler subscribed meanwhile (subscribing
+        // holds the same lock).
+        let mut slot = running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listening.signal.receiver_count() == 0 {
+            *slot = None;
+            tracing::debug!(channel = %channel, "no scheduler watches the controls; listener stopped");
+            return;
+        }
+    }
+}
+
+/// One connection in `LISTEN`: returns when it fails (it never ends otherwise).
+async fn session(
+    listening: &Listening,
+    connect: &PgConnectOptions,
+    channel: &str,
+    backoff: &mut Duration,
+) -> Ended {
+    let failed = |e: sqlx::Error| Ended::Failed(e.to_string());
+    // A pool of one, for this listener only: sqlx's listener reconnects through it.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .test_before_acquire(false)
+        .acquire_timeout(CHECK_TIMEOUT)
+        .connect_lazy_with(connect.clone());
+    let mut listener = match PgListener::connect_with(&pool).await {
+        Ok(listener) => listener,
+        Err(e) => return failed(e),
+    };
+    match tokio::time::timeout(CHECK_TIMEOUT, listener.listen(channel)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return failed(e),
+        Err(_) => return Ended::Failed(format!("LISTEN took over {CHECK_TIMEOUT:?}")),
+    }
+    tracing::debug!(channel = %channel, "listening for control changes");
+    *backoff = BACKOFF_FIRST;
+    // Listening from here on: whatever changed before is for the poll this prompts.
+    listening.signal.send_modify(|s| {
+        s.live = true;
+        s.changes += 1;
+    });
+    let mut checked = Instant::now();
+    loop {
+        let check = tokio::select! {
+            received = listener.try_recv() => {
+                match received {
+                    // A change, announced.
+                    Ok(Some(_)) => listening.signal.send_modify(|s| s.changes += 1),
+                    // The connection was lost and sqlx listens again on a new one:
+                    // what changed in between went unannounced.
+                    Ok(None) => {
+                        tracing::debug!(channel = %channel, "listener reconnected");
+                        checked = Instant::now();
+                        listening.signal.send_modify(|s| s.changes += 1);
+                    }
+                    Err(e) => return failed(e),
+                }
+                false
+            }
+            () = listening.took.notified() => checked.elapsed() >= CHECK_AT_TAKE,
+            () = tokio::time::sleep_until(checked + CHECK_QUIET) => true,
+        };
+        if check {
+            match tokio::time::timeout(CHECK_TIMEOUT, listener.execute("SELECT 1")).await {
+                Ok(Ok(_)) => checked = Instant::now(),
+                Ok(Err(e)) => return failed(e),
+                Err(_) => {
+                    return Ended::Failed(format!(
+                        "the listener's connection did not answer a check within {CHECK_TIMEOUT:?}"
+                    ));
+                }
+            }
+        }
+    }
+}

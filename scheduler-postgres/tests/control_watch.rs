@@ -1,0 +1,294 @@
+//! Control changes announced by `NOTIFY` and heard by a `LISTEN` on a connection of
+//! the store's own: every control statement announces its version; an idle instance
+//! sends nothing between its ticks (no control poll), yet a trigger is seen when it is
+//! made, not at the next poll; a listener connection that is cut is opened again,
+//! and a change made meanwhile is not lost.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use scheduler_core::{ControlRequest, Controls, Schedule, Scheduler, TriggerState};
+use scheduler_postgres::{PostgresOptions, PostgresStore};
+use sea_orm::sqlx::postgres::{PgConnection, PgListener};
+use sea_orm::sqlx::{self, Connection};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use support::{LIMIT, Recorder, wait_for};
+use test_postgres::TestDb;
+use tokio::sync::watch;
+
+async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {
+    conn.query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+        .await
+        .expect("query")
+        .expect("row")
+        .try_get::<i64>("", "v")
+        .expect("v")
+}
+
+/// The backend of the store's listener, once it listens.
+async fn listener_pid(inspect: &DatabaseConnection) -> Option<i64> {
+    let row = inspect
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT pid::int8 AS v FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'",
+        ))
+        .await
+        .expect("pg_stat_activity")?;
+    row.try_get::<i64>("", "v").ok()
+}
+
+/// A scheduler on `store` with one job, `every` apart, polling the controls on its
+/// timer every `poll`; stopped when the sender is dropped or sent `true`.
+fn start(
+    store: &PostgresStore,
+    job: &str,
+    every: Duration,
+    poll: Option<Duration>,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let mut recorder = Recorder::new(job, store, "a");
+    recorder.schedule = Schedule::every(every);
+    let mut builder = Scheduler::builder(store.clone())
+        .node_id("node-a")
+        .lease_ttl(Duration::from_secs(4))
+        .job(recorder);
+    if let Some(poll) = poll {
+        builder = builder.control_poll(Some(poll));
+    }
+    let scheduler = builder.build().expect("build");
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(scheduler.run_until(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    (stop, task)
+}
+
+async fn connect(db: &TestDb) -> PostgresStore {
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("connect");
+    store
+        .connection()
+        .execute_unprepared(support::RUNS_TABLE)
+        .await
+        .expect("runs table");
+    store
+}
+
+/// One value of `sql` on the test's single connection.
+async fn one<T>(conn: &mut PgConnection, sql: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(conn)
+        .await
+        .expect("query")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_instance_sends_nothing_between_its_ticks() {
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    // The test's own reads on one connection, which the check below leaves out.
+    let mut inspect = PgConnection::connect(db.url()).await.expect("inspect");
+    // A job every 20 s and the default control poll (5 s): without the listener, an
+    // instance would poll the controls twice or more between two ticks.
+    let now_us = "SELECT (extract(epoch FROM now()) * 1000000)::int8";
+    let started: i64 = one(&mut inspect, now_us).await;
+    let (stop, task) = start(&store, "every_20s", Duration::from_secs(20), None);
+    // Just after the run of a tick due since the start (not the start-up's catch-up
+    // of an earlier one), released: the next tick is 20 s after it.
+    let released = format!(
+        "SELECT count(*)::int8 FROM scheduler_leases \
+         WHERE name = 'every_20s' AND released_at IS NOT NULL \
+           AND tick > to_timestamp({started} / 1e6)"
+    );
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while one::<i64>(&mut inspect, &released).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no run released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let from: i64 = one(&mut inspect, now_us).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Every other backend of the test's database: none ran a statement, and none was
+    // opened, since `from` (a statement's end moves `state_change`).
+    let busy: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT format('%s %s at %s (opened %s)', pid, query, state_change, backend_start) \
+         FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND backend_type = 'client backend' \
+           AND (state_change >= to_timestamp({from} / 1e6) \
+                OR backend_start >= to_timestamp({from} / 1e6))"
+    )))
+    .fetch_all(&mut inspect)
+    .await
+    .expect("pg_stat_activity");
+    let seen: i64 = one(
+        &mut inspect,
+        "SELECT count(*)::int8 FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND backend_type = 'client backend'",
+    )
+    .await;
+    let _ = stop.send(true);
+    task.await.expect("scheduler");
+    // The pool's connections and the listener's.
+    assert!(seen >= 2, "the instance's connections: {seen}");
+    assert!(
+        busy.is_empty(),
+        "backends that ran a statement in 12 s between two ticks (from {from} µs): {busy:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_is_seen_when_it_is_made_not_at_the_next_poll() {
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    let inspect = test_postgres::inspect(db.url()).await;
+    // The timer's poll an hour away: only the announcement can bring the trigger.
+    let (stop, task) = start(
+        &store,
+        "hourly",
+        Duration::from_secs(3_600),
+        Some(Duration::from_secs(3_600)),
+    );
+    wait_for(LIMIT, "the listener", || async {
+        listener_pid(&inspect).await.is_some()
+    })
+    .await;
+    // Past the start-up's own poll.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let trigger = store
+        .trigger(&ControlRequest::new("hourly", "alice").why("now, please"))
+        .await
+        .expect("trigger");
+    wait_for(LIMIT, "the triggered run", || async {
+        matches!(
+            store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
+            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+        )
+    })
+    .await;
+    let _ = stop.send(true);
+    task.await.expect("scheduler");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_listener_listens_again_and_loses_no_change() {
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    let inspect = test_postgres::inspect(db.url()).await;
+    let (stop, task) = start(
+        &store,
+        "hourly",
+        Duration::from_secs(3_600),
+        Some(Duration::from_secs(3_600)),
+    );
+    wait_for(LIMIT, "the listener", || async {
+        listener_pid(&inspect).await.is_some()
+    })
+    .await;
+    let first = listener_pid(&inspect).await.expect("pid");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Cut the listener's connection, and trigger at once: the trigger's announcement
+    // may reach no listener at all.
+    inspect
+        .execute_unprepared(&format!("SELECT pg_terminate_backend({first})"))
+        .await
+        .expect("terminate");
+    let trigger = store
+        .trigger(&ControlRequest::new("hourly", "bob"))
+        .await
+        .expect("trigger");
+    wait_for(LIMIT, "the triggered run", || async {
+        matches!(
+            store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
+            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+        )
+    })
+    .await;
+    wait_for(LIMIT, "a new listener", || async {
+        listener_pid(&inspect).await.is_some_and(|p| p != first)
+    })
+    .await;
+    // And it hears the next change.
+    let again = store
+        .trigger(&ControlRequest::new("hourly", "bob"))
+        .await
+        .expect("trigger");
+    wait_for(LIMIT, "the second triggered run", || async {
+        matches!(
+            store.trigger_status(again.id).await.expect("status").map(|t| t.state),
+            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+        )
+    })
+    .await;
+    let _ = stop.send(true);
+    task.await.expect("scheduler");
+    // The last scheduler stopped: so does the listener.
+    wait_for(LIMIT, "the listener to stop", || async {
+        listener_pid(&inspect).await.is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_control_announces_its_version() {
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    let mut listener = PgListener::connect(db.url()).await.expect("listener");
+    listener
+        .listen("scheduler_leases_controls")
+        .await
+        .expect("listen");
+    let req = ControlRequest::new("report", "alice");
+    store.pause(&req).await.expect("pause");
+    store.resume(&req, true).await.expect("resume");
+    let trigger = store.trigger(&req).await.expect("trigger");
+    let holder = scheduler_core::Holder::generate();
+    let lease = scheduler_core::LeaseName::new("report").expect("name");
+    let ttl = scheduler_core::Ttl::new(Duration::from_secs(60)).expect("ttl");
+    store
+        .claim_trigger(trigger.id, &lease, &holder, ttl)
+        .await
+        .expect("claim")
+        .expect("claimed");
+    store
+        .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+        .await
+        .expect("finish");
+    store
+        .register_handlers("node-a", &["send".to_owned()])
+        .await
+        .expect("register");
+    let row = scheduler_core::ScheduleRow::new("tenant-1", "send", "0 0 7 * * *");
+    store.put_schedule(&row, "alice", "").await.expect("put");
+    store
+        .remove_schedule("tenant-1", "alice", "")
+        .await
+        .expect("remove");
+    let mut versions = Vec::new();
+    while versions.len() < 7 {
+        let n = tokio::time::timeout(LIMIT, listener.recv())
+            .await
+            .expect("a notification")
+            .expect("recv");
+        versions.push(n.payload().parse::<i64>().expect("a version"));
+    }
+    let version = scalar(
+        store.connection(),
+        "SELECT version AS v FROM scheduler_leases_version",
+    )
+    .await;
+    // Pause, resume, trigger, claim, finish, put, remove: each its own version, in
+    // order.
+    assert_eq!(
+        versions,
+        ((version - 6)..=version).collect::<Vec<_>>(),
+        "announced versions"
+    );
+}
