@@ -168,3 +168,56 @@ async fn a_trigger_waiting_for_its_jobs_lease_is_claimed_by_the_timer() {
     );
     assert_eq!(all.len(), 2, "{all:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_poll_is_asked_again_by_the_timer_not_at_every_turn() {
+    let (store, log) = (store(), Log::default());
+    store.announce_controls(true);
+    mid_second(&store).await;
+    let mut hourly = minutely(&store, &log);
+    hourly.every = Duration::from_secs(3_600);
+    let scheduler = builder(&store)
+        .control_poll(Some(Duration::from_secs(1)))
+        .job(hourly)
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let operator = async move {
+        sleep(2_000).await;
+        // A pause goes unannounced (the watch is down), the store fails, and the
+        // watch comes back: the poll that prompts fails.
+        s.announce_controls(false);
+        s.pause(&ControlRequest::new("minutely", "erin"))
+            .await
+            .expect("pause");
+        sleep(1_000).await;
+        let polls = s.control_polls();
+        s.set_failing(true);
+        s.announce_controls(true);
+        let calls = s.calls();
+        sleep(3_000).await;
+        let failing = s.calls() - calls;
+        s.set_failing(false);
+        sleep(1_500).await;
+        let polled = s.control_polls() - polls;
+        sleep(10_000).await;
+        let after = s.control_polls() - polls;
+        (failing, polled, after)
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            let _ = tx.send(operator.await);
+        })
+        .await;
+    let (failing, polled, after) = rx.await.expect("operator");
+    // About one attempt a second (the timer), not one per turn of the loop.
+    assert!(
+        (1..=5).contains(&failing),
+        "{failing} calls in 3 s of failing"
+    );
+    // The store answers again: the timer's next poll reads the controls, and the
+    // live watch then stops the timer.
+    assert_eq!(polled, 1, "polls once the store answers");
+    assert_eq!(after, 1, "polls in the 10 s after");
+}

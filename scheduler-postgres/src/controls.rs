@@ -627,8 +627,9 @@ impl Controls for PostgresStore {
         Ok(all(&rows, OP, run_from_row)?)
     }
 
-    /// Directly on PostgreSQL, a `LISTEN` on a connection of the store's own (see
-    /// [`crate::watch`]); `None` behind a transaction pooler.
+    /// Directly on PostgreSQL, a `LISTEN` on one connection of the store's own (not a
+    /// pooled one), started by the first scheduler that watches and closed when the
+    /// last one stops; `None` behind a transaction pooler.
     fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
         self.watch.subscribe()
     }

@@ -2,7 +2,8 @@
 //! every control statement announces the new control version on the lease table's
 //! channel (`pg_notify`, [`crate::controls_sql::channel`]), and a store whose
 //! schedulers watch keeps **one connection of its own** (not one of the pool's) in
-//! `LISTEN` on it. An instance is then polled by a change, not by a timer: while
+//! `LISTEN` on it, named `controls listener` in `pg_stat_activity` (after the pool's
+//! own `application_name`, if it has one). An instance is then polled by a change, not by a timer: while
 //! nothing changes it sends no control read.
 //!
 //! The listener starts with the first scheduler that watches, and stops (closing its
@@ -14,8 +15,9 @@
 //!
 //! A connection cut cleanly is noticed at once (sqlx reconnects and listens again).
 //! One cut silently (a firewall that dropped an idle flow, a server gone without a
-//! reset) would leave a listener that hears nothing, so the connection is checked (a
-//! `SELECT 1` answered within [`CHECK_TIMEOUT`]) at the first lease take at least
+//! reset) would leave a listener that hears nothing, so the connection is checked (an
+//! empty query, which the server answers without parsing or running a statement,
+//! answered within [`CHECK_TIMEOUT`]) at the first lease take at least
 //! [`CHECK_AT_TAKE`] after the last check — with the instance's own traffic, never
 //! between its ticks — and after [`CHECK_QUIET`] without one. A failed check, a
 //! failed connection or a failed `LISTEN` drops the connection; it is opened again
@@ -41,6 +43,9 @@ pub(crate) const CHECK_AT_TAKE: Duration = Duration::from_secs(30);
 pub(crate) const CHECK_QUIET: Duration = Duration::from_secs(300);
 /// How long a check (or opening the connection) may take.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Appended to the pool's `application_name` (or alone): how the listener's
+/// connection shows in `pg_stat_activity`.
+pub(crate) const LISTENER_NAME: &str = "controls listener";
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
 
@@ -168,6 +173,10 @@ async fn session(
     backoff: &mut Duration,
 ) -> Ended {
     let failed = |e: sqlx::Error| Ended::Failed(e.to_string());
+    let name = match connect.get_application_name() {
+        Some(app) => format!("{app} {LISTENER_NAME}"),
+        None => LISTENER_NAME.to_owned(),
+    };
     // A pool of one, for this listener only: sqlx's listener reconnects through it.
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -176,7 +185,7 @@ async fn session(
         .max_lifetime(None)
         .test_before_acquire(false)
         .acquire_timeout(CHECK_TIMEOUT)
-        .connect_lazy_with(connect.clone());
+        .connect_lazy_with(connect.clone().application_name(&name));
     let mut listener = match PgListener::connect_with(&pool).await {
         Ok(listener) => listener,
         Err(e) => return failed(e),
@@ -215,7 +224,7 @@ async fn session(
             () = tokio::time::sleep_until(checked + CHECK_QUIET) => true,
         };
         if check {
-            match tokio::time::timeout(CHECK_TIMEOUT, listener.execute("SELECT 1")).await {
+            match tokio::time::timeout(CHECK_TIMEOUT, listener.execute("")).await {
                 Ok(Ok(_)) => checked = Instant::now(),
                 Ok(Err(e)) => return failed(e),
                 Err(_) => {

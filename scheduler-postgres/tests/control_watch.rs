@@ -33,27 +33,28 @@ async fn listener_pid(inspect: &DatabaseConnection) -> Option<i64> {
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT pid::int8 AS v FROM pg_stat_activity \
-             WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'",
+             WHERE datname = current_database() AND application_name LIKE '%controls listener'",
         ))
         .await
         .expect("pg_stat_activity")?;
     row.try_get::<i64>("", "v").ok()
 }
 
-/// A scheduler on `store` with one job, `every` apart, polling the controls on its
+/// A scheduler on `store` with `jobs` (name, period), polling the controls on its
 /// timer every `poll`; stopped when the sender is dropped or sent `true`.
 fn start(
     store: &PostgresStore,
-    job: &str,
-    every: Duration,
+    jobs: &[(&str, Duration)],
     poll: Option<Duration>,
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-    let mut recorder = Recorder::new(job, store, "a");
-    recorder.schedule = Schedule::every(every);
     let mut builder = Scheduler::builder(store.clone())
         .node_id("node-a")
-        .lease_ttl(Duration::from_secs(4))
-        .job(recorder);
+        .lease_ttl(Duration::from_secs(4));
+    for &(job, every) in jobs {
+        let mut recorder = Recorder::new(job, store, "a");
+        recorder.schedule = Schedule::every(every);
+        builder = builder.job(recorder);
+    }
     if let Some(poll) = poll {
         builder = builder.control_poll(Some(poll));
     }
@@ -98,7 +99,7 @@ async fn an_idle_instance_sends_nothing_between_its_ticks() {
     // instance would poll the controls twice or more between two ticks.
     let now_us = "SELECT (extract(epoch FROM now()) * 1000000)::int8";
     let started: i64 = one(&mut inspect, now_us).await;
-    let (stop, task) = start(&store, "every_20s", Duration::from_secs(20), None);
+    let (stop, task) = start(&store, &[("every_20s", Duration::from_secs(20))], None);
     // Just after the run of a tick due since the start (not the start-up's catch-up
     // of an earlier one), released: the next tick is 20 s after it.
     let released = format!(
@@ -152,8 +153,7 @@ async fn a_trigger_is_seen_when_it_is_made_not_at_the_next_poll() {
     // The timer's poll an hour away: only the announcement can bring the trigger.
     let (stop, task) = start(
         &store,
-        "hourly",
-        Duration::from_secs(3_600),
+        &[("hourly", Duration::from_secs(3_600))],
         Some(Duration::from_secs(3_600)),
     );
     wait_for(LIMIT, "the listener", || async {
@@ -166,13 +166,7 @@ async fn a_trigger_is_seen_when_it_is_made_not_at_the_next_poll() {
         .trigger(&ControlRequest::new("hourly", "alice").why("now, please"))
         .await
         .expect("trigger");
-    wait_for(LIMIT, "the triggered run", || async {
-        matches!(
-            store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
-            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
-        )
-    })
-    .await;
+    triggered_run(&store, trigger.id, LIMIT).await;
     let _ = stop.send(true);
     task.await.expect("scheduler");
 }
@@ -184,8 +178,7 @@ async fn a_cut_listener_listens_again_and_loses_no_change() {
     let inspect = test_postgres::inspect(db.url()).await;
     let (stop, task) = start(
         &store,
-        "hourly",
-        Duration::from_secs(3_600),
+        &[("hourly", Duration::from_secs(3_600))],
         Some(Duration::from_secs(3_600)),
     );
     wait_for(LIMIT, "the listener", || async {
@@ -204,13 +197,7 @@ async fn a_cut_listener_listens_again_and_loses_no_change() {
         .trigger(&ControlRequest::new("hourly", "bob"))
         .await
         .expect("trigger");
-    wait_for(LIMIT, "the triggered run", || async {
-        matches!(
-            store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
-            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
-        )
-    })
-    .await;
+    triggered_run(&store, trigger.id, LIMIT).await;
     wait_for(LIMIT, "a new listener", || async {
         listener_pid(&inspect).await.is_some_and(|p| p != first)
     })
@@ -220,13 +207,7 @@ async fn a_cut_listener_listens_again_and_loses_no_change() {
         .trigger(&ControlRequest::new("hourly", "bob"))
         .await
         .expect("trigger");
-    wait_for(LIMIT, "the second triggered run", || async {
-        matches!(
-            store.trigger_status(again.id).await.expect("status").map(|t| t.state),
-            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
-        )
-    })
-    .await;
+    triggered_run(&store, again.id, LIMIT).await;
     let _ = stop.send(true);
     task.await.expect("scheduler");
     // The last scheduler stopped: so does the listener.
@@ -234,6 +215,81 @@ async fn a_cut_listener_listens_again_and_loses_no_change() {
         listener_pid(&inspect).await.is_none()
     })
     .await;
+}
+
+/// Waits until trigger `id` ran to success, for at most `limit`.
+async fn triggered_run(store: &PostgresStore, id: scheduler_core::TriggerId, limit: Duration) {
+    wait_for(limit, "the triggered run", || async {
+        matches!(
+            store.trigger_status(id).await.expect("status").map(|t| t.state),
+            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+        )
+    })
+    .await;
+}
+
+/// A server process (of a test server on this machine) stopped by `SIGSTOP`, until
+/// dropped.
+struct Stopped(i64);
+
+impl Stopped {
+    fn new(pid: i64) -> Self {
+        assert!(kill("-STOP", pid), "kill -STOP {pid}");
+        Self(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        kill("-CONT", self.0);
+    }
+}
+
+fn kill(signal: &str, pid: i64) -> bool {
+    std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_stopped_answering_is_replaced_and_loses_no_change() {
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    let inspect = test_postgres::inspect(db.url()).await;
+    // A job every second (its takes check the listener's connection, at most every
+    // 30 s) and one to trigger; the timer's poll an hour away.
+    let (stop, task) = start(
+        &store,
+        &[
+            ("every_second", Duration::from_secs(1)),
+            ("hourly", Duration::from_secs(3_600)),
+        ],
+        Some(Duration::from_secs(3_600)),
+    );
+    wait_for(LIMIT, "the listener", || async {
+        listener_pid(&inspect).await.is_some()
+    })
+    .await;
+    let first = listener_pid(&inspect).await.expect("pid");
+    // The listener's server process stops (as a dead link or a vanished host looks
+    // to its client: the socket open, nothing answered, no notification delivered).
+    let stopped = Stopped::new(first);
+    let trigger = store
+        .trigger(&ControlRequest::new("hourly", "dora"))
+        .await
+        .expect("trigger");
+    // Within 30 s a take checks the connection, which does not answer within 10 s:
+    // a new connection listens, and the poll that prompts finds the trigger.
+    triggered_run(&store, trigger.id, LIMIT * 2).await;
+    drop(stopped);
+    let second = listener_pid(&inspect).await;
+    assert!(
+        second.is_some_and(|p| p != first),
+        "{second:?} after {first}"
+    );
+    let _ = stop.send(true);
+    task.await.expect("scheduler");
 }
 
 #[tokio::test]
