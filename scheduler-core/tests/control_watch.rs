@@ -24,6 +24,21 @@ fn minutely(store: &std::sync::Arc<scheduler_core::MemoryStore>, log: &Log) -> P
     job
 }
 
+/// Runs `scheduler` until `operator` ends; returns what it returned.
+#[allow(clippy::expect_used)]
+async fn run_while<T: Send + 'static>(
+    scheduler: scheduler_core::Scheduler,
+    operator: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            let _ = tx.send(operator.await);
+        })
+        .await;
+    rx.await.expect("operator")
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_idle_instance_polls_the_controls_only_when_a_change_is_announced() {
     let (store, log) = (store(), Log::default());
@@ -35,7 +50,7 @@ async fn an_idle_instance_polls_the_controls_only_when_a_change_is_announced() {
         .build()
         .expect("build");
     let s = store.clone();
-    let operator = async move {
+    let (idle, asked, status) = run_while(scheduler, async move {
         sleep(2_000).await;
         let settled = s.control_polls();
         sleep(180_000).await;
@@ -48,14 +63,8 @@ async fn an_idle_instance_polls_the_controls_only_when_a_change_is_announced() {
         sleep(1_000).await;
         let status = s.trigger_status(trigger.id).await.expect("status");
         (idle, asked, status)
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    scheduler
-        .run_until(async move {
-            let _ = tx.send(operator.await);
-        })
-        .await;
-    let (idle, asked, status) = rx.await.expect("operator");
+    })
+    .await;
     assert_eq!(idle, 0, "control polls in three idle minutes");
     // The trigger was announced, polled, claimed and run within the second.
     assert!(
@@ -83,7 +92,7 @@ async fn the_timer_polls_while_the_watch_is_down_and_stops_when_it_is_back() {
         .build()
         .expect("build");
     let s = store.clone();
-    let operator = async move {
+    let (live, down, seen_down, back) = run_while(scheduler, async move {
         sleep(2_000).await;
         let a = s.control_polls();
         sleep(10_000).await;
@@ -106,14 +115,8 @@ async fn the_timer_polls_while_the_watch_is_down_and_stops_when_it_is_back() {
         sleep(10_000).await;
         let back = s.control_polls() - c;
         (live, down, seen_down, back)
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    scheduler
-        .run_until(async move {
-            let _ = tx.send(operator.await);
-        })
-        .await;
-    let (live, down, seen_down, back) = rx.await.expect("operator");
+    })
+    .await;
     assert_eq!(live, 0, "polls in 10 s of a live watch");
     assert!(
         (9..=11).contains(&down),
@@ -144,7 +147,7 @@ async fn a_trigger_waiting_for_its_jobs_lease_is_claimed_by_the_timer() {
         .build()
         .expect("build");
     let s = store.clone();
-    let operator = async move {
+    let status = run_while(scheduler, async move {
         // Into the start-up run (until about 5 s in).
         sleep(1_000).await;
         let trigger = s
@@ -153,14 +156,8 @@ async fn a_trigger_waiting_for_its_jobs_lease_is_claimed_by_the_timer() {
             .expect("trigger");
         sleep(12_000).await;
         s.trigger_status(trigger.id).await.expect("status")
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    scheduler
-        .run_until(async move {
-            let _ = tx.send(operator.await);
-        })
-        .await;
-    let status = rx.await.expect("operator");
+    })
+    .await;
     let all = runs(&log, "minutely");
     assert!(
         matches!(&status.map(|t| t.state), Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"),
@@ -182,7 +179,7 @@ async fn a_failed_poll_is_asked_again_by_the_timer_not_at_every_turn() {
         .build()
         .expect("build");
     let s = store.clone();
-    let operator = async move {
+    let (failing, polled, after) = run_while(scheduler, async move {
         sleep(2_000).await;
         // A pause goes unannounced (the watch is down), the store fails, and the
         // watch comes back: the poll that prompts fails.
@@ -203,14 +200,8 @@ async fn a_failed_poll_is_asked_again_by_the_timer_not_at_every_turn() {
         sleep(10_000).await;
         let after = s.control_polls() - polls;
         (failing, polled, after)
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    scheduler
-        .run_until(async move {
-            let _ = tx.send(operator.await);
-        })
-        .await;
-    let (failing, polled, after) = rx.await.expect("operator");
+    })
+    .await;
     // About one attempt a second (the timer), not one per turn of the loop.
     assert!(
         (1..=5).contains(&failing),

@@ -145,85 +145,92 @@ async fn an_idle_instance_sends_nothing_between_its_ticks() {
     );
 }
 
+/// A scheduler with `jobs` (name, period) whose timer polls the controls an hour
+/// apart (so only an announcement brings a change soon), once its store listens.
+struct Listening {
+    store: PostgresStore,
+    /// The test's own pool on the database.
+    inspect: DatabaseConnection,
+    /// The listener's server process.
+    pid: i64,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Listening {
+    async fn start(db: &TestDb, jobs: &[(&str, Duration)]) -> Self {
+        let store = connect(db).await;
+        let inspect = test_postgres::inspect(db.url()).await;
+        let (stop, task) = start(&store, jobs, Some(Duration::from_secs(3_600)));
+        wait_for(LIMIT, "the listener", || async {
+            listener_pid(&inspect).await.is_some()
+        })
+        .await;
+        let pid = listener_pid(&inspect).await.expect("pid");
+        Self {
+            store,
+            inspect,
+            pid,
+            stop,
+            task,
+        }
+    }
+
+    /// Triggers `job` and waits until the run ended, for at most `limit`.
+    async fn trigger_and_wait(&self, job: &str, limit: Duration) {
+        let trigger = self
+            .store
+            .trigger(&ControlRequest::new(job, "alice"))
+            .await
+            .expect("trigger");
+        wait_for(limit, "the triggered run", || async {
+            matches!(
+                self.store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
+                Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+            )
+        })
+        .await;
+    }
+
+    async fn stop(self) -> DatabaseConnection {
+        let _ = self.stop.send(true);
+        self.task.await.expect("scheduler");
+        self.inspect
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trigger_is_seen_when_it_is_made_not_at_the_next_poll() {
     let db = TestDb::new().await;
-    let store = connect(&db).await;
-    let inspect = test_postgres::inspect(db.url()).await;
-    // The timer's poll an hour away: only the announcement can bring the trigger.
-    let (stop, task) = start(
-        &store,
-        &[("hourly", Duration::from_secs(3_600))],
-        Some(Duration::from_secs(3_600)),
-    );
-    wait_for(LIMIT, "the listener", || async {
-        listener_pid(&inspect).await.is_some()
-    })
-    .await;
+    let s = Listening::start(&db, &[("hourly", Duration::from_secs(3_600))]).await;
     // Past the start-up's own poll.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let trigger = store
-        .trigger(&ControlRequest::new("hourly", "alice").why("now, please"))
-        .await
-        .expect("trigger");
-    triggered_run(&store, trigger.id, LIMIT).await;
-    let _ = stop.send(true);
-    task.await.expect("scheduler");
+    s.trigger_and_wait("hourly", LIMIT).await;
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_listener_listens_again_and_loses_no_change() {
     let db = TestDb::new().await;
-    let store = connect(&db).await;
-    let inspect = test_postgres::inspect(db.url()).await;
-    let (stop, task) = start(
-        &store,
-        &[("hourly", Duration::from_secs(3_600))],
-        Some(Duration::from_secs(3_600)),
-    );
-    wait_for(LIMIT, "the listener", || async {
-        listener_pid(&inspect).await.is_some()
-    })
-    .await;
-    let first = listener_pid(&inspect).await.expect("pid");
+    let s = Listening::start(&db, &[("hourly", Duration::from_secs(3_600))]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Cut the listener's connection, and trigger at once: the trigger's announcement
     // may reach no listener at all.
-    inspect
-        .execute_unprepared(&format!("SELECT pg_terminate_backend({first})"))
+    s.inspect
+        .execute_unprepared(&format!("SELECT pg_terminate_backend({})", s.pid))
         .await
         .expect("terminate");
-    let trigger = store
-        .trigger(&ControlRequest::new("hourly", "bob"))
-        .await
-        .expect("trigger");
-    triggered_run(&store, trigger.id, LIMIT).await;
+    s.trigger_and_wait("hourly", LIMIT).await;
     wait_for(LIMIT, "a new listener", || async {
-        listener_pid(&inspect).await.is_some_and(|p| p != first)
+        listener_pid(&s.inspect).await.is_some_and(|p| p != s.pid)
     })
     .await;
     // And it hears the next change.
-    let again = store
-        .trigger(&ControlRequest::new("hourly", "bob"))
-        .await
-        .expect("trigger");
-    triggered_run(&store, again.id, LIMIT).await;
-    let _ = stop.send(true);
-    task.await.expect("scheduler");
+    s.trigger_and_wait("hourly", LIMIT).await;
+    let inspect = s.stop().await;
     // The last scheduler stopped: so does the listener.
     wait_for(LIMIT, "the listener to stop", || async {
         listener_pid(&inspect).await.is_none()
-    })
-    .await;
-}
-
-/// Waits until trigger `id` ran to success, for at most `limit`.
-async fn triggered_run(store: &PostgresStore, id: scheduler_core::TriggerId, limit: Duration) {
-    wait_for(limit, "the triggered run", || async {
-        matches!(
-            store.trigger_status(id).await.expect("status").map(|t| t.state),
-            Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
-        )
     })
     .await;
 }
@@ -255,41 +262,30 @@ fn kill(signal: &str, pid: i64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_that_stopped_answering_is_replaced_and_loses_no_change() {
     let db = TestDb::new().await;
-    let store = connect(&db).await;
-    let inspect = test_postgres::inspect(db.url()).await;
     // A job every second (its takes check the listener's connection, at most every
-    // 30 s) and one to trigger; the timer's poll an hour away.
-    let (stop, task) = start(
-        &store,
+    // 30 s) and one to trigger.
+    let s = Listening::start(
+        &db,
         &[
             ("every_second", Duration::from_secs(1)),
             ("hourly", Duration::from_secs(3_600)),
         ],
-        Some(Duration::from_secs(3_600)),
-    );
-    wait_for(LIMIT, "the listener", || async {
-        listener_pid(&inspect).await.is_some()
-    })
+    )
     .await;
-    let first = listener_pid(&inspect).await.expect("pid");
     // The listener's server process stops (as a dead link or a vanished host looks
     // to its client: the socket open, nothing answered, no notification delivered).
-    let stopped = Stopped::new(first);
-    let trigger = store
-        .trigger(&ControlRequest::new("hourly", "dora"))
-        .await
-        .expect("trigger");
+    let stopped = Stopped::new(s.pid);
     // Within 30 s a take checks the connection, which does not answer within 10 s:
     // a new connection listens, and the poll that prompts finds the trigger.
-    triggered_run(&store, trigger.id, LIMIT * 2).await;
+    s.trigger_and_wait("hourly", LIMIT * 2).await;
     drop(stopped);
-    let second = listener_pid(&inspect).await;
+    let second = listener_pid(&s.inspect).await;
     assert!(
-        second.is_some_and(|p| p != first),
-        "{second:?} after {first}"
+        second.is_some_and(|p| p != s.pid),
+        "{second:?} after {}",
+        s.pid
     );
-    let _ = stop.send(true);
-    task.await.expect("scheduler");
+    s.stop().await;
 }
 
 #[tokio::test]
