@@ -28,7 +28,7 @@
 //! is `None`): its instances poll on the timer. Its control statements still
 //! announce, for instances connected directly.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use scheduler_core::ControlSignal;
@@ -77,11 +77,8 @@ impl Watcher {
         }
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, Option<Arc<Listening>>> {
-        // Only assignments happen under the lock: a poisoned one is still sound.
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn running(&self) -> MutexGuard<'_, Option<Arc<Listening>>> {
+        lock(&self.running)
     }
 
     /// A receiver of the signal, starting the listener if none runs; `None` when the
@@ -115,6 +112,13 @@ impl Watcher {
             listening.took.notify_one();
         }
     }
+}
+
+/// The running listener's slot. Only assignments happen under the lock: a poisoned
+/// one is still sound.
+fn lock(slot: &Mutex<Option<Arc<Listening>>>) -> MutexGuard<'_, Option<Arc<Listening>>> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Why a listening session ended.
@@ -154,9 +158,7 @@ async fn listen(
         }
         // Nobody watches: stop, unless a scheduler subscribed meanwhile (subscribing
         // holds the same lock).
-        let mut slot = running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = lock(&running);
         if listening.signal.receiver_count() == 0 {
             *slot = None;
             tracing::debug!(channel = %channel, "no scheduler watches the controls; listener stopped");

@@ -82,12 +82,9 @@ mod controls;
 #[path = "controls_conformance.rs"]
 mod controls_conformance;
 
-#[tokio::test]
-async fn this_binary_runs_through_pgbouncer() {
-    assert!(test_postgres::pgbouncer_mode());
-    let db = test_postgres::TestDb::new().await;
-    assert_ne!(db.url(), db.direct_url());
-    assert!(db.url().ends_with("?pgbouncer=true"), "{}", db.url());
+/// A store on `db` through PgBouncer, in transaction pooling mode.
+#[allow(clippy::expect_used)]
+async fn through_pgbouncer(db: &test_postgres::TestDb) -> scheduler_postgres::PostgresStore {
     let store = scheduler_postgres::PostgresStore::connect(
         db.url(),
         scheduler_postgres::PostgresOptions::default(),
@@ -95,6 +92,16 @@ async fn this_binary_runs_through_pgbouncer() {
     .await
     .expect("connect through PgBouncer");
     assert!(store.transaction_pooling());
+    store
+}
+
+#[tokio::test]
+async fn this_binary_runs_through_pgbouncer() {
+    assert!(test_postgres::pgbouncer_mode());
+    let db = test_postgres::TestDb::new().await;
+    assert_ne!(db.url(), db.direct_url());
+    assert!(db.url().ends_with("?pgbouncer=true"), "{}", db.url());
+    through_pgbouncer(&db).await;
     // PgBouncer answers `SHOW` on its admin console only; through it, the server
     // sees PgBouncer's connection, whose client port is not ours.
     let server_port: u16 = db
@@ -117,13 +124,7 @@ async fn this_binary_runs_through_pgbouncer() {
 async fn behind_a_transaction_pooler_the_controls_are_polled_not_watched() {
     use scheduler_core::Controls;
     let db = test_postgres::TestDb::new().await;
-    let store = scheduler_postgres::PostgresStore::connect(
-        db.url(),
-        scheduler_postgres::PostgresOptions::default(),
-    )
-    .await
-    .expect("connect through PgBouncer");
-    assert!(store.transaction_pooling());
+    let store = through_pgbouncer(&db).await;
     assert!(store.watch().is_none());
     let mut listener = sea_orm::sqlx::postgres::PgListener::connect(db.direct_url())
         .await

@@ -100,6 +100,7 @@ impl ControlLoop {
         gate: Gate,
         retry: Retry,
         entries: &[crate::runtime::Entry],
+        no_handlers: bool,
     ) -> Self {
         let mut by_name: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -121,7 +122,8 @@ impl ControlLoop {
             to_finish: Vec::new(),
             finish_retry: retry,
             dynamic: HashMap::new(),
-            registered: false,
+            // Nothing to register: as good as registered.
+            registered: no_handlers,
             reported: HashMap::new(),
         }
     }
@@ -129,8 +131,8 @@ impl ControlLoop {
     /// When the next poll is due: at once when the store announced a change since
     /// the last poll began, never while its live watch announced none (and nothing
     /// else needs a poll), else at the timer's next poll.
-    pub(super) fn poll_at(&self, handlers: bool) -> Option<Instant> {
-        let quiet = !self.failed && (self.registered || !handlers) && self.waiting.is_empty();
+    pub(super) fn poll_at(&self) -> Option<Instant> {
+        let quiet = !self.failed && self.registered && self.waiting.is_empty();
         // A watch whose store dropped it announces nothing more, live or not.
         let signal = self.watch.as_ref().filter(|w| w.has_changed().is_ok());
         match signal.map(|w| *w.borrow()) {
@@ -151,11 +153,9 @@ impl Engine {
         };
         // A poll that failed (the controls table does not answer) claims nothing:
         // the loop waits on the store once per poll at most.
-        let handlers = !self.s.handlers.is_empty();
         if !ctl.rows.is_empty() {
             self.apply_some_schedules();
-        } else if ctl.poll_at(handlers).is_some_and(|at| Instant::now() >= at)
-            && self.poll_controls().await
+        } else if ctl.poll_at().is_some_and(|at| Instant::now() >= at) && self.poll_controls().await
         {
             self.claim_triggers().await;
         }
@@ -171,7 +171,7 @@ impl Engine {
         // Announced from here on: seen by this poll, or moving the count again.
         let changes = ctl.watch.as_mut().map(|w| w.borrow_and_update().changes);
         let gate = ctl.gate.clone();
-        if !ctl.registered && !self.s.handlers.is_empty() {
+        if !ctl.registered {
             let mut names: Vec<String> = self.s.handlers.keys().cloned().collect();
             names.sort();
             let (store, node) = (self.s.store.clone(), self.s.node.to_string());

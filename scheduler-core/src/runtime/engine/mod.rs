@@ -165,6 +165,7 @@ impl Engine {
                         Gate::new(limit, s.observe.clone()),
                         Retry::new(s.settings.retry_base, s.settings.retry_cap),
                         &s.entries,
+                        s.handlers.is_empty(),
                     )
                 }),
             s,
@@ -399,7 +400,7 @@ impl Engine {
             wake = wake.min(at);
         }
         if let Some(ctl) = &self.ctl {
-            if let Some(at) = ctl.poll_at(!self.s.handlers.is_empty()) {
+            if let Some(at) = ctl.poll_at() {
                 wake = wake.min(at);
             }
             if !ctl.rows.is_empty() {
