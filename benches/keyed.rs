@@ -1,7 +1,7 @@
 //! Idempotent keyed ingestion against a real PostgreSQL server: a stream of events
 //! with UUID-like ids, 10% of them redeliveries of a recent event (often to another
 //! writer, sometimes within one batch), in batches of 100, by 1, 4 and 16 concurrent
-//! writers, four ways:
+//! writers, six ways:
 //!
 //! - `plain` (the baseline): a sorted `INSERT … SELECT … ORDER BY id ON CONFLICT (id)
 //!   DO NOTHING`, one autocommit statement sent through **plain sqlx** (a `PgPool` of
@@ -16,9 +16,16 @@
 //!   batch's deduplication let one through;
 //! - `for_update`: a sqlx transaction that first locks the batch's existing rows with
 //!   `SELECT … FOR UPDATE` (the pre-check cannot lock the missing ones, so the insert
-//!   still needs `ON CONFLICT`), then inserts.
+//!   still needs `ON CONFLICT`), then inserts;
+//! - `raw_locks`, the floor of the keyed protocol: what `keyed_insert` sends, through
+//!   plain sqlx with no ORM and no crate code (`BEGIN`, the same locking statement
+//!   with the same settings, the insert, `COMMIT`; the lock ids a 64-bit hash of each
+//!   key the bench computes, sorted and distinct). `keyed_insert` over `raw_locks` is
+//!   the crate's own cost; `raw_locks` over `plain` is the protocol's;
+//! - `raw_transaction`: `BEGIN`, the insert, `COMMIT` through plain sqlx, no locks:
+//!   what the transaction's round trips alone cost.
 //!
-//! The four run **in turn**: each of criterion's samples is a round that runs the same
+//! The six run **in turn**: each of criterion's samples is a round that runs the same
 //! number of batches with every strategy (starting with another one each round), so
 //! that whatever else loads the machine meanwhile weighs on all of them alike. Reports
 //! events per second, its ratio to `plain` with as many writers (the median over the
@@ -58,14 +65,18 @@ enum Strategy {
     KeyedInsert,
     KeyedCheck,
     ForUpdate,
+    RawLocks,
+    RawTransaction,
 }
 
 impl Strategy {
-    const ALL: [Strategy; 4] = [
+    const ALL: [Strategy; 6] = [
         Strategy::Plain,
         Strategy::KeyedInsert,
         Strategy::KeyedCheck,
         Strategy::ForUpdate,
+        Strategy::RawLocks,
+        Strategy::RawTransaction,
     ];
 
     fn name(self) -> &'static str {
@@ -74,6 +85,8 @@ impl Strategy {
             Strategy::KeyedInsert => "keyed: same insert under the locks",
             Strategy::KeyedCheck => "keyed: check-then-insert",
             Strategy::ForUpdate => "SELECT FOR UPDATE pre-check (sqlx)",
+            Strategy::RawLocks => "floor: keyed protocol, raw sqlx",
+            Strategy::RawTransaction => "BEGIN, insert, COMMIT (sqlx, no locks)",
         }
     }
 
@@ -83,6 +96,8 @@ impl Strategy {
             Strategy::KeyedInsert => "keyed_insert",
             Strategy::KeyedCheck => "keyed_check",
             Strategy::ForUpdate => "for_update",
+            Strategy::RawLocks => "raw_locks",
+            Strategy::RawTransaction => "raw_transaction",
         }
     }
 }
@@ -134,6 +149,31 @@ fn batch(first: u64) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The locking statement `Keyed::process` sends (per-key locks, lock ids computed by
+/// the client), with the settings it sends: `$1` the sorted distinct lock ids.
+const LOCK_IDS: &str = "SELECT set_config('idle_in_transaction_session_timeout', $2, true) AS idle, \
+        set_config('statement_timeout', $3, true) AS bound, count(*) AS locks FROM ( \
+       SELECT pg_advisory_xact_lock(s.id) FROM unnest($1::int8[]) AS s(id) ORDER BY s.id \
+     ) AS l";
+
+/// `raw_locks`' lock ids: a 64-bit hash (FNV-1a) of each key, sorted and distinct.
+/// Not the crate's hash (`hashtextextended`), which only other `raw_locks` writers
+/// need to agree with; it costs the client about as little.
+fn lock_ids(ids: &[String]) -> Vec<i64> {
+    let mut locks: Vec<i64> = ids
+        .iter()
+        .map(|id| {
+            let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            i64::from_ne_bytes(hash.to_ne_bytes())
+        })
+        .collect();
+    locks.sort_unstable();
+    locks.dedup();
+    locks
 }
 
 fn statement(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
@@ -237,8 +277,40 @@ async fn write(
                 .map_err(sqlx_error)?;
             txn.commit().await.map_err(sqlx_error)?;
         }
+        Strategy::RawLocks => {
+            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
+            sqlx::query(LOCK_IDS)
+                .bind(lock_ids(&dedup(ids.clone())))
+                .bind("10s")
+                .bind("0")
+                .fetch_one(&mut *txn)
+                .await
+                .map_err(sqlx_error)?;
+            sqlx::query(sqlx::AssertSqlSafe(insert))
+                .bind(dedup(ids))
+                .execute(&mut *txn)
+                .await
+                .map_err(sqlx_error)?;
+            txn.commit().await.map_err(sqlx_error)?;
+        }
+        Strategy::RawTransaction => {
+            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
+            sqlx::query(sqlx::AssertSqlSafe(insert))
+                .bind(ids)
+                .execute(&mut *txn)
+                .await
+                .map_err(sqlx_error)?;
+            txn.commit().await.map_err(sqlx_error)?;
+        }
     }
     Ok(())
+}
+
+/// The batch's distinct ids, first occurrences in order (as `Keyed::process` hands
+/// them to its work).
+fn dedup(ids: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.into_iter().filter(|id| seen.insert(id.clone())).collect()
 }
 
 async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {
@@ -422,7 +494,7 @@ fn keyed_ingest(c: &mut Criterion) {
         group.throughput(Throughput::Elements(
             (Strategy::ALL.len() * writers * BATCH) as u64,
         ));
-        group.bench_function(format!("all_four_in_turn/{writers}_writers"), |bench| {
+        group.bench_function(format!("all_six_in_turn/{writers}_writers"), |bench| {
             bench.iter_custom(|iters| {
                 round += 1;
                 let mut total = Duration::ZERO;
