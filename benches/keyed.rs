@@ -310,7 +310,9 @@ async fn write(
 /// them to its work).
 fn dedup(ids: Vec<String>) -> Vec<String> {
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
-    ids.into_iter().filter(|id| seen.insert(id.clone())).collect()
+    ids.into_iter()
+        .filter(|id| seen.insert(id.clone()))
+        .collect()
 }
 
 async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {

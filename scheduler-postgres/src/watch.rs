@@ -13,6 +13,10 @@
 //! the runtime polls then; `live` is `false` while it is not listening, and the
 //! runtime polls on its timer.
 //!
+//! The server is asked to send TCP keepalives on the listener's connection after a
+//! minute of silence (`KEEPALIVE`), so that a NAT or firewall does not take it for
+//! a dead flow while nothing changes.
+//!
 //! A connection cut cleanly is noticed at once (sqlx reconnects and listens again).
 //! One cut silently (a firewall that dropped an idle flow, a server gone without a
 //! reset) would leave a listener that hears nothing, so the connection is checked (an
@@ -46,6 +50,13 @@ pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Appended to the pool's `application_name` (or alone): how the listener's
 /// connection shows in `pg_stat_activity`.
 pub(crate) const LISTENER_NAME: &str = "controls listener";
+/// Set on the listener's connection, so that the server sends TCP keepalives after a
+/// minute of silence (the system default is usually two hours): a listener hears
+/// nothing for as long as nothing changes, and a NAT or firewall that drops flows idle
+/// for a few minutes (some cloud load balancers: 4 minutes) would otherwise cut it
+/// silently between two checks. Ignored on a Unix socket.
+const KEEPALIVE: &str = "SET tcp_keepalives_idle = 60; SET tcp_keepalives_interval = 10; \
+                         SET tcp_keepalives_count = 6";
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
 
@@ -187,6 +198,16 @@ async fn session(
         .max_lifetime(None)
         .test_before_acquire(false)
         .acquire_timeout(CHECK_TIMEOUT)
+        // A server that refuses the settings (a proxy in front of it, say) still
+        // gets a listener; it is checked as any other.
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                if let Err(e) = conn.execute(KEEPALIVE).await {
+                    tracing::debug!(error = %e, "the listener's TCP keepalive settings were refused");
+                }
+                Ok(())
+            })
+        })
         .connect_lazy_with(connect.clone().application_name(&name));
     let mut listener = match PgListener::connect_with(&pool).await {
         Ok(listener) => listener,

@@ -2,7 +2,8 @@
 //! the store's own: every control statement announces its version; an idle instance
 //! sends nothing between its ticks (no control poll), yet a trigger is seen when it is
 //! made, not at the next poll; a listener connection that is cut is opened again,
-//! and a change made meanwhile is not lost.
+//! and a change made meanwhile is not lost; the server keeps the listener's silent
+//! connection alive with TCP keepalives.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -284,6 +285,55 @@ async fn a_listener_that_stopped_answering_is_replaced_and_loses_no_change() {
         second.is_some_and(|p| p != s.pid),
         "{second:?} after {}",
         s.pid
+    );
+    s.stop().await;
+}
+
+/// The keepalive timer of the server's end of the TCP connection from `client_port`
+/// to `server_port` on this machine, in seconds (`/proc/net/tcp`: `tr` 2 is the
+/// keepalive timer, `tm->when` in clock ticks of 1/100 s); `None` if that connection
+/// has no keepalive timer pending, or is not found.
+fn server_keepalive_secs(server_port: u16, client_port: u16) -> Option<f64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |address: &str| {
+        address
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, remote, timer) = (fields.get(1)?, fields.get(2)?, fields.get(5)?);
+        if port(local)? != server_port || port(remote)? != client_port {
+            return None;
+        }
+        let (kind, when) = timer.split_once(':')?;
+        let when = u64::from_str_radix(when, 16).ok()?;
+        (kind == "02").then_some(when as f64 / 100.0)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_keeps_the_idle_listener_connection_alive() {
+    let db = TestDb::new().await;
+    let s = Listening::start(&db, &[("hourly", Duration::from_secs(3_600))]).await;
+    let ports = |sql: String| {
+        let inspect = &s.inspect;
+        async move { u16::try_from(scalar(inspect, &sql).await).expect("a port") }
+    };
+    let server = ports("SELECT inet_server_port()::int8 AS v".to_owned()).await;
+    let client = ports(format!(
+        "SELECT client_port::int8 AS v FROM pg_stat_activity WHERE pid = {}",
+        s.pid
+    ))
+    .await;
+    // The listener's connection stays silent while nothing changes: the server sends
+    // a keepalive after a minute of it (the system's default is two hours), so that
+    // no NAT or firewall takes the flow for a dead one.
+    let keepalive = server_keepalive_secs(server, client);
+    assert!(
+        keepalive.is_some_and(|secs| secs <= 60.0),
+        "the server's keepalive timer on the listener's connection: {keepalive:?} s"
     );
     s.stop().await;
 }
