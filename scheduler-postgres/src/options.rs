@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use scheduler_migrations::TableName;
+use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{ConnectOptions, DbErr, RuntimeErr};
 
 use crate::error::{Error, Result, sqlx_error};
@@ -67,6 +68,20 @@ pub struct PostgresOptions {
     /// statements on that pool outside a transaction are bound by it as well; the
     /// transactions of [`PostgresStore::begin`](crate::PostgresStore::begin) are not.
     pub statement_timeout: Duration,
+    /// Where the controls listener connects, instead of the store's own URL: a URL
+    /// straight to the same PostgreSQL database (or through a pooler in session mode).
+    /// Behind a transaction pooler ([`transaction_pooling`](Self::transaction_pooling))
+    /// `LISTEN` is not kept between transactions, so without it those instances poll
+    /// the controls every `control_poll` (5 s by default); with it they hear each
+    /// control as it is made and send nothing between their ticks, like instances
+    /// connected directly. It holds one connection per store while a scheduler runs.
+    ///
+    /// Each connection the listener opens is first verified: a notification the
+    /// store sends through its own pool must reach it within 10 s. If it does not (a
+    /// URL to another database or server, which would hear nothing), the connection
+    /// is dropped with a warning and tried again later, and meanwhile the controls
+    /// are polled. Default `None`.
+    pub listen_url: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -81,6 +96,7 @@ impl Default for PostgresOptions {
             transaction_pooling: false,
             idle_transaction_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(2),
+            listen_url: None,
         }
     }
 }
@@ -149,6 +165,13 @@ impl PostgresOptions {
         self
     }
 
+    /// Where the controls listener connects; see [`PostgresOptions::listen_url`]. The
+    /// URL is checked when the store opens.
+    pub fn listen_url(mut self, url: &str) -> Self {
+        self.listen_url = Some(url.to_owned());
+        self
+    }
+
     /// The defaults, with [`transaction_pooling`](Self::transaction_pooling) on when
     /// `url` carries `pgbouncer=true` (the convention Prisma uses too).
     pub fn for_url(url: &str) -> Self {
@@ -196,6 +219,47 @@ pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOp
         .sqlx_logging(false);
     Pooling::of(&options).configure(&mut connect);
     Ok(connect)
+}
+
+/// The connect options of [`PostgresOptions::listen_url`], if set: named after the
+/// store pool's `application_name` when the URL gives none.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] if the URL does not parse, or says `pgbouncer=true` (a
+/// transaction pooler cannot keep a `LISTEN`).
+pub(crate) fn listen_options(
+    options: &PostgresOptions,
+    pool: &PgConnectOptions,
+) -> Result<Option<PgConnectOptions>> {
+    use std::str::FromStr;
+    let Some(url) = &options.listen_url else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| Error::InvalidUrl {
+        reason: format!("listen_url: {reason}"),
+    };
+    let (url, pgbouncer) = pgbouncer_param(url);
+    if pgbouncer {
+        return Err(invalid(
+            "it says pgbouncer=true, but a transaction pooler does not keep a LISTEN \
+             between transactions: give a URL straight to PostgreSQL"
+                .to_owned(),
+        ));
+    }
+    check_url(&url).map_err(|e| match e {
+        Error::InvalidUrl { reason } => invalid(reason),
+        other => other,
+    })?;
+    let listen = PgConnectOptions::from_str(&url).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some(
+        match (listen.get_application_name(), pool.get_application_name()) {
+            (None, Some(app)) => {
+                let app = app.to_owned();
+                listen.application_name(&app)
+            }
+            _ => listen,
+        },
+    ))
 }
 
 /// The error of a pool that could not connect to `url`, saying why.

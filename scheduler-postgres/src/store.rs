@@ -18,7 +18,7 @@ use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryRes
 use crate::controls_sql::ControlSql;
 use crate::error::{Error, Result};
 use crate::migrate;
-use crate::options::{PostgresOptions, connect_failed, connect_options};
+use crate::options::{PostgresOptions, connect_failed, connect_options, listen_options};
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
@@ -56,7 +56,10 @@ use crate::watch::Watcher;
 ///   built with sqlx's statement cache off ([`connect_options`]), so the statements
 ///   sqlx prepares inside them get fresh names that nothing else uses;
 /// - migrations take a transaction-level advisory lock, which PgBouncer does not
-///   break (a session lock would be lost between transactions).
+///   break (a session lock would be lost between transactions);
+/// - `LISTEN` is not kept between transactions, so the controls are polled on the
+///   scheduler's timer, unless [`PostgresOptions::listen_url`] gives the listener a
+///   URL straight to PostgreSQL.
 ///
 /// Your own statements on the same pool follow the same rule: run them inside
 /// [`begin`](Self::begin) (or [`fenced`](Self::fenced)) — a plain `begin()` of the
@@ -134,13 +137,14 @@ impl PostgresStore {
     /// The store on `session`, migrated unless `options` says not to.
     async fn start(session: Session, options: PostgresOptions) -> Result<Self> {
         let controls = ControlSql::new(&options.table);
-        // `LISTEN` is kept per server connection: not behind a transaction pooler.
-        let listen = (session.pooling() == Pooling::Direct).then(|| {
-            session
-                .connection()
-                .get_postgres_connection_pool()
-                .connect_options()
-        });
+        let pool = session.connection().get_postgres_connection_pool();
+        // `LISTEN` is kept per server connection: not behind a transaction pooler,
+        // unless the listener is given a URL of its own (verified by a probe sent
+        // through the pool, since nothing else would show it leads elsewhere).
+        let listen = match listen_options(&options, &pool.connect_options())? {
+            Some(listen) => Some((Arc::new(listen), Some(pool.clone()))),
+            None => (session.pooling() == Pooling::Direct).then(|| (pool.connect_options(), None)),
+        };
         let store = Self {
             watch: Arc::new(Watcher::new(listen, controls.channel.clone())),
             session,

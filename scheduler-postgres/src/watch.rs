@@ -30,13 +30,17 @@
 //! Behind a transaction pooler `LISTEN` is not kept between transactions, so a store
 //! in that mode does not watch ([`Controls::watch`](scheduler_core::Controls::watch)
 //! is `None`): its instances poll on the timer. Its control statements still
-//! announce, for instances connected directly.
+//! announce, for instances connected directly. Unless it is given a URL of its own
+//! to listen on (`PostgresOptions::listen_url`): then each connection the listener
+//! opens is verified before it counts as live — the store's pool sends a probe on the
+//! channel, which the listener must hear within [`CHECK_TIMEOUT`] — since a URL that
+//! leads to another database would hear nothing, and a live watch stops the timer.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use scheduler_core::ControlSignal;
-use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sea_orm::sqlx::{self, Executor};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -60,11 +64,19 @@ const KEEPALIVE: &str = "SET tcp_keepalives_idle = 60; SET tcp_keepalives_interv
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
 
+/// The start of a probe's payload: a notification on the channel that announces no
+/// control (another store verifying its listener).
+const PROBE: &str = "probe ";
+
+/// Where a listener connects, and the store's pool when that place must be verified
+/// (a listen URL of its own): the pool sends a probe the listener must hear.
+pub(crate) type ListenAt = (Arc<PgConnectOptions>, Option<PgPool>);
+
 /// A store's side of the watch, shared by its clones.
 #[derive(Debug)]
 pub(crate) struct Watcher {
     /// Where the listener connects; `None`: the store does not watch.
-    connect: Option<Arc<PgConnectOptions>>,
+    connect: Option<ListenAt>,
     channel: String,
     /// The running listener, if any.
     running: Arc<Mutex<Option<Arc<Listening>>>>,
@@ -80,7 +92,7 @@ struct Listening {
 
 impl Watcher {
     /// A watcher connecting as `connect` to `channel`; `None`: no watch.
-    pub(crate) fn new(connect: Option<Arc<PgConnectOptions>>, channel: String) -> Self {
+    pub(crate) fn new(connect: Option<ListenAt>, channel: String) -> Self {
         Self {
             connect,
             channel,
@@ -144,7 +156,7 @@ enum Ended {
 async fn listen(
     listening: Arc<Listening>,
     running: Arc<Mutex<Option<Arc<Listening>>>>,
-    connect: Arc<PgConnectOptions>,
+    connect: ListenAt,
     channel: String,
 ) {
     let mut backoff = BACKOFF_FIRST;
@@ -181,7 +193,7 @@ async fn listen(
 /// One connection in `LISTEN`: returns when it fails (it never ends otherwise).
 async fn session(
     listening: &Listening,
-    connect: &PgConnectOptions,
+    (connect, probe): &ListenAt,
     channel: &str,
     backoff: &mut Duration,
 ) -> Ended {
@@ -208,7 +220,7 @@ async fn session(
                 Ok(())
             })
         })
-        .connect_lazy_with(connect.clone().application_name(&name));
+        .connect_lazy_with(PgConnectOptions::clone(connect).application_name(&name));
     let mut listener = match PgListener::connect_with(&pool).await {
         Ok(listener) => listener,
         Err(e) => return failed(e),
@@ -217,6 +229,11 @@ async fn session(
         Ok(Ok(())) => {}
         Ok(Err(e)) => return failed(e),
         Err(_) => return Ended::Failed(format!("LISTEN took over {CHECK_TIMEOUT:?}")),
+    }
+    if let Some(pool) = probe
+        && let Err(why) = verify(&mut listener, pool, channel, listening).await
+    {
+        return Ended::Failed(why);
     }
     tracing::debug!(channel = %channel, "listening for control changes");
     *backoff = BACKOFF_FIRST;
@@ -230,6 +247,8 @@ async fn session(
         let check = tokio::select! {
             received = listener.try_recv() => {
                 match received {
+                    // Another store verifying its listener.
+                    Ok(Some(n)) if n.payload().starts_with(PROBE) => {}
                     // A change, announced.
                     Ok(Some(_)) => listening.signal.send_modify(|s| s.changes += 1),
                     // The connection was lost and sqlx listens again on a new one:
@@ -255,6 +274,58 @@ async fn session(
                         "the listener's connection did not answer a check within {CHECK_TIMEOUT:?}"
                     ));
                 }
+            }
+        }
+    }
+}
+
+/// Sends a probe on `channel` through the store's `pool` and waits, at most
+/// [`CHECK_TIMEOUT`], for `listener` to hear it: a listener connected to another
+/// database or server would hear no control, and nothing else would show it. Changes
+/// announced meanwhile count as such.
+async fn verify(
+    listener: &mut PgListener,
+    pool: &PgPool,
+    channel: &str,
+    listening: &Listening,
+) -> Result<(), String> {
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nonce = format!(
+        "{PROBE}{}-{}-{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let deadline = Instant::now() + CHECK_TIMEOUT;
+    let sent = sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(&nonce)
+        .execute(pool);
+    match tokio::time::timeout_at(deadline, sent).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("the probe of the listener could not be sent: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "the probe of the listener took over {CHECK_TIMEOUT:?}"
+            ));
+        }
+    }
+    loop {
+        match tokio::time::timeout_at(deadline, listener.try_recv()).await {
+            Ok(Ok(Some(n))) if n.payload() == nonce => return Ok(()),
+            Ok(Ok(Some(n))) if n.payload().starts_with(PROBE) => {}
+            Ok(Ok(Some(_))) => listening.signal.send_modify(|s| s.changes += 1),
+            Ok(Ok(None)) => {
+                return Err("the listener's connection was lost while it was verified".to_owned());
+            }
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => {
+                return Err(format!(
+                    "the listener did not hear the store's own notification within \
+                     {CHECK_TIMEOUT:?}: does listen_url lead to the store's database?"
+                ));
             }
         }
     }

@@ -68,7 +68,11 @@ fn start(
 }
 
 async fn connect(db: &TestDb) -> PostgresStore {
-    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+    connect_with(db, PostgresOptions::default()).await
+}
+
+async fn connect_with(db: &TestDb, options: PostgresOptions) -> PostgresStore {
+    let store = PostgresStore::connect(db.url(), options)
         .await
         .expect("connect");
     store
@@ -160,7 +164,11 @@ struct Listening {
 
 impl Listening {
     async fn start(db: &TestDb, jobs: &[(&str, Duration)]) -> Self {
-        let store = connect(db).await;
+        Self::on(connect(db).await, db, jobs).await
+    }
+
+    /// As [`Listening::start`], on `store` (on `db`, with the runs table).
+    async fn on(store: PostgresStore, db: &TestDb, jobs: &[(&str, Duration)]) -> Self {
         let inspect = test_postgres::inspect(db.url()).await;
         let (stop, task) = start(&store, jobs, Some(Duration::from_secs(3_600)));
         wait_for(LIMIT, "the listener", || async {
@@ -279,14 +287,92 @@ async fn a_listener_that_stopped_answering_is_replaced_and_loses_no_change() {
     // Within 30 s a take checks the connection, which does not answer within 10 s:
     // a new connection listens, and the poll that prompts finds the trigger.
     s.trigger_and_wait("hourly", LIMIT * 2).await;
-    drop(stopped);
-    let second = listener_pid(&s.inspect).await;
-    assert!(
-        second.is_some_and(|p| p != s.pid),
-        "{second:?} after {}",
+    // A new listener listens. (The old server process, stopped, still counts in
+    // `pg_stat_activity` until it resumes and finds its client gone.)
+    let others = format!(
+        "SELECT count(*) AS v FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name LIKE '%controls listener' AND pid <> {}",
         s.pid
     );
+    assert_eq!(scalar(&s.inspect, &others).await, 1, "a new listener");
+    drop(stopped);
     s.stop().await;
+}
+
+/// Behind PgBouncer's transaction pooling `LISTEN` is not kept, but a listener given
+/// a URL straight to the server hears each control as it is made: a trigger runs
+/// although the timer would poll in an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_a_listen_url_hears_each_control() {
+    let db = TestDb::through_pgbouncer().await;
+    let store = connect_with(&db, PostgresOptions::default().listen_url(db.direct_url())).await;
+    assert!(store.transaction_pooling());
+    let s = Listening::on(store, &db, &[("hourly", Duration::from_secs(3_600))]).await;
+    // Past the start-up's own poll.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.trigger_and_wait("hourly", LIMIT).await;
+    s.trigger_and_wait("hourly", LIMIT).await;
+    s.stop().await;
+}
+
+/// A listen URL that leads to another database would hear no control: the store's
+/// probe does not reach it, so the listener never counts as live and the controls are
+/// polled on the timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_url_to_another_database_is_not_trusted() {
+    let db = TestDb::through_pgbouncer().await;
+    let elsewhere = TestDb::new().await;
+    let store = connect_with(
+        &db,
+        PostgresOptions::default().listen_url(elsewhere.direct_url()),
+    )
+    .await;
+    let signal = store.watch().expect("a watch");
+    let (stop, task) = start(
+        &store,
+        &[("hourly", Duration::from_secs(3_600))],
+        Some(Duration::from_secs(1)),
+    );
+    // The probe goes unheard for 10 s; the listener is dropped and tried again.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        !signal.borrow().live,
+        "a listener on another database counted as live"
+    );
+    let trigger = store
+        .trigger(&ControlRequest::new("hourly", "alice"))
+        .await
+        .expect("trigger");
+    wait_for(LIMIT, "the triggered run, polled on the timer", || async {
+        matches!(
+            store
+                .trigger_status(trigger.id)
+                .await
+                .expect("status")
+                .map(|t| t.state),
+            Some(TriggerState::Done { .. })
+        )
+    })
+    .await;
+    let _ = stop.send(true);
+    task.await.expect("scheduler");
+}
+
+#[tokio::test]
+async fn a_listen_url_that_cannot_listen_is_refused_at_open() {
+    let db = TestDb::new().await;
+    for url in [
+        "mysql://localhost/app".to_owned(),
+        format!("{}?pgbouncer=true", db.direct_url()),
+    ] {
+        let options = PostgresOptions::default().listen_url(&url);
+        match PostgresStore::connect(db.url(), options).await {
+            Err(scheduler_postgres::Error::InvalidUrl { reason }) => {
+                assert!(reason.starts_with("listen_url: "), "{reason}")
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
 }
 
 /// The keepalive timer of the server's end of the TCP connection from `client_port`
