@@ -251,8 +251,16 @@ async fn session(
                     Ok(Some(n)) if n.payload().starts_with(PROBE) => {}
                     // A change, announced.
                     Ok(Some(_)) => listening.signal.send_modify(|s| s.changes += 1),
-                    // The connection was lost and sqlx listens again on a new one:
-                    // what changed in between went unannounced.
+                    // The connection was lost. A listener of a URL of its own is
+                    // verified on each connection: a new session verifies the next.
+                    Ok(None) if probe.is_some() => {
+                        return Ended::Failed(
+                            "the listener's connection was lost; a new one is verified first"
+                                .to_owned(),
+                        );
+                    }
+                    // Otherwise sqlx listens again on a new one: what changed in
+                    // between went unannounced.
                     Ok(None) => {
                         tracing::debug!(channel = %channel, "listener reconnected");
                         checked = Instant::now();

@@ -311,6 +311,17 @@ async fn behind_a_transaction_pooler_a_listen_url_hears_each_control() {
     // Past the start-up's own poll.
     tokio::time::sleep(Duration::from_secs(2)).await;
     s.trigger_and_wait("hourly", LIMIT).await;
+    // Cut: a new connection is verified before it counts, and the trigger made
+    // meanwhile is found by the poll that follows.
+    s.inspect
+        .execute_unprepared(&format!("SELECT pg_terminate_backend({})", s.pid))
+        .await
+        .expect("terminate");
+    s.trigger_and_wait("hourly", LIMIT).await;
+    wait_for(LIMIT, "a new listener", || async {
+        listener_pid(&s.inspect).await.is_some_and(|p| p != s.pid)
+    })
+    .await;
     s.trigger_and_wait("hourly", LIMIT).await;
     s.stop().await;
 }
