@@ -98,8 +98,28 @@ where
 async fn an_idle_instance_sends_nothing_between_its_ticks() {
     let db = TestDb::new().await;
     let store = connect(&db).await;
+    // The pool's connection and the listener's.
+    sends_nothing_between_ticks(&db, store, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_with_a_listen_url_an_idle_instance_sends_nothing() {
+    let db = TestDb::through_pgbouncer().await;
+    let store = connect_with(&db, PostgresOptions::default().listen_url(db.direct_url())).await;
+    assert!(store.transaction_pooling());
+    // The listener's (PgBouncer's server connections come and go on its own terms).
+    sends_nothing_between_ticks(&db, store, 1).await;
+}
+
+/// Runs a scheduler on `store` (on `db`) with a job every 20 s and the default
+/// control poll, and asserts that between two of its ticks no backend of the
+/// database ran a statement or was opened; `connections`: at least how many backends
+/// the instance has.
+async fn sends_nothing_between_ticks(db: &TestDb, store: PostgresStore, connections: i64) {
     // The test's own reads on one connection, which the check below leaves out.
-    let mut inspect = PgConnection::connect(db.url()).await.expect("inspect");
+    let mut inspect = PgConnection::connect(db.direct_url())
+        .await
+        .expect("inspect");
     // A job every 20 s and the default control poll (5 s): without the listener, an
     // instance would poll the controls twice or more between two ticks.
     let now_us = "SELECT (extract(epoch FROM now()) * 1000000)::int8";
@@ -142,8 +162,7 @@ async fn an_idle_instance_sends_nothing_between_its_ticks() {
     .await;
     let _ = stop.send(true);
     task.await.expect("scheduler");
-    // The pool's connections and the listener's.
-    assert!(seen >= 2, "the instance's connections: {seen}");
+    assert!(seen >= connections, "the instance's connections: {seen}");
     assert!(
         busy.is_empty(),
         "backends that ran a statement in 12 s between two ticks (from {from} µs): {busy:#?}"
