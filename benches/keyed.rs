@@ -262,46 +262,20 @@ async fn write(
                 .map_err(|e| e.to_string())?;
         }
         Strategy::ForUpdate => {
-            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM {table} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
-            )))
-            .bind(&ids)
-            .fetch_all(&mut *txn)
-            .await
-            .map_err(sqlx_error)?;
-            sqlx::query(sqlx::AssertSqlSafe(insert))
-                .bind(ids)
-                .execute(&mut *txn)
-                .await
-                .map_err(sqlx_error)?;
-            txn.commit().await.map_err(sqlx_error)?;
+            let lock =
+                format!("SELECT id FROM {table} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE");
+            let lock = sqlx::query(sqlx::AssertSqlSafe(lock)).bind(ids.clone());
+            in_transaction(&writer.pool, Some(lock), insert, ids).await?;
         }
         Strategy::RawLocks => {
-            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
-            sqlx::query(LOCK_IDS)
-                .bind(lock_ids(&dedup(ids.clone())))
+            let ids = dedup(ids);
+            let lock = sqlx::query(LOCK_IDS)
+                .bind(lock_ids(&ids))
                 .bind("10s")
-                .bind("0")
-                .fetch_one(&mut *txn)
-                .await
-                .map_err(sqlx_error)?;
-            sqlx::query(sqlx::AssertSqlSafe(insert))
-                .bind(dedup(ids))
-                .execute(&mut *txn)
-                .await
-                .map_err(sqlx_error)?;
-            txn.commit().await.map_err(sqlx_error)?;
+                .bind("0");
+            in_transaction(&writer.pool, Some(lock), insert, ids).await?;
         }
-        Strategy::RawTransaction => {
-            let mut txn = writer.pool.begin().await.map_err(sqlx_error)?;
-            sqlx::query(sqlx::AssertSqlSafe(insert))
-                .bind(ids)
-                .execute(&mut *txn)
-                .await
-                .map_err(sqlx_error)?;
-            txn.commit().await.map_err(sqlx_error)?;
-        }
+        Strategy::RawTransaction => in_transaction(&writer.pool, None, insert, ids).await?,
     }
     Ok(())
 }
@@ -313,6 +287,27 @@ fn dedup(ids: Vec<String>) -> Vec<String> {
     ids.into_iter()
         .filter(|id| seen.insert(id.clone()))
         .collect()
+}
+
+/// A plain sqlx transaction: `first` (its rows, if any, are not read), the insert of
+/// `ids`, `COMMIT`.
+async fn in_transaction(
+    pool: &PgPool,
+    first: Option<sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>>,
+    insert: String,
+    ids: Vec<String>,
+) -> Result<(), String> {
+    let sqlx_error = |e: sqlx::Error| e.to_string();
+    let mut txn = pool.begin().await.map_err(sqlx_error)?;
+    if let Some(first) = first {
+        first.execute(&mut *txn).await.map_err(sqlx_error)?;
+    }
+    sqlx::query(sqlx::AssertSqlSafe(insert))
+        .bind(ids)
+        .execute(&mut *txn)
+        .await
+        .map_err(sqlx_error)?;
+    txn.commit().await.map_err(sqlx_error)
 }
 
 async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {

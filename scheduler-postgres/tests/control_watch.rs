@@ -220,6 +220,22 @@ impl Listening {
         .await;
     }
 
+    /// Cuts the listener's connection and triggers `job` at once (its announcement
+    /// may reach no listener at all); waits for the run and for a new listener.
+    async fn cut_and_trigger(&self, job: &str) {
+        self.inspect
+            .execute_unprepared(&format!("SELECT pg_terminate_backend({})", self.pid))
+            .await
+            .expect("terminate");
+        self.trigger_and_wait(job, LIMIT).await;
+        wait_for(LIMIT, "a new listener", || async {
+            listener_pid(&self.inspect)
+                .await
+                .is_some_and(|p| p != self.pid)
+        })
+        .await;
+    }
+
     async fn stop(self) -> DatabaseConnection {
         let _ = self.stop.send(true);
         self.task.await.expect("scheduler");
@@ -242,17 +258,7 @@ async fn a_cut_listener_listens_again_and_loses_no_change() {
     let db = TestDb::new().await;
     let s = Listening::start(&db, &[("hourly", Duration::from_secs(3_600))]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // Cut the listener's connection, and trigger at once: the trigger's announcement
-    // may reach no listener at all.
-    s.inspect
-        .execute_unprepared(&format!("SELECT pg_terminate_backend({})", s.pid))
-        .await
-        .expect("terminate");
-    s.trigger_and_wait("hourly", LIMIT).await;
-    wait_for(LIMIT, "a new listener", || async {
-        listener_pid(&s.inspect).await.is_some_and(|p| p != s.pid)
-    })
-    .await;
+    s.cut_and_trigger("hourly").await;
     // And it hears the next change.
     s.trigger_and_wait("hourly", LIMIT).await;
     let inspect = s.stop().await;
@@ -330,17 +336,8 @@ async fn behind_a_transaction_pooler_a_listen_url_hears_each_control() {
     // Past the start-up's own poll.
     tokio::time::sleep(Duration::from_secs(2)).await;
     s.trigger_and_wait("hourly", LIMIT).await;
-    // Cut: a new connection is verified before it counts, and the trigger made
-    // meanwhile is found by the poll that follows.
-    s.inspect
-        .execute_unprepared(&format!("SELECT pg_terminate_backend({})", s.pid))
-        .await
-        .expect("terminate");
-    s.trigger_and_wait("hourly", LIMIT).await;
-    wait_for(LIMIT, "a new listener", || async {
-        listener_pid(&s.inspect).await.is_some_and(|p| p != s.pid)
-    })
-    .await;
+    // A new connection is verified before it counts.
+    s.cut_and_trigger("hourly").await;
     s.trigger_and_wait("hourly", LIMIT).await;
     s.stop().await;
 }
