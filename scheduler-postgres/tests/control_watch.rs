@@ -402,11 +402,11 @@ async fn a_listen_url_that_cannot_listen_is_refused_at_open() {
     }
 }
 
-/// The keepalive timer of the server's end of the TCP connection from `client_port`
-/// to `server_port` on this machine, in seconds (`/proc/net/tcp`: `tr` 2 is the
-/// keepalive timer, `tm->when` in clock ticks of 1/100 s); `None` if that connection
-/// has no keepalive timer pending, or is not found.
-fn server_keepalive_secs(server_port: u16, client_port: u16) -> Option<f64> {
+/// The timer pending on the server's end of the TCP connection from `client_port` to
+/// `server_port` on this machine, as `/proc/net/tcp` shows it: its kind (`02` the
+/// keepalive timer; `01` retransmission, pending while data sent waits for its
+/// acknowledgement; `00` none) and when it fires, in seconds (clock ticks of 1/100 s).
+fn server_timer(server_port: u16, client_port: u16) -> Option<(String, f64)> {
     let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
     let port = |address: &str| {
         address
@@ -422,7 +422,7 @@ fn server_keepalive_secs(server_port: u16, client_port: u16) -> Option<f64> {
         }
         let (kind, when) = timer.split_once(':')?;
         let when = u64::from_str_radix(when, 16).ok()?;
-        (kind == "02").then_some(when as f64 / 100.0)
+        Some((kind.to_owned(), when as f64 / 100.0))
     })
 }
 
@@ -442,12 +442,20 @@ async fn the_server_keeps_the_idle_listener_connection_alive() {
     .await;
     // The listener's connection stays silent while nothing changes: the server sends
     // a keepalive after a minute of it (the system's default is two hours), so that
-    // no NAT or firewall takes the flow for a dead one.
-    let keepalive = server_keepalive_secs(server, client);
-    assert!(
-        keepalive.is_some_and(|secs| secs <= 60.0),
-        "the server's keepalive timer on the listener's connection: {keepalive:?} s"
-    );
+    // no NAT or firewall takes the flow for a dead one. (Once the last answer sent on
+    // it is acknowledged, the keepalive timer is the one pending.)
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let timer = server_timer(server, client);
+        if matches!(&timer, Some((kind, secs)) if kind == "02" && *secs <= 60.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the timer of the server's end of the listener's connection: {timer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     s.stop().await;
 }
 
