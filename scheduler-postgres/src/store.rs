@@ -138,12 +138,13 @@ impl PostgresStore {
     async fn start(session: Session, options: PostgresOptions) -> Result<Self> {
         let controls = ControlSql::new(&options.table);
         let pool = session.connection().get_postgres_connection_pool();
+        let pool_options = pool.connect_options();
         // `LISTEN` is kept per server connection: not behind a transaction pooler,
         // unless the listener is given a URL of its own (verified by a probe sent
         // through the pool, since nothing else would show it leads elsewhere).
-        let listen = match listen_options(&options, &pool.connect_options())? {
+        let listen = match listen_options(&options, &pool_options)? {
             Some(listen) => Some((Arc::new(listen), Some(pool.clone()))),
-            None => (session.pooling() == Pooling::Direct).then(|| (pool.connect_options(), None)),
+            None => (session.pooling() == Pooling::Direct).then_some((pool_options, None)),
         };
         let store = Self {
             watch: Arc::new(Watcher::new(listen, controls.channel.clone())),

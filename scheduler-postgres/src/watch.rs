@@ -39,8 +39,10 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use scheduler_core::ControlSignal;
-use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use scheduler_core::{ControlSignal, Holder};
+use sea_orm::sqlx::postgres::{
+    PgConnectOptions, PgListener, PgNotification, PgPool, PgPoolOptions,
+};
 use sea_orm::sqlx::{self, Executor};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -247,10 +249,7 @@ async fn session(
         let check = tokio::select! {
             received = listener.try_recv() => {
                 match received {
-                    // Another store verifying its listener.
-                    Ok(Some(n)) if n.payload().starts_with(PROBE) => {}
-                    // A change, announced.
-                    Ok(Some(_)) => listening.signal.send_modify(|s| s.changes += 1),
+                    Ok(Some(n)) => heard(listening, &n),
                     // The connection was lost. A listener of a URL of its own is
                     // verified on each connection: a new session verifies the next.
                     Ok(None) if probe.is_some() => {
@@ -287,6 +286,14 @@ async fn session(
     }
 }
 
+/// A notification on the channel: a change, announced — unless it is another store
+/// verifying its listener.
+fn heard(listening: &Listening, notification: &PgNotification) {
+    if !notification.payload().starts_with(PROBE) {
+        listening.signal.send_modify(|s| s.changes += 1);
+    }
+}
+
 /// Sends a probe on `channel` through the store's `pool` and waits, at most
 /// [`CHECK_TIMEOUT`], for `listener` to hear it: a listener connected to another
 /// database or server would hear no control, and nothing else would show it. Changes
@@ -297,15 +304,8 @@ async fn verify(
     channel: &str,
     listening: &Listening,
 ) -> Result<(), String> {
-    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nonce = format!(
-        "{PROBE}{}-{}-{}",
-        std::process::id(),
-        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    );
+    // Unique to this verification (host, process, random bits).
+    let nonce = format!("{PROBE}{}", Holder::generate());
     let deadline = Instant::now() + CHECK_TIMEOUT;
     let sent = sqlx::query("SELECT pg_notify($1, $2)")
         .bind(channel)
@@ -323,8 +323,7 @@ async fn verify(
     loop {
         match tokio::time::timeout_at(deadline, listener.try_recv()).await {
             Ok(Ok(Some(n))) if n.payload() == nonce => return Ok(()),
-            Ok(Ok(Some(n))) if n.payload().starts_with(PROBE) => {}
-            Ok(Ok(Some(_))) => listening.signal.send_modify(|s| s.changes += 1),
+            Ok(Ok(Some(n))) => heard(listening, &n),
             Ok(Ok(None)) => {
                 return Err("the listener's connection was lost while it was verified".to_owned());
             }
