@@ -28,12 +28,14 @@ pub struct Counted<S> {
 
 /// The counts of a [`Counted`] store, shared: read them while the store is in use.
 #[derive(Debug, Clone, Default)]
-pub struct CallCounts(Arc<[AtomicU64; 4]>);
+pub struct CallCounts(Arc<[AtomicU64; 5]>);
 
 const TAKE: usize = 0;
 const RENEW: usize = 1;
 const RELEASE: usize = 2;
 const NOW: usize = 3;
+/// Takes that returned an error (also counted in [`TAKE`]).
+const FAILED_TAKE: usize = 4;
 
 impl CallCounts {
     fn add(&self, op: usize) {
@@ -64,6 +66,14 @@ impl CallCounts {
         self.get(NOW)
     }
 
+    /// Calls of [`Store::take`] that returned an error (a statement timeout, a lost
+    /// connection); they are also counted in [`takes`](Self::takes). The runtime tries
+    /// such a take again, so on a loaded machine `takes` can exceed the ticks asked
+    /// for by these.
+    pub fn failed_takes(&self) -> u64 {
+        self.get(FAILED_TAKE)
+    }
+
     /// Every call.
     pub fn total(&self) -> u64 {
         (0..4).map(|op| self.get(op)).sum()
@@ -89,7 +99,11 @@ impl<S: Store> Counted<S> {
 impl<S: Store> Store for Counted<S> {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> Result<Taken> {
         self.calls.add(TAKE);
-        self.inner.take(requests, ttl).await
+        let taken = self.inner.take(requests, ttl).await;
+        if taken.is_err() {
+            self.calls.add(FAILED_TAKE);
+        }
+        taken
     }
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {

@@ -396,18 +396,22 @@ async fn a_lost_race_costs_one_take_per_tick() {
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut takes = 0;
+    let mut failed = 0;
     let mut ticks = 0;
     for (stop, task, calls, stats) in instances {
         let _ = stop.send(true);
         let _ = task.await;
         takes += calls.takes();
+        failed += calls.failed_takes();
         ticks += stats.count("race", Outcome::Ran) + stats.count("race", Outcome::HeldElsewhere);
     }
     // Every instance asks once per tick; a loser does not ask again at once because
-    // the row it saw was the one from before the winner's insert.
+    // the row it saw was the one from before the winner's insert. A take that failed
+    // (on a loaded machine, one that ran into the lease-statement bound) is asked
+    // again, as it should be: it is no answer the loser could have acted on.
     assert!(ticks >= 3 * 8, "{ticks}");
     assert!(
-        takes <= ticks + 3,
-        "{takes} takes for {ticks} tick attempts by three instances"
+        takes - failed <= ticks + 3,
+        "{takes} takes ({failed} failed) for {ticks} tick attempts by three instances"
     );
 }
