@@ -765,22 +765,19 @@ impl JobTicks {
 
     /// When this job next needs the loop (store clock): its next tick (`ahead` of
     /// it if it will be taken ahead, see [`JobTicks::due`]), or a retry; a pending
-    /// tick with no retry time is due at once (its fire time, if a run still holds
-    /// the lease).
+    /// tick with no retry time is due at once. Ticks waiting while a run of this
+    /// instance holds the job (a triggered run claimed beside a pending tick) need
+    /// nothing until that run ends, and its end wakes the loop.
     pub(crate) fn next_wake(&self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
         let retry = match &self.pending {
-            Some(p) => Some(match p.retry_at {
-                Some(at) => at,
-                None if self.running.is_some() => p.fire_at,
-                None => p.tick.at(),
-            }),
+            _ if self.running.is_some() => None,
+            Some(p) => Some(p.retry_at.unwrap_or(p.tick.at())),
             // Waiting ticks are due as soon as no run holds the job.
-            None if self.running.is_none() => self
+            None => self
                 .backlog
                 .front()
                 .or(self.buffered.as_ref())
                 .map(|(_, at, _)| *at),
-            None => None,
         };
         let next = self.next.map(|(_, at, window)| {
             if self.pending.is_none()
@@ -2191,6 +2188,28 @@ mod tests {
             k.due(&c, ms(1_055_500), Z, &mut ev).map(|(t, _)| t.at()),
             Some(at(1_050))
         );
+    }
+
+    /// A triggered run claimed while a tick waits (its take failed, or it waits for a
+    /// run elsewhere): the waiting tick cannot start before that run ends, and the
+    /// run's end wakes the loop, so the tick must not keep waking it meanwhile. (Its
+    /// past fire time did: the loop turned without pause for the whole run.)
+    #[test]
+    fn a_tick_waiting_behind_a_manual_run_does_not_wake_the_loop() {
+        let (mut j, c, mut ev) = started();
+        let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+        j.on_unanswered();
+        let trigger = crate::control::TriggerId(7);
+        let now = ms(1_000_600);
+        assert!(j.on_manual(lease(tick, holder.clone()), trigger, now));
+        assert_eq!(j.next_wake(Z), Some(at(1010)), "only the next tick");
+        // So with a retry time, as after a refusal behind a run elsewhere.
+        j.pending.as_mut().unwrap().retry_at = Some(ms(1_000_550));
+        assert_eq!(j.next_wake(Z), Some(at(1010)));
+        // Once the run ended, the waiting tick is due at once.
+        assert!(j.on_finished().is_some());
+        assert_eq!(j.next_wake(Z), Some(ms(1_000_550)));
+        assert_eq!(j.due(&c, ms(1_000_700), Z, &mut ev), Some((tick, holder)));
     }
 
     #[test]
