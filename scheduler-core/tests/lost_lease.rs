@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use chrono::TimeDelta;
 use scheduler_core::{Duplicate, LeaseName, Outcome, Store, Ttl};
 use support::{Log, Probe, builder, runs, store};
 
@@ -66,4 +67,58 @@ async fn a_lost_lease_cancels_a_fencing_job_and_only_warns_a_harmless_one() {
     assert_eq!(stats.count("fenced", Outcome::LeaseLost), 1);
     assert_eq!(stats.count("harmless", Outcome::LeaseLost), 1);
     assert_eq!(stats.count("harmless", Outcome::Ran), 1);
+}
+
+/// A lease that expires unrenewed, because the store fails or stops answering,
+/// cancels its fencing job's run **when it expires**: another instance may take the
+/// tick from then on. (The loop noticed only at its next turn: 4.3 s after the
+/// expiry while the store failed fast, 30 s after while a renewal went unanswered
+/// and held the loop.)
+#[tokio::test(start_paused = true)]
+async fn an_unrenewed_lease_cancels_its_run_when_it_expires() {
+    for silent in [false, true] {
+        let (store, log) = (store(), Log::default());
+        let mut fenced = Probe::new("fenced", &store, &log);
+        fenced.duplicate = Duplicate::NeedsFencing;
+        fenced.every = Duration::from_secs(3600);
+        fenced.work = Duration::from_secs(3000);
+        let scheduler = builder(&store)
+            .lease_ttl(Duration::from_secs(120))
+            .job(fenced)
+            .build()
+            .expect("build");
+        let stats = scheduler.stats();
+        let name = LeaseName::new("fenced").expect("name");
+        let expiry = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let outage = {
+            let (store, expiry) = (store.clone(), expiry.clone());
+            async move {
+                // A few renewals, then the outage.
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                if silent {
+                    store.set_latency(Duration::from_secs(100_000));
+                } else {
+                    store.set_failing(true);
+                }
+                *expiry.lock().unwrap() = store.row(&name).map(|r| r.expires_at);
+                tokio::time::sleep(Duration::from_secs(400)).await;
+            }
+        };
+        scheduler.run_until(outage).await;
+        let expiry = expiry.lock().unwrap().expect("the run held the lease");
+        let fenced = runs(&log, "fenced");
+        assert_eq!(fenced.len(), 1, "silent: {silent}");
+        assert!(fenced[0].cancelled, "silent: {silent}");
+        let late = fenced[0].ended - expiry;
+        assert!(
+            late.abs() <= TimeDelta::milliseconds(100),
+            "silent: {silent}: the run was cancelled {} ms after its lease expired",
+            late.num_milliseconds()
+        );
+        assert_eq!(
+            stats.count("fenced", Outcome::LeaseLost),
+            1,
+            "silent: {silent}"
+        );
+    }
 }

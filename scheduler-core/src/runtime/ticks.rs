@@ -217,6 +217,10 @@ pub(crate) struct Running {
     /// The operator's trigger this run answers, if it is one
     /// ([`JobTicks::on_manual`]).
     pub(crate) trigger: Option<crate::control::TriggerId>,
+    /// When the lease expires unless renewed, as a local instant, for the run's task:
+    /// a run that needs fencing is cancelled then, whatever the loop is waiting for.
+    /// Set by the loop when an attempt starts and at each renewal.
+    pub(crate) expiry: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
 }
 
 /// One job's ticks.
@@ -531,6 +535,7 @@ impl JobTicks {
             superseded: false,
             attempt_token: None,
             trigger: None,
+            expiry: tokio::sync::watch::Sender::new(None),
         });
         Won::Run { took_over }
     }
@@ -601,6 +606,7 @@ impl JobTicks {
             superseded: false,
             attempt_token: None,
             trigger: Some(trigger),
+            expiry: tokio::sync::watch::Sender::new(None),
         });
         true
     }
@@ -751,11 +757,18 @@ impl JobTicks {
         Some(running)
     }
 
-    /// Whether the run's lease has expired by `now` without a renewal.
-    pub(crate) fn expired_unrenewed(&self, now: DateTime<Utc>) -> bool {
-        self.running
-            .as_ref()
-            .is_some_and(|r| !r.lost && r.lease.expires_at <= now)
+    /// Whether the run's lease has expired without a renewal: by `now` on the store's
+    /// clock, or by `local` on the instant the run's task was told
+    /// ([`Running::expiry`], which may have cancelled the run already).
+    pub(crate) fn expired_unrenewed(
+        &self,
+        now: DateTime<Utc>,
+        local: tokio::time::Instant,
+    ) -> bool {
+        self.running.as_ref().is_some_and(|r| {
+            !r.lost
+                && (r.lease.expires_at <= now || r.expiry.borrow().is_some_and(|at| at <= local))
+        })
     }
 
     /// The run ended: it no longer holds the job.
@@ -1328,10 +1341,10 @@ mod tests {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
-        assert!(j.expired_unrenewed(at(10_000)));
+        assert!(j.expired_unrenewed(at(10_000), tokio::time::Instant::now()));
         assert!(j.on_lost().is_some());
         assert!(j.on_lost().is_none(), "reported once");
-        assert!(!j.expired_unrenewed(at(10_000)));
+        assert!(!j.expired_unrenewed(at(10_000), tokio::time::Instant::now()));
         assert!(j.on_finished().is_some_and(|r| r.lost));
     }
 
@@ -1915,13 +1928,25 @@ mod tests {
             assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
             d.win(1_000_510);
             d.j.on_renewed(ms(1_005_000));
-            assert!(!d.j.expired_unrenewed(ms(1_004_999)), "{}", d.name);
-            assert!(d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
+            assert!(
+                !d.j.expired_unrenewed(ms(1_004_999), tokio::time::Instant::now()),
+                "{}",
+                d.name
+            );
+            assert!(
+                d.j.expired_unrenewed(ms(1_005_000), tokio::time::Instant::now()),
+                "{}",
+                d.name
+            );
             assert!(d.j.on_lost().is_some(), "{}", d.name);
             assert!(d.j.on_lost().is_none(), "{}: reported once", d.name);
             // The engine renews only runs not lost, and looks for expiry among them.
             assert!(d.j.running().unwrap().lost);
-            assert!(!d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
+            assert!(
+                !d.j.expired_unrenewed(ms(1_005_000), tokio::time::Instant::now()),
+                "{}",
+                d.name
+            );
             assert!(d.j.on_cancel_requested().is_none(), "{}", d.name);
             assert_eq!(d.fail(1_006_000), None, "{}: no retry", d.name);
             let run = d.j.on_finished().unwrap();

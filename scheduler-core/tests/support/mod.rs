@@ -24,6 +24,8 @@ pub(crate) struct Run {
     pub(crate) node: String,
     pub(crate) holder: String,
     pub(crate) cancelled: bool,
+    /// When the work ended (finished, or saw its cancellation), store clock.
+    pub(crate) ended: DateTime<Utc>,
 }
 
 /// A configurable test job that records its runs.
@@ -89,6 +91,7 @@ impl Idempotent for Probe {
             () = tokio::time::sleep(self.work) => false,
             () = ctx.cancellation().cancelled() => true,
         };
+        let ended = self.store.clock().now();
         self.log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -99,6 +102,7 @@ impl Idempotent for Probe {
                 node: ctx.node().to_owned(),
                 holder: ctx.holder().to_string(),
                 cancelled,
+                ended,
             });
         if cancelled {
             Err("cancelled".into())

@@ -176,6 +176,11 @@ impl Engine {
         self.clock.store_time(self.s.settings.clock.now())
     }
 
+    /// The local instant at which the store's clock reads `at` (now, if it has).
+    fn local(&self, at: DateTime<Utc>) -> Instant {
+        Instant::now() + (at - self.db_now()).to_std().unwrap_or(Duration::ZERO)
+    }
+
     fn store_ok(&self) {
         self.beat.store_ok();
     }
@@ -396,6 +401,13 @@ impl Engine {
         if self.holds_any() {
             wake = wake.min(self.next_renew);
         }
+        // A lease expiring unrenewed is lost then (a run that needs fencing is
+        // cancelled by its own task; the loop records it).
+        for r in self.jobs.iter().filter_map(JobTicks::running) {
+            if !r.lost {
+                wake = wake.min(self.local(r.lease.expires_at) + Duration::from_millis(1));
+            }
+        }
         if let Some(at) = self.release_wake() {
             wake = wake.min(at);
         }
@@ -561,6 +573,9 @@ impl Engine {
                     match renewed.get(&key.name) {
                         Some((expires_at, cancel)) => {
                             self.jobs[i].on_renewed(*expires_at);
+                            if let Some(r) = self.jobs[i].running() {
+                                r.expiry.send_replace(Some(self.local(*expires_at)));
+                            }
                             if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
                                 info!(job = %self.s.entries[i].name, tick = %r.lease.tick,
                                     "run cancelled: a newer tick of the job asked for the lease");
@@ -582,9 +597,9 @@ impl Engine {
     /// A lease whose expiry passed without a renewal (the store unreachable) is lost:
     /// another instance may take it now.
     fn expire_unrenewed(&mut self) {
-        let now = self.db_now();
+        let (now, local) = (self.db_now(), Instant::now());
         for i in 0..self.jobs.len() {
-            if self.jobs[i].expired_unrenewed(now) {
+            if self.jobs[i].expired_unrenewed(now, local) {
                 self.lost(i, "the lease expired before it could be renewed");
             }
         }

@@ -1,13 +1,17 @@
 //! Runs: starting a won tick's task, and what its end means for the tick.
 
+use std::future::Future;
+
 use chrono::{DateTime, Utc};
+use tokio::sync::watch;
 use tokio::task::Id;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span};
 
 use super::{Engine, RunResult, report};
 use crate::error::BoxError;
-use crate::job::{Interrupted, JobContext, TimedOut};
+use crate::job::{Duplicate, Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, Release};
 use crate::runtime::ticks::{Running, Won};
 use crate::runtime::{RunOutcome, RunRecord};
@@ -80,8 +84,17 @@ impl Engine {
         let job = e.job.clone();
         let timeout = e.cadence.policy.timeout;
         let grace = self.s.settings.grace;
+        running
+            .expiry
+            .send_replace(Some(self.local(running.lease.expires_at)));
+        let watchdog = (e.duplicate == Duplicate::NeedsFencing)
+            .then(|| (running.expiry.subscribe(), running.cancel.clone()));
         let run = async move {
-            let result = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace).await;
+            let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
+            let result = match watchdog {
+                Some((expiry, cancel)) => cancel_at_expiry(attempt, expiry, cancel).await,
+                None => attempt.await,
+            };
             (i, result)
         };
         let task = self.tasks.spawn(run.instrument(span));
@@ -116,6 +129,11 @@ impl Engine {
             }
         };
         let i = self.by_task.remove(&id)?;
+        // A run cancelled by its lease's expiry (the run's task saw it first) is
+        // recorded as having lost its lease: neither retried nor released.
+        if self.jobs[i].expired_unrenewed(self.db_now(), Instant::now()) {
+            self.lost(i, "the lease expired before it could be renewed");
+        }
         if let Err(err) = &result
             && !err.is::<Interrupted>()
             && !self.draining
@@ -217,5 +235,46 @@ impl Engine {
             };
             self.to_release.push((running.lease.key(), how));
         }
+    }
+}
+
+/// Runs `attempt`, and cancels the run's token `cancel` once the lease's expiry, as
+/// `expiry` last said it, passes without a renewal: the run of a job that needs
+/// fencing stops when another instance may take its tick, even while the loop is
+/// held up by a store call that does not answer. The attempt then ends as a
+/// cancelled attempt does.
+async fn cancel_at_expiry<F: Future>(
+    attempt: F,
+    mut expiry: watch::Receiver<Option<Instant>>,
+    cancel: CancellationToken,
+) -> F::Output {
+    let watchdog = async {
+        loop {
+            let at = *expiry.borrow_and_update();
+            let expired = async {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = expired => {
+                    cancel.cancel();
+                    return;
+                }
+                changed = expiry.changed() => {
+                    // The loop no longer holds the run: it has nothing more to say.
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::pin!(attempt);
+    tokio::select! {
+        biased;
+        out = &mut attempt => out,
+        () = watchdog => attempt.await,
     }
 }
