@@ -26,6 +26,7 @@
 //!   occurrence; with a wildcard hour field it fires at both, since it is a new
 //!   instant each time (a 15-minute job keeps its 15-minute rhythm).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -208,18 +209,66 @@ impl Compiled {
         }
     }
 
-    /// The latest tick at or before `at`, looking back no further than `window`.
+    /// The latest tick at or before `at`, looking back no further than `window`
+    /// (a long window costs no more than a short one: see
+    /// [`latest_ticks`](Self::latest_ticks)).
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>, window: TimeDelta) -> Option<Tick> {
-        let mut latest = None;
-        let mut cursor = at - window - TimeDelta::microseconds(1);
-        while let Some(tick) = self.next_after(cursor) {
-            if tick.at() > at {
-                break;
+        let since = at
+            .checked_sub_signed(window)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.latest_ticks(since, at, 1).pop_back()
+    }
+
+    /// The most recent `keep` ticks from `since` to `until` (both included), oldest
+    /// first: the ticks a pause went over, or a catch-up window holds.
+    ///
+    /// Only the end of the range is walked: a span back from `until` that doubles
+    /// until it holds `keep` ticks or reaches `since`. So a window of years over a
+    /// tick a millisecond costs a few dozen steps, not a walk through every tick.
+    pub(crate) fn latest_ticks(
+        &self,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+        keep: usize,
+    ) -> VecDeque<Tick> {
+        if keep == 0 {
+            return VecDeque::new();
+        }
+        let mut back = TimeDelta::seconds(1);
+        loop {
+            let from = until
+                .checked_sub_signed(back)
+                .map_or(since, |from| from.max(since));
+            let ticks = self.ticks_between(from, until, keep);
+            if ticks.len() >= keep || from <= since {
+                return ticks;
             }
-            latest = Some(tick);
+            back = back.checked_mul(2).unwrap_or(TimeDelta::MAX);
+        }
+    }
+
+    /// The most recent `keep` ticks from `from` to `until` (both included), oldest
+    /// first, walking every tick between.
+    fn ticks_between(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+        keep: usize,
+    ) -> VecDeque<Tick> {
+        let mut ticks = VecDeque::new();
+        let mut cursor = from
+            .checked_sub_signed(TimeDelta::microseconds(1))
+            .unwrap_or(from);
+        while let Some(tick) = self.next_after(cursor)
+            && tick.at() <= until
+        {
+            ticks.push_back(tick);
+            if ticks.len() > keep {
+                ticks.pop_front();
+            }
             cursor = tick.at();
         }
-        latest
+        ticks
     }
 
     /// The shortest gap between ticks: an `every` period, or for a cron schedule the
@@ -351,6 +400,52 @@ mod tests {
             s.latest_at_or_before(utc("2026-11-30T10:00:59Z"), TimeDelta::seconds(10)),
             None
         );
+    }
+
+    /// The latest ticks of a range, found from its end, are those a walk through the
+    /// whole range finds: for dense and sparse schedules, ranges that hold fewer ticks
+    /// than asked for, and ranges that reach back before 1970.
+    #[test]
+    fn the_latest_ticks_of_a_range_are_found_from_its_end() {
+        let schedules = [
+            Schedule::every(Duration::from_millis(1)),
+            Schedule::every(Duration::from_secs(7)),
+            Schedule::every(Duration::from_secs(86_400 * 400)),
+            Schedule::cron("0 */15 * * * *"),
+            Schedule::cron("0 30 9 * * Mon"),
+            Schedule::cron("0 0 0 29 2 *"),
+        ];
+        let until = utc("2026-11-30T10:00:59.5Z");
+        for schedule in schedules {
+            let compiled = schedule.compile().unwrap_or_else(|e| panic!("{e}"));
+            for back in [0, 1, 59, 3_600, 86_400 * 9, 86_400 * 3_000] {
+                let since = until - TimeDelta::seconds(back);
+                for keep in [1, 2, 5] {
+                    let gap = compiled.shortest_gap(since).unwrap_or(Duration::MAX);
+                    if Duration::from_secs(back.unsigned_abs()) > gap.saturating_mul(100_000) {
+                        continue; // a walk through the whole range would take too long
+                    }
+                    assert_eq!(
+                        compiled.latest_ticks(since, until, keep),
+                        compiled.ticks_between(since, until, keep),
+                        "{schedule:?}, {back} s back, keep {keep}"
+                    );
+                }
+            }
+            // A window reaching past the calendar's start.
+            let latest = compiled.latest_at_or_before(until, TimeDelta::MAX);
+            assert_eq!(
+                latest,
+                compiled
+                    .latest_ticks(since_the_epoch(), until, 1)
+                    .pop_back(),
+                "{schedule:?}"
+            );
+        }
+    }
+
+    fn since_the_epoch() -> DateTime<Utc> {
+        DateTime::UNIX_EPOCH
     }
 
     #[test]

@@ -94,3 +94,56 @@ async fn a_take_answered_after_the_window_closed_runs_nothing() {
         stats.count("tick", Outcome::Missed)
     );
 }
+
+/// A catch-up window as long as the user likes ("catch up forever":
+/// `Duration::MAX`, beyond any date) runs like a long one: the latest missed tick at
+/// start-up and after a resume ([`CatchUp::Latest`]), the most recent ones under
+/// [`CatchUp::All`], without looking at every tick of the window. (It panicked with
+/// "`DateTime - TimeDelta` overflowed" at start-up.)
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_window_beyond_the_calendar_runs_like_a_long_one() {
+    use scheduler_core::{CatchUp, ControlRequest, Controls, Policy};
+    let (store, log) = (store(), Log::default());
+    let mut forever = Probe::new("forever", &store, &log);
+    forever.catch_up = Some(Duration::MAX);
+    let mut all = Probe::new("all", &store, &log);
+    all.every = Duration::from_millis(1);
+    all.catch_up = Some(Duration::from_secs(400_000 * 365 * 86_400));
+    let mut long = Probe::new("long", &store, &log);
+    long.every = Duration::from_millis(1);
+    long.catch_up = Some(Duration::from_secs(1_000 * 365 * 86_400));
+    let scheduler = builder(&store)
+        .control_poll(Some(Duration::from_millis(200)))
+        .job(forever)
+        .job_with_policy(all, Policy::default().catch_up(CatchUp::All { max: 3 }))
+        .job(long)
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let controls = {
+        let store = store.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            store
+                .pause(&ControlRequest::new("forever", "test"))
+                .await
+                .expect("pause");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            store
+                .resume(&ControlRequest::new("forever", "test"), true)
+                .await
+                .expect("resume");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    };
+    scheduler.run_until(controls).await;
+    // At start-up the latest tick, then one a second; after the resume the latest
+    // tick paused over, then one a second again.
+    assert!(
+        stats.count("forever", Outcome::Ran) >= 5,
+        "{:?}",
+        runs(&log, "forever")
+    );
+    assert!(stats.count("all", Outcome::Ran) >= 3);
+    assert!(stats.count("long", Outcome::Ran) >= 3);
+}

@@ -28,8 +28,15 @@ pub(crate) struct Cadence {
     pub(crate) policy: Policy,
 }
 
+/// The longest window a tick is given: 10,000 years, whatever the catch-up window
+/// says ("catch up forever" is `Duration::MAX`). It changes nothing a schedule can
+/// tell apart, and keeps every instant computed from a window within the calendar.
+fn max_window() -> TimeDelta {
+    TimeDelta::days(10_000 * 366)
+}
+
 impl Cadence {
-    /// How long after its instant `tick` may still start.
+    /// How long after its instant `tick` may still start (at most [`max_window`]).
     pub(crate) fn window(&self, tick: Tick) -> TimeDelta {
         let jitter = TimeDelta::from_std(self.jitter).unwrap_or(TimeDelta::MAX);
         match self.catch_up {
@@ -37,6 +44,7 @@ impl Cadence {
             None => self.schedule.period_after(tick),
         }
         .max(jitter)
+        .min(max_window())
     }
 
     /// When `tick` fires: its instant plus a random jitter within the bound.
@@ -239,28 +247,6 @@ pub(crate) struct JobTicks {
     buffered: Option<Due>,
 }
 
-/// The most recent `keep` ticks of `schedule` from `since` to `until` (both
-/// included), oldest first: the ticks a pause went over.
-pub(crate) fn latest_ticks(
-    schedule: &Compiled,
-    since: DateTime<Utc>,
-    until: DateTime<Utc>,
-    keep: usize,
-) -> VecDeque<Tick> {
-    let mut ticks = VecDeque::new();
-    let mut cursor = since - TimeDelta::microseconds(1);
-    while let Some(tick) = schedule.next_after(cursor)
-        && tick.at() <= until
-    {
-        ticks.push_back(tick);
-        if ticks.len() > keep {
-            ticks.pop_front();
-        }
-        cursor = tick.at();
-    }
-    ticks
-}
-
 /// A tick, the instant (store clock) it fires, and its window.
 type Due = (Tick, DateTime<Utc>, TimeDelta);
 
@@ -279,17 +265,13 @@ impl JobTicks {
         match cadence.policy.catch_up {
             CatchUp::Skip => {}
             CatchUp::All { max } => {
-                let mut cursor = now - window - TimeDelta::microseconds(1);
-                while let Some(tick) = cadence.schedule.next_after(cursor)
-                    && tick.at() <= now
-                {
+                let since = now
+                    .checked_sub_signed(window)
+                    .unwrap_or(DateTime::<Utc>::MIN_UTC);
+                let keep = usize::try_from(max).unwrap_or(usize::MAX);
+                for tick in cadence.schedule.latest_ticks(since, now, keep) {
                     self.backlog
                         .push_back((tick, tick.at(), cadence.window(tick)));
-                    cursor = tick.at();
-                }
-                let keep = usize::try_from(max).unwrap_or(usize::MAX);
-                while self.backlog.len() > keep {
-                    self.backlog.pop_front();
                 }
                 self.pending = self
                     .backlog
@@ -574,7 +556,7 @@ impl JobTicks {
             CatchUp::Latest => 1,
             CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
         };
-        for tick in latest_ticks(&cadence.schedule, since, now, keep) {
+        for tick in cadence.schedule.latest_ticks(since, now, keep) {
             let window = (now - tick.at()) + cadence.window(tick);
             self.backlog.push_back((tick, now, window));
         }

@@ -296,7 +296,7 @@ impl Engine {
         let keep = usize::try_from(max)
             .unwrap_or(usize::MAX)
             .min(BackfillOptions::default().max_ticks);
-        let ticks = crate::runtime::ticks::latest_ticks(&e.schedule, since, until, keep);
+        let ticks = e.schedule.latest_ticks(since, until, keep);
         let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
             return;
         };
@@ -370,7 +370,9 @@ impl Engine {
         while let Some(trigger) = waiting.next() {
             // Claimed elsewhere, and its lease cannot have expired yet.
             if let TriggerState::Running { started_at, .. } = &trigger.state
-                && now < *started_at + TimeDelta::from_std(ttl.get()).unwrap_or(TimeDelta::MAX)
+                && started_at
+                    .checked_add_signed(TimeDelta::from_std(ttl.get()).unwrap_or(TimeDelta::MAX))
+                    .is_none_or(|expires| now < expires)
             {
                 keep.push(trigger);
                 continue;
