@@ -321,7 +321,9 @@ fn ticks_in(
     max: usize,
 ) -> Option<Vec<Tick>> {
     let mut ticks = Vec::new();
-    let mut cursor = from - TimeDelta::microseconds(1);
+    let mut cursor = from
+        .checked_sub_signed(TimeDelta::microseconds(1))
+        .unwrap_or(from);
     while let Some(tick) = schedule.next_after(cursor) {
         if tick.at() > to {
             break;
@@ -912,6 +914,8 @@ mod tests {
         assert_eq!(ticks_in(&every, at(100), at(150), 5), None);
         // A huge range is refused without listing it.
         assert_eq!(ticks_in(&every, at(0), at(i64::from(i32::MAX)), 10), None);
+        // From the calendar's first instant, too.
+        assert_eq!(ticks_in(&every, DateTime::<Utc>::MIN_UTC, at(0), 10), None);
     }
 
     #[test]
