@@ -407,16 +407,37 @@ mod tests {
     /// than asked for, and ranges that reach back before 1970.
     #[test]
     fn the_latest_ticks_of_a_range_are_found_from_its_end() {
-        let schedules = [
-            Schedule::every(Duration::from_millis(1)),
-            Schedule::every(Duration::from_secs(7)),
-            Schedule::every(Duration::from_secs(86_400 * 400)),
-            Schedule::cron("0 */15 * * * *"),
-            Schedule::cron("0 30 9 * * Mon"),
-            Schedule::cron("0 0 0 29 2 *"),
-        ];
         let until = utc("2026-11-30T10:00:59.5Z");
-        for schedule in schedules {
+        // Each schedule with its latest tick at or before `until`.
+        let every_400_days = 86_400_000 * 400;
+        let schedules = [
+            (Schedule::every(Duration::from_millis(1)), until),
+            (
+                Schedule::every(Duration::from_secs(7)),
+                DateTime::from_timestamp(until.timestamp() / 7 * 7, 0).unwrap_or_default(),
+            ),
+            (
+                Schedule::every(Duration::from_secs(86_400 * 400)),
+                DateTime::from_timestamp_millis(
+                    until.timestamp_millis() / every_400_days * every_400_days,
+                )
+                .unwrap_or_default(),
+            ),
+            (
+                Schedule::cron("0 */15 * * * *"),
+                utc("2026-11-30T10:00:00Z"),
+            ),
+            (
+                Schedule::cron("0 30 9 * * Mon"),
+                utc("2026-11-30T09:30:00Z"),
+            ),
+            (Schedule::cron("0 0 0 29 2 *"), utc("2024-02-29T00:00:00Z")),
+            (
+                Schedule::cron("0 30 2 * * *").in_time_zone("Europe/Berlin"),
+                utc("2026-11-30T01:30:00Z"),
+            ),
+        ];
+        for (schedule, latest) in schedules {
             let compiled = schedule.compile().unwrap_or_else(|e| panic!("{e}"));
             for back in [0, 1, 59, 3_600, 86_400 * 9, 86_400 * 3_000] {
                 let since = until - TimeDelta::seconds(back);
@@ -433,19 +454,14 @@ mod tests {
                 }
             }
             // A window reaching past the calendar's start.
-            let latest = compiled.latest_at_or_before(until, TimeDelta::MAX);
             assert_eq!(
-                latest,
                 compiled
-                    .latest_ticks(since_the_epoch(), until, 1)
-                    .pop_back(),
+                    .latest_at_or_before(until, TimeDelta::MAX)
+                    .map(Tick::at),
+                Some(latest),
                 "{schedule:?}"
             );
         }
-    }
-
-    fn since_the_epoch() -> DateTime<Utc> {
-        DateTime::UNIX_EPOCH
     }
 
     #[test]

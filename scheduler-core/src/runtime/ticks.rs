@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -54,7 +55,9 @@ impl Cadence {
             return tick.at();
         }
         let ms = i64::try_from(rand::random_range(0..=bound)).unwrap_or(0);
-        tick.at() + TimeDelta::milliseconds(ms)
+        tick.at()
+            .checked_add_signed(TimeDelta::milliseconds(ms))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 }
 
@@ -229,6 +232,9 @@ pub(crate) struct Running {
     /// a run that needs fencing is cancelled then, whatever the loop is waiting for.
     /// Set by the loop when an attempt starts and at each renewal.
     pub(crate) expiry: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
+    /// Set by the run's task when it cancelled the run at [`expiry`](Self::expiry):
+    /// the lease counts as lost then, even if a renewal answered afterwards.
+    pub(crate) expired: Arc<AtomicBool>,
 }
 
 /// One job's ticks.
@@ -518,6 +524,7 @@ impl JobTicks {
             attempt_token: None,
             trigger: None,
             expiry: tokio::sync::watch::Sender::new(None),
+            expired: Arc::default(),
         });
         Won::Run { took_over }
     }
@@ -589,6 +596,7 @@ impl JobTicks {
             attempt_token: None,
             trigger: Some(trigger),
             expiry: tokio::sync::watch::Sender::new(None),
+            expired: Arc::default(),
         });
         true
     }
@@ -691,7 +699,7 @@ impl JobTicks {
         let wait = retry
             .backoff
             .saturating_mul(1 << (running.attempt - 1).min(20));
-        let at = now + TimeDelta::from_std(wait).ok()?;
+        let at = now.checked_add_signed(TimeDelta::from_std(wait).ok()?)?;
         // The tick after the run's own, whether or not it has come due meanwhile (it
         // may already have, during the run: then `next` is the one after it).
         let next = cadence.schedule.next_after(running.lease.tick.at());
@@ -741,7 +749,7 @@ impl JobTicks {
 
     /// Whether the run's lease has expired without a renewal: by `now` on the store's
     /// clock, or by `local` on the instant the run's task was told
-    /// ([`Running::expiry`], which may have cancelled the run already).
+    /// ([`Running::expiry`]), or the run's task cancelled the run for it.
     pub(crate) fn expired_unrenewed(
         &self,
         now: DateTime<Utc>,
@@ -749,7 +757,9 @@ impl JobTicks {
     ) -> bool {
         self.running.as_ref().is_some_and(|r| {
             !r.lost
-                && (r.lease.expires_at <= now || r.expiry.borrow().is_some_and(|at| at <= local))
+                && (r.lease.expires_at <= now
+                    || r.expiry.borrow().is_some_and(|at| at <= local)
+                    || r.expired.load(Ordering::Relaxed))
         })
     }
 

@@ -405,7 +405,8 @@ impl Engine {
         // cancelled by its own task; the loop records it).
         for r in self.jobs.iter().filter_map(JobTicks::running) {
             if !r.lost {
-                wake = wake.min(self.local(r.lease.expires_at) + Duration::from_millis(1));
+                let left = (r.lease.expires_at - db_now).to_std().unwrap_or_default();
+                wake = wake.min(now + left + Duration::from_millis(1));
             }
         }
         if let Some(at) = self.release_wake() {

@@ -1,13 +1,15 @@
 //! Runs: starting a won tick's task, and what its end means for the tick.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio::task::Id;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Engine, RunResult, report};
 use crate::error::BoxError;
@@ -87,12 +89,15 @@ impl Engine {
         running
             .expiry
             .send_replace(Some(self.local(running.lease.expires_at)));
-        let watchdog = (e.duplicate == Duplicate::NeedsFencing)
-            .then(|| (running.expiry.subscribe(), running.cancel.clone()));
+        let watchdog = (e.duplicate == Duplicate::NeedsFencing).then(|| Watchdog {
+            expiry: running.expiry.subscribe(),
+            cancel: running.cancel.clone(),
+            expired: running.expired.clone(),
+        });
         let run = async move {
             let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
             let result = match watchdog {
-                Some((expiry, cancel)) => cancel_at_expiry(attempt, expiry, cancel).await,
+                Some(watchdog) => watchdog.guard(attempt).await,
                 None => attempt.await,
             };
             (i, result)
@@ -129,9 +134,11 @@ impl Engine {
             }
         };
         let i = self.by_task.remove(&id)?;
-        // A run cancelled by its lease's expiry (the run's task saw it first) is
-        // recorded as having lost its lease: neither retried nor released.
-        if self.jobs[i].expired_unrenewed(self.db_now(), Instant::now()) {
+        // A run that failed (or was cancelled by its own task at the expiry) after its
+        // lease expired unrenewed lost the lease: neither retried nor released. One
+        // that succeeded completes its tick as any other, since the release only
+        // marks it done if no other instance took the lease meanwhile.
+        if result.is_err() && self.jobs[i].expired_unrenewed(self.db_now(), Instant::now()) {
             self.lost(i, "the lease expired before it could be renewed");
         }
         if let Err(err) = &result
@@ -238,43 +245,51 @@ impl Engine {
     }
 }
 
-/// Runs `attempt`, and cancels the run's token `cancel` once the lease's expiry, as
-/// `expiry` last said it, passes without a renewal: the run of a job that needs
-/// fencing stops when another instance may take its tick, even while the loop is
-/// held up by a store call that does not answer. The attempt then ends as a
-/// cancelled attempt does.
-async fn cancel_at_expiry<F: Future>(
-    attempt: F,
-    mut expiry: watch::Receiver<Option<Instant>>,
+/// What a run of a job that needs fencing is guarded by: its lease's expiry as the
+/// loop last said it ([`Running::expiry`]), the run's token to cancel then, and the
+/// flag that says it did ([`Running::expired`]).
+struct Watchdog {
+    expiry: watch::Receiver<Option<Instant>>,
     cancel: CancellationToken,
-) -> F::Output {
-    let watchdog = async {
-        loop {
-            let at = *expiry.borrow_and_update();
-            let expired = async {
-                match at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = expired => {
-                    cancel.cancel();
-                    return;
-                }
-                changed = expiry.changed() => {
-                    // The loop no longer holds the run: it has nothing more to say.
-                    if changed.is_err() {
+    expired: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    /// Runs `attempt`, and cancels the run once the lease's expiry passes without a
+    /// renewal: the run stops when another instance may take its tick, even while
+    /// the loop is held up by a store call that does not answer. The attempt then
+    /// ends as a cancelled attempt does.
+    async fn guard<F: Future>(mut self, attempt: F) -> F::Output {
+        let watch = async {
+            loop {
+                let at = *self.expiry.borrow_and_update();
+                let expired = async {
+                    match at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = expired => {
+                        self.expired.store(true, Ordering::Relaxed);
+                        self.cancel.cancel();
+                        warn!("lease expired before it could be renewed: cancelling the run (the job needs fencing)");
                         return;
+                    }
+                    changed = self.expiry.changed() => {
+                        // The loop no longer holds the run: it has nothing more to say.
+                        if changed.is_err() {
+                            return;
+                        }
                     }
                 }
             }
+        };
+        tokio::pin!(attempt);
+        tokio::select! {
+            biased;
+            out = &mut attempt => out,
+            () = watch => attempt.await,
         }
-    };
-    tokio::pin!(attempt);
-    tokio::select! {
-        biased;
-        out = &mut attempt => out,
-        () = watchdog => attempt.await,
     }
 }
