@@ -26,11 +26,14 @@ fn says_it_once(err: &Error) -> String {
 
 #[tokio::test]
 async fn a_refused_connection_says_refused_not_pool_timed_out() {
-    // Nothing listens on a port we just bound and released.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
+    // A port nothing listens on, and that nothing else can take while the test runs:
+    // the local port of a connected client socket. (A port bound and released was
+    // taken meanwhile, once, by a test server another test of this binary started,
+    // and the connection reached it.)
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let client =
+        std::net::TcpStream::connect(listener.local_addr().expect("address")).expect("client");
+    let port = client.local_addr().expect("client address").port();
     let url = format!("postgres://postgres@127.0.0.1:{port}/none");
     let options = PostgresOptions::default().connect_timeout(Duration::from_secs(1));
     let err = PostgresStore::connect(&url, options)
