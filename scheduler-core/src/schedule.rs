@@ -213,10 +213,21 @@ impl Compiled {
     /// (a long window costs no more than a short one: see
     /// [`latest_ticks`](Self::latest_ticks)).
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>, window: TimeDelta) -> Option<Tick> {
+        self.latest_within(at, window, 1).pop_back()
+    }
+
+    /// The most recent `keep` ticks at or before `at`, looking back no further than
+    /// `window` (to the calendar's start, if it reaches past it), oldest first.
+    pub(crate) fn latest_within(
+        &self,
+        at: DateTime<Utc>,
+        window: TimeDelta,
+        keep: usize,
+    ) -> VecDeque<Tick> {
         let since = at
             .checked_sub_signed(window)
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
-        self.latest_ticks(since, at, 1).pop_back()
+        self.latest_ticks(since, at, keep)
     }
 
     /// The most recent `keep` ticks from `since` to `until` (both included), oldest

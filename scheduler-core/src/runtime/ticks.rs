@@ -237,6 +237,28 @@ pub(crate) struct Running {
     pub(crate) expired: Arc<AtomicBool>,
 }
 
+impl Running {
+    /// The first attempt's run under `lease`, beginning at `started`.
+    fn new(
+        lease: Lease,
+        started: DateTime<Utc>,
+        trigger: Option<crate::control::TriggerId>,
+    ) -> Self {
+        Running {
+            lease,
+            started,
+            cancel: CancellationToken::new(),
+            lost: false,
+            attempt: 1,
+            superseded: false,
+            attempt_token: None,
+            trigger,
+            expiry: tokio::sync::watch::Sender::new(None),
+            expired: Arc::default(),
+        }
+    }
+}
+
 /// One job's ticks.
 #[derive(Debug, Default)]
 pub(crate) struct JobTicks {
@@ -271,11 +293,8 @@ impl JobTicks {
         match cadence.policy.catch_up {
             CatchUp::Skip => {}
             CatchUp::All { max } => {
-                let since = now
-                    .checked_sub_signed(window)
-                    .unwrap_or(DateTime::<Utc>::MIN_UTC);
                 let keep = usize::try_from(max).unwrap_or(usize::MAX);
-                for tick in cadence.schedule.latest_ticks(since, now, keep) {
+                for tick in cadence.schedule.latest_within(now, window, keep) {
                     self.backlog
                         .push_back((tick, tick.at(), cadence.window(tick)));
                 }
@@ -514,18 +533,7 @@ impl JobTicks {
         }
         let took_over = pending.as_ref().is_some_and(|p| p.held_elsewhere);
         let started = pending.map_or(now, |p| p.fire_at.max(now));
-        self.running = Some(Running {
-            lease,
-            started,
-            cancel: CancellationToken::new(),
-            lost: false,
-            attempt: 1,
-            superseded: false,
-            attempt_token: None,
-            trigger: None,
-            expiry: tokio::sync::watch::Sender::new(None),
-            expired: Arc::default(),
-        });
+        self.running = Some(Running::new(lease, started, None));
         Won::Run { took_over }
     }
 
@@ -586,18 +594,7 @@ impl JobTicks {
         if self.running.is_some() {
             return false;
         }
-        self.running = Some(Running {
-            lease,
-            started: now,
-            cancel: CancellationToken::new(),
-            lost: false,
-            attempt: 1,
-            superseded: false,
-            attempt_token: None,
-            trigger: Some(trigger),
-            expiry: tokio::sync::watch::Sender::new(None),
-            expired: Arc::default(),
-        });
+        self.running = Some(Running::new(lease, now, Some(trigger)));
         true
     }
 
@@ -748,18 +745,10 @@ impl JobTicks {
     }
 
     /// Whether the run's lease has expired without a renewal: by `now` on the store's
-    /// clock, or by `local` on the instant the run's task was told
-    /// ([`Running::expiry`]), or the run's task cancelled the run for it.
-    pub(crate) fn expired_unrenewed(
-        &self,
-        now: DateTime<Utc>,
-        local: tokio::time::Instant,
-    ) -> bool {
+    /// clock, or the run's task cancelled the run for it ([`Running::expired`]).
+    pub(crate) fn expired_unrenewed(&self, now: DateTime<Utc>) -> bool {
         self.running.as_ref().is_some_and(|r| {
-            !r.lost
-                && (r.lease.expires_at <= now
-                    || r.expiry.borrow().is_some_and(|at| at <= local)
-                    || r.expired.load(Ordering::Relaxed))
+            !r.lost && (r.lease.expires_at <= now || r.expired.load(Ordering::Relaxed))
         })
     }
 
@@ -1333,10 +1322,10 @@ mod tests {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
-        assert!(j.expired_unrenewed(at(10_000), tokio::time::Instant::now()));
+        assert!(j.expired_unrenewed(at(10_000)));
         assert!(j.on_lost().is_some());
         assert!(j.on_lost().is_none(), "reported once");
-        assert!(!j.expired_unrenewed(at(10_000), tokio::time::Instant::now()));
+        assert!(!j.expired_unrenewed(at(10_000)));
         assert!(j.on_finished().is_some_and(|r| r.lost));
     }
 
@@ -1920,25 +1909,13 @@ mod tests {
             assert_eq!(d.take(1_000_500), Some(1000), "{}", d.name);
             d.win(1_000_510);
             d.j.on_renewed(ms(1_005_000));
-            assert!(
-                !d.j.expired_unrenewed(ms(1_004_999), tokio::time::Instant::now()),
-                "{}",
-                d.name
-            );
-            assert!(
-                d.j.expired_unrenewed(ms(1_005_000), tokio::time::Instant::now()),
-                "{}",
-                d.name
-            );
+            assert!(!d.j.expired_unrenewed(ms(1_004_999)), "{}", d.name);
+            assert!(d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
             assert!(d.j.on_lost().is_some(), "{}", d.name);
             assert!(d.j.on_lost().is_none(), "{}: reported once", d.name);
             // The engine renews only runs not lost, and looks for expiry among them.
             assert!(d.j.running().unwrap().lost);
-            assert!(
-                !d.j.expired_unrenewed(ms(1_005_000), tokio::time::Instant::now()),
-                "{}",
-                d.name
-            );
+            assert!(!d.j.expired_unrenewed(ms(1_005_000)), "{}", d.name);
             assert!(d.j.on_cancel_requested().is_none(), "{}", d.name);
             assert_eq!(d.fail(1_006_000), None, "{}: no retry", d.name);
             let run = d.j.on_finished().unwrap();

@@ -176,9 +176,11 @@ impl Engine {
         self.clock.store_time(self.s.settings.clock.now())
     }
 
-    /// The local instant at which the store's clock reads `at` (now, if it has).
-    fn local(&self, at: DateTime<Utc>) -> Instant {
-        Instant::now() + (at - self.db_now()).to_std().unwrap_or(Duration::ZERO)
+    /// Tells the run's task when its lease expires unless renewed
+    /// ([`Running::expiry`](super::ticks::Running::expiry)), as a local instant.
+    fn tell_expiry(&self, running: &super::ticks::Running) {
+        let at = local_instant(running.lease.expires_at, Instant::now(), self.db_now());
+        running.expiry.send_replace(Some(at));
     }
 
     fn store_ok(&self) {
@@ -405,8 +407,8 @@ impl Engine {
         // cancelled by its own task; the loop records it).
         for r in self.jobs.iter().filter_map(JobTicks::running) {
             if !r.lost {
-                let left = (r.lease.expires_at - db_now).to_std().unwrap_or_default();
-                wake = wake.min(now + left + Duration::from_millis(1));
+                let at = local_instant(r.lease.expires_at, now, db_now);
+                wake = wake.min(at + Duration::from_millis(1));
             }
         }
         if let Some(at) = self.release_wake() {
@@ -434,8 +436,7 @@ impl Engine {
     /// A job's wake-up `at` on the store clock as a local instant (`now` locally is
     /// `db_now` there), not before the take's backoff allows.
     fn job_wake(&self, at: DateTime<Utc>, now: Instant, db_now: DateTime<Utc>) -> Instant {
-        let at = now + (at - db_now).to_std().unwrap_or(Duration::ZERO);
-        at.max(self.take.at.unwrap_or(now))
+        local_instant(at, now, db_now).max(self.take.at.unwrap_or(now))
     }
 
     /// Whether to send the queued releases now: once they have lingered (for more
@@ -575,7 +576,7 @@ impl Engine {
                         Some((expires_at, cancel)) => {
                             self.jobs[i].on_renewed(*expires_at);
                             if let Some(r) = self.jobs[i].running() {
-                                r.expiry.send_replace(Some(self.local(*expires_at)));
+                                self.tell_expiry(r);
                             }
                             if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
                                 info!(job = %self.s.entries[i].name, tick = %r.lease.tick,
@@ -598,9 +599,9 @@ impl Engine {
     /// A lease whose expiry passed without a renewal (the store unreachable) is lost:
     /// another instance may take it now.
     fn expire_unrenewed(&mut self) {
-        let (now, local) = (self.db_now(), Instant::now());
+        let now = self.db_now();
         for i in 0..self.jobs.len() {
-            if self.jobs[i].expired_unrenewed(now, local) {
+            if self.jobs[i].expired_unrenewed(now) {
                 self.lost(i, "the lease expired before it could be renewed");
             }
         }
@@ -668,4 +669,10 @@ pub(super) fn report(
         }
         s.observe.tick_event(&e.name, &event);
     }
+}
+
+/// The local instant at which the store's clock reads `at`, when it reads `db_now`
+/// locally at `now` (`now` itself if `at` has passed).
+fn local_instant(at: DateTime<Utc>, now: Instant, db_now: DateTime<Utc>) -> Instant {
+    now + (at - db_now).to_std().unwrap_or(Duration::ZERO)
 }

@@ -86,9 +86,7 @@ impl Engine {
         let job = e.job.clone();
         let timeout = e.cadence.policy.timeout;
         let grace = self.s.settings.grace;
-        running
-            .expiry
-            .send_replace(Some(self.local(running.lease.expires_at)));
+        self.tell_expiry(running);
         let watchdog = (e.duplicate == Duplicate::NeedsFencing).then(|| Watchdog {
             expiry: running.expiry.subscribe(),
             cancel: running.cancel.clone(),
@@ -138,7 +136,7 @@ impl Engine {
         // lease expired unrenewed lost the lease: neither retried nor released. One
         // that succeeded completes its tick as any other, since the release only
         // marks it done if no other instance took the lease meanwhile.
-        if result.is_err() && self.jobs[i].expired_unrenewed(self.db_now(), Instant::now()) {
+        if result.is_err() && self.jobs[i].expired_unrenewed(self.db_now()) {
             self.lost(i, "the lease expired before it could be renewed");
         }
         if let Err(err) = &result
