@@ -63,8 +63,10 @@ pub struct Row {
 }
 
 impl Row {
-    fn free_for(&self, tick: Tick, now: DateTime<Utc>) -> bool {
-        self.expires_at <= now && (self.tick < tick || (self.tick == tick && !self.completed))
+    /// Whether the row is free for `tick`, its own tick `completed` (its `completed`,
+    /// or the completion a trigger's claim keeps while it holds the row).
+    fn free_for(&self, tick: Tick, now: DateTime<Utc>, completed: bool) -> bool {
+        self.expires_at <= now && (self.tick < tick || (self.tick == tick && !completed))
     }
 }
 
@@ -268,6 +270,8 @@ impl Store for MemoryStore {
                 taken.paused.push(req.name.clone());
                 continue;
             }
+            let completed =
+                |row: &Row| row.completed || tables.keeps_completion(&req.name, &row.holder);
             let fresh = Row {
                 holder: req.holder.clone(),
                 tick: req.tick,
@@ -291,7 +295,7 @@ impl Store for MemoryStore {
                 {
                     taken.won.push(lease(&req.name, row));
                 }
-                Some(row) if row.free_for(req.tick, now) => {
+                Some(row) if row.free_for(req.tick, now, completed(row)) => {
                     *row = Row {
                         token: FencingToken::new(row.token.get() + 1),
                         // A cancel request outlives the takeover, as a column would.
@@ -304,7 +308,7 @@ impl Store for MemoryStore {
                     name: req.name.clone(),
                     tick: row.tick,
                     expires_at: row.expires_at,
-                    completed: row.completed,
+                    completed: completed(row),
                 }),
             }
         }

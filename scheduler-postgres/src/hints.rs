@@ -35,7 +35,7 @@ const HINTS: &[(&[&str], &str)] = &[
     // insufficient_privilege
     (
         &["42501"],
-        "; the database user lacks a right: it needs SELECT, INSERT and UPDATE on the lease table, SELECT on the lease table's _controls table (every take reads the pauses there), and USAGE on their schema",
+        "; the database user lacks a right: it needs SELECT, INSERT and UPDATE on the lease table, SELECT on the lease table's _controls and _triggers tables (every take reads the pauses and the triggered runs there), and USAGE on their schema",
     ),
     // invalid_sql_statement_name, duplicate_prepared_statement
     (

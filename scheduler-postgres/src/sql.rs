@@ -29,12 +29,30 @@ impl Sql {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
         let controls = table.with_suffix("_controls");
+        let triggers = table.with_suffix("_triggers");
+        // Whether a row's tick was completed: released as completed, or held by a
+        // triggered run whose claim took it from a completed tick (the claim keeps that
+        // completion in its trigger row, `prev_released_at`, for the finish to put
+        // back, and leaves the tick as it was). Without the second part, a claimant
+        // that vanished left "this tick, expired, not released", free for the tick
+        // that already ran. The subplan reads the open triggers (few; the partial
+        // index's own condition is spelled out), and only for a row the rest of the
+        // test leaves undecided.
+        let completed = |l: &str| {
+            format!(
+                "({l}.released_at IS NOT NULL OR EXISTS ( \
+                   SELECT 1 FROM {triggers} tg \
+                   WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = {l}.name \
+                     AND tg.holder = {l}.holder AND tg.prev_released_at IS NOT NULL))"
+            )
+        };
         // A lease is free for a tick when it has expired and was taken for an earlier
-        // tick, or for this tick but never released as completed.
+        // tick, or for this tick but never completed.
         let free = |l: &str, tick: &str| {
             format!(
                 "{l}.expires_at <= now() AND ({l}.tick < {tick} \
-                 OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
+                 OR ({l}.tick = {tick} AND NOT {completed}))",
+                completed = completed(l),
             )
         };
         // The held rows are read from the statement's snapshot (before the insert):
@@ -88,7 +106,7 @@ impl Sql {
              FROM won \
              UNION ALL \
              SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
-                    h.name, h.holder, h.tick, h.token, h.expires_at, h.released_at IS NOT NULL, \
+                    h.name, h.holder, h.tick, h.token, h.expires_at, {held_completed}, \
                     false, clock_timestamp() \
              FROM {t} h JOIN req ON h.name = req.name \
              WHERE NOT req.paused AND ({pre}) IS NOT TRUE \
@@ -97,6 +115,7 @@ impl Sql {
              FROM req WHERE req.paused",
             pre = free("h", "req.tick"),
             decide = free("l", "excluded.tick"),
+            held_completed = completed("h"),
         );
         // Renew and release: one UPDATE each, driven by the requested names in name
         // order, each name a probe of the primary key. Every part of `mine` is there

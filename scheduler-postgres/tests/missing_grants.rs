@@ -32,8 +32,9 @@ const WEAK_PASSWORD: &str = "weak-password";
 
 /// The hint of a take refused for a missing right.
 const RIGHTS_HINT: &str = "; the database user lacks a right: it needs SELECT, INSERT and UPDATE \
-                           on the lease table, SELECT on the lease table's _controls table (every \
-                           take reads the pauses there), and USAGE on their schema";
+                           on the lease table, SELECT on the lease table's _controls and \
+                           _triggers tables (every take reads the pauses and the triggered runs \
+                           there), and USAGE on their schema";
 
 /// A role that may only log in and connect to `db` (PostgreSQL 15 no longer lets
 /// PUBLIC create in schema `public`; older servers are made to match).
@@ -135,6 +136,22 @@ async fn a_user_without_create_rights_is_told_which_grant_each_migration_needs()
     exec(
         &admin,
         &format!("GRANT SELECT ON scheduler_leases_controls TO {role}"),
+    )
+    .await;
+    // And the triggered runs (a claim keeps the completion of the tick it took the
+    // lease from there): SELECT on the triggers table.
+    let err = take(&weak_store, &["weak job"], t)
+        .await
+        .expect_err("no SELECT on the triggers");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("permission denied for table scheduler_leases_triggers"),
+        "{msg}"
+    );
+    assert!(msg.ends_with(RIGHTS_HINT), "{msg}");
+    exec(
+        &admin,
+        &format!("GRANT SELECT ON scheduler_leases_triggers TO {role}"),
     )
     .await;
     let keys = take(&weak_store, &["weak job"], t).await.expect("take");

@@ -27,12 +27,29 @@ pub(crate) struct Sql {
 impl Sql {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
+        // Whether a row's tick was completed: released as completed, or held by a
+        // triggered run whose claim took it from a completed tick (the claim keeps that
+        // completion in its trigger row, `prev_released_at`, for the finish to put
+        // back, and leaves the tick as it was). Without the second part, a claimant
+        // that vanished left "this tick, expired, not released", free for the tick
+        // that already ran. Open triggers are few; `state <> 'done'` is the partial
+        // index's own condition, which SQLite needs spelled out to use it.
+        let completed = |l: &str| {
+            format!(
+                "({l}.released_at IS NOT NULL OR EXISTS ( \
+                   SELECT 1 FROM {triggers} AS tg \
+                   WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = {l}.name \
+                     AND tg.holder = {l}.holder AND tg.prev_released_at IS NOT NULL))",
+                triggers = table.with_suffix("_triggers"),
+            )
+        };
         // A lease is free for a tick when it has expired and was taken for an earlier
-        // tick, or for this tick but never released as completed.
+        // tick, or for this tick but never completed.
         let free = |l: &str, tick: &str| {
             format!(
                 "{l}.expires_at <= {NOW} AND ({l}.tick < {tick} \
-                 OR ({l}.tick = {tick} AND {l}.released_at IS NULL))"
+                 OR ({l}.tick = {tick} AND NOT {completed}))",
+                completed = completed(l),
             )
         };
         // A request whose job is paused, for every node (`node = ''`) or for the
@@ -70,9 +87,10 @@ impl Sql {
              WHERE l.holder IS r.value ->> 1 AND l.released_at IS NULL"
         );
         let held = format!(
-            "SELECT l.name, l.tick, l.expires_at, l.released_at IS NOT NULL AS completed \
+            "SELECT l.name, l.tick, l.expires_at, {completed} AS completed \
              FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL"
+             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL",
+            completed = completed("l"),
         );
         // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.
         let mine = "released_at IS NULL \

@@ -80,6 +80,17 @@ impl Tables {
             })
     }
 
+    /// Whether the lease row `name`, held by `holder`, is a triggered run's claim that
+    /// took it from a tick released as completed: the completion the trigger keeps
+    /// (and its finish puts back), which the row's own `completed` no longer shows.
+    pub(super) fn keeps_completion(&self, name: &LeaseName, holder: &Holder) -> bool {
+        self.triggers.iter().any(|r| {
+            r.prev_completed
+                && r.lease.as_ref() == Some(name)
+                && matches!(&r.trigger.state, TriggerState::Running { holder: h, .. } if h == holder)
+        })
+    }
+
     /// Every pause in force, by job and node.
     fn paused_now(&self) -> Vec<Pause> {
         self.controls

@@ -818,7 +818,11 @@ pub async fn a_trigger_leaves_a_completed_tick_completed(a: &SharedStore, b: &Sh
     let vanished = claim(a, trigger.id, &lease, &first, 300)
         .await
         .expect("the lease is free");
+    refused_as_completed(&take_tick(b, &lease, next).await, next);
     wait_until(a, vanished.expires_at).await;
+    // Meanwhile the row reads "tick `next`, expired, not released": the completion is
+    // the trigger's to put back, and `next` is still done.
+    refused_as_completed(&take_tick(b, &lease, next).await, next);
     let again = claim(b, trigger.id, &lease, &second, 60_000)
         .await
         .expect("the claimant's lease expired");
