@@ -64,15 +64,25 @@ impl<E> FencedError<E> {
 pub type FencedFuture<'c, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>;
 
 impl PostgresStore {
-    /// Runs `work` in one short transaction that first checks, under a row lock on the
-    /// lease row (`SELECT … FOR UPDATE`), that `fence`'s lease is still held, unexpired,
-    /// by its holder with its token; then commits `work`'s writes.
+    /// Runs `work` in one transaction that commits only while `fence`'s lease is
+    /// still held, unexpired, by its holder with its token.
     ///
-    /// A takeover of the lease waits for the row lock, so it is ordered after a
-    /// fenced write that passed the check; a write by a holder whose lease was taken
-    /// since fails with [`FencedError::LeaseLost`] and writes nothing.
+    /// The lease is checked twice. Before `work`, a plain read refuses a lease
+    /// already lost without running the work. After it, just before `COMMIT`, the
+    /// lease row is read again under a row lock (`SELECT … FOR UPDATE`, against the
+    /// database's clock at that moment): a takeover that committed meanwhile fails
+    /// the check, and a later one waits for the lock, so it is ordered after a
+    /// fenced write that passed it. A write by a holder whose lease was taken fails
+    /// with [`FencedError::LeaseLost`] and writes nothing.
     ///
-    /// Keep `work` short: it holds a pooled connection and the lease row's lock.
+    /// The row lock is held only from that check to the commit, never while `work`
+    /// runs: the instance's renewals (one statement for all its leases, which would
+    /// wait for the lock) go through while a long `work` runs, and keep its lease.
+    ///
+    /// Keep `work` reasonably short all the same: it holds a pooled connection, and a
+    /// pause between two of its statements longer than the store's
+    /// [`idle_transaction_timeout`](crate::PostgresOptions::idle_transaction_timeout)
+    /// ends the transaction.
     ///
     /// ```no_run
     /// use scheduler_postgres::{Fence, FencedError, PostgresStore};
@@ -92,9 +102,10 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`FencedError::LeaseLost`] if the lease is no longer held with this token,
-    /// [`FencedError::Work`] if `work` fails, [`FencedError::Store`] if the database
-    /// does. The transaction is rolled back in every case (also if `work` panics:
-    /// the transaction is dropped, which rolls it back).
+    /// before or after `work`, [`FencedError::Work`] if `work` fails,
+    /// [`FencedError::Store`] if the database does. The transaction is rolled back in
+    /// every case (also if `work` panics: the transaction is dropped, which rolls it
+    /// back).
     pub async fn fenced<T, E, F>(&self, fence: &Fence, work: F) -> Result<T, FencedError<E>>
     where
         F: for<'c> FnOnce(&'c DatabaseTransaction) -> FencedFuture<'c, T, E> + Send,
@@ -104,29 +115,16 @@ impl PostgresStore {
         let statement =
             |source| FencedError::Store(Error::statement("run a fenced transaction", source));
         let txn = self.begin().await.map_err(statement)?;
-        let check = Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            format!(
-                "SELECT 1 AS held FROM {} WHERE name = $1 AND holder = $2 AND token = $3 \
-                 AND released_at IS NULL AND expires_at > now() FOR UPDATE",
-                self.table().quoted()
-            ),
-            [
-                fence.name.as_str().into(),
-                fence.holder.as_str().into(),
-                fence.token.get().into(),
-            ],
-        );
-        let held = txn.query_one_raw(check).await.map_err(statement)?.is_some();
-        if !held {
+        if !self.holds(&txn, fence, false).await.map_err(statement)? {
             txn.rollback().await.map_err(statement)?;
-            return Err(FencedError::LeaseLost {
-                name: fence.name.to_string(),
-                token: fence.token.get(),
-            });
+            return Err(lost(fence));
         }
         match work(&txn).await {
             Ok(value) => {
+                if !self.holds(&txn, fence, true).await.map_err(statement)? {
+                    txn.rollback().await.map_err(statement)?;
+                    return Err(lost(fence));
+                }
                 txn.commit().await.map_err(statement)?;
                 Ok(value)
             }
@@ -135,5 +133,39 @@ impl PostgresStore {
                 Err(FencedError::Work(err))
             }
         }
+    }
+
+    /// Whether `fence`'s lease is held, unexpired on the database's clock now, by its
+    /// holder with its token, read in `txn`; `locked`: under `FOR UPDATE`.
+    async fn holds(
+        &self,
+        txn: &DatabaseTransaction,
+        fence: &Fence,
+        locked: bool,
+    ) -> Result<bool, sea_orm::DbErr> {
+        let lock = if locked { " FOR UPDATE" } else { "" };
+        let sql = format!(
+            "SELECT 1 AS held FROM {} WHERE name = $1 AND holder = $2 AND token = $3 \
+             AND released_at IS NULL AND expires_at > clock_timestamp(){lock}",
+            self.table().quoted()
+        );
+        let check = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            [
+                fence.name.as_str().into(),
+                fence.holder.as_str().into(),
+                fence.token.get().into(),
+            ],
+        );
+        Ok(txn.query_one_raw(check).await?.is_some())
+    }
+}
+
+/// The refusal of a write whose lease is no longer held with its token.
+fn lost<E>(fence: &Fence) -> FencedError<E> {
+    FencedError::LeaseLost {
+        name: fence.name.to_string(),
+        token: fence.token.get(),
     }
 }

@@ -48,10 +48,11 @@ pub struct PostgresOptions {
     /// How long a transaction the store opens may sit idle, waiting for its client,
     /// before the server ends the session (`SET LOCAL
     /// idle_in_transaction_session_timeout`). Default 10 s. A client paused (a GC
-    /// pause, SIGSTOP, a cut network) inside a
-    /// [`fenced`](crate::PostgresStore::fenced) transaction, or between a statement
-    /// and its `COMMIT` behind PgBouncer, would otherwise keep its lease row locks and
-    /// hold up every other instance's takes; the ended session rolls back, so nothing
+    /// pause, SIGSTOP, a cut network) between a
+    /// [`fenced`](crate::PostgresStore::fenced) transaction's last check and its
+    /// `COMMIT`, inside a [`Keyed`](crate::Keyed) chunk, or between a statement and
+    /// its `COMMIT` behind PgBouncer, would otherwise keep its row or advisory locks
+    /// and hold up other instances; the ended session rolls back, so nothing
     /// half-done commits. Keep fenced and keyed work below it between statements.
     pub idle_transaction_timeout: Duration,
     /// The server-side bound on every lease statement (`statement_timeout`, lock

@@ -1,8 +1,9 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-//! A holder paused inside its fenced transaction (a GC pause, SIGSTOP, a cut network)
-//! keeps its lease row locked; the server ends its idle transaction after the store's
-//! `idle_transaction_timeout`, so other instances' takes are held up for that long at
-//! most (not until the holder wakes), and the paused write never commits.
+//! A fenced transaction locks its lease row only from its last check to its commit,
+//! never while its work runs: a holder paused inside the work (a GC pause, SIGSTOP, a
+//! cut network) holds up no other instance's take, and a slow work holds up none of
+//! its own instance's renewals. The write of a holder whose lease was taken meanwhile
+//! is refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +18,10 @@ use tokio::sync::Notify;
 const LIMIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout() {
+async fn a_paused_fenced_transaction_holds_up_no_take() {
     let db = TestDb::new().await;
-    let options = || {
-        PostgresOptions::default()
-            .max_connections(2)
-            .idle_transaction_timeout(Duration::from_secs(1))
-    };
+    // The default idle timeout (10 s): A's transaction outlives its pause.
+    let options = || PostgresOptions::default().max_connections(2);
     let a = PostgresStore::connect(db.url(), options())
         .await
         .expect("a");
@@ -51,8 +49,8 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
         token: held[0].token,
     };
 
-    // A enters its fenced transaction (the lease row is now locked) and "pauses"
-    // between statements until the test wakes it.
+    // A enters its fenced transaction and "pauses" in its work until the test wakes
+    // it.
     let (entered_tx, entered) = tokio::sync::oneshot::channel();
     let wake = Arc::new(Notify::new());
     let woken = wake.clone();
@@ -75,8 +73,7 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
     entered.await.expect("in the fenced transaction");
 
     // Meanwhile A's lease expires and B asks for x (and y) at a later tick, in one
-    // batch. The row lock holds the batch up until the server ends A's idle
-    // transaction, after about a second; A stays paused until the take is done.
+    // batch. A holds no lock on x's row; A stays paused until the take is done.
     let deadline = tokio::time::Instant::now() + LIMIT;
     let later = loop {
         let now = b.now().await.expect("now");
@@ -89,9 +86,10 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // A take held up by the row lock past the store's bound on a lease statement
-    // (a quarter of the ttl) fails with a statement timeout, as the runtime's would,
-    // and is asked again, until A's transaction is gone.
+    // A take held up past the store's bound on a lease statement (a quarter of the
+    // ttl; a busy machine) fails with a statement timeout, as the runtime's would,
+    // and is asked again. (When the work held the row lock, every take failed so
+    // until the server ended A's idle transaction.)
     let began = tokio::time::Instant::now();
     let deadline = began + LIMIT;
     let mut timed_out = 0;
@@ -111,7 +109,7 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
         );
     };
     eprintln!(
-        "take waited {:?} for the paused holder's row lock ({timed_out} statement timeouts)",
+        "take went through after {:?} ({timed_out} statement timeouts)",
         began.elapsed()
     );
     assert_eq!(taken.won.len(), 2, "{taken:?}");
@@ -120,10 +118,14 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
         "A was still paused when B's take went through"
     );
 
-    // When A wakes, its transaction is gone: the write is refused, nothing committed.
+    // When A wakes, its transaction is still open (the server had no reason to end
+    // it), and the check after its work refuses the write: nothing committed.
     wake.notify_one();
     let result = paused.await.expect("join");
-    assert!(result.is_err(), "{result:?}");
+    assert!(
+        result.as_ref().is_err_and(|e| e.is_lease_lost()),
+        "{result:?}"
+    );
     let row = admin
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
@@ -133,4 +135,99 @@ async fn a_paused_fenced_transaction_holds_up_takes_only_until_its_idle_timeout(
         .expect("count")
         .expect("row");
     assert_eq!(row.try_get::<i64>("", "n").expect("n"), 0);
+}
+
+/// A fenced transaction whose work takes longer than the bound on a lease statement
+/// does not hold up the renewal of the instance's leases: the renewal of a batch
+/// (the held lease and another) goes through while the work runs, and the write
+/// commits after it, under the renewed lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_fenced_transaction_does_not_hold_up_renewals() {
+    let db = TestDb::new().await;
+    let store = PostgresStore::connect(
+        db.url(),
+        PostgresOptions::default()
+            .max_connections(3)
+            .statement_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("store");
+    let admin = Database::connect(db.direct_url()).await.expect("admin");
+    admin
+        .execute_unprepared("CREATE TABLE payouts (token bigint NOT NULL)")
+        .await
+        .expect("table");
+
+    let (x, y) = (LeaseName::new("x").unwrap(), LeaseName::new("y").unwrap());
+    let now = store.now().await.expect("now");
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let held = store
+        .take(
+            &[
+                TakeRequest::new(x.clone(), Tick::new(now)),
+                TakeRequest::new(y.clone(), Tick::new(now)),
+            ],
+            ttl,
+        )
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(held.len(), 2);
+    let on_x = held.iter().find(|l| l.name == x).expect("x");
+    let fence = Fence {
+        name: x.clone(),
+        holder: on_x.holder.clone(),
+        token: on_x.token,
+    };
+
+    // The work waits until the test wakes it: well past the 300 ms bound.
+    let (entered_tx, entered) = tokio::sync::oneshot::channel();
+    let wake = Arc::new(Notify::new());
+    let woken = wake.clone();
+    let writer = store.clone();
+    let slow = tokio::spawn(async move {
+        writer
+            .fenced(&fence, |txn| {
+                Box::pin(async move {
+                    let _ = entered_tx.send(());
+                    woken.notified().await;
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        "INSERT INTO payouts (token) VALUES ($1)",
+                        [1i64.into()],
+                    ))
+                    .await
+                    .map(drop)
+                })
+            })
+            .await
+    });
+    entered.await.expect("in the fenced transaction");
+
+    // Renewals while the work runs, over a few bounds' worth of time.
+    let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
+    for round in 0..4 {
+        let renewed = store
+            .renew(&keys, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("renewal {round} failed while a fenced write ran: {e}"));
+        let mut names: Vec<_> = renewed.iter().map(|r| r.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec![x.clone(), y.clone()], "renewal {round}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+
+    wake.notify_one();
+    slow.await
+        .expect("join")
+        .expect("the write commits under the renewed lease");
+    let row = admin
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n FROM payouts",
+        ))
+        .await
+        .expect("count")
+        .expect("row");
+    assert_eq!(row.try_get::<i64>("", "n").expect("n"), 1);
 }

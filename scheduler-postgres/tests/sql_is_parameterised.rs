@@ -32,6 +32,18 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "decide",
         "sql.rs: a SQL fragment built from literals and `{l}`/`{tick}`",
     ),
+    (
+        "completed",
+        "sql.rs: a SQL fragment built from literals, `{l}` and `{triggers}`",
+    ),
+    (
+        "held_completed",
+        "sql.rs: a SQL fragment built from literals, `{l}` and `{triggers}`",
+    ),
+    (
+        "lock",
+        "fenced.rs: one of two literals (\"\", \" FOR UPDATE\")",
+    ),
     ("l", "sql.rs: a table alias literal (\"h\", \"l\")"),
     (
         "tick",
