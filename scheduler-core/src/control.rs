@@ -341,7 +341,10 @@ impl ScheduleRow {
 /// Parses a policy written in `#[job]`'s key syntax: comma-separated `key = value`
 /// pairs, values quoted or not — `catch_up` (`skip`, `latest`, `all`),
 /// `catch_up_max`, `overlap` (`skip`, `buffer_one`, `cancel_running`, `concurrent`),
-/// `max_concurrent`, `retry`, `retry_backoff`, `timeout`. Empty: the default.
+/// `max_concurrent`, `retry`, `retry_backoff`, `timeout`. Empty: the default. As in
+/// `#[job]`, `catch_up = "all"` without `catch_up_max` keeps at most
+/// [`scheduler_spec::DEFAULT_CATCH_UP_MAX`] (10) ticks, and a value `#[job]` refuses
+/// (a zero, or a `catch_up_max` above [`scheduler_spec::MAX_CATCH_UP`]) is refused.
 ///
 /// # Errors
 /// A message naming the key or value that is wrong.
@@ -381,7 +384,7 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<crate::Policy, String
         (None | Some("latest"), None) => CatchUp::Latest,
         (Some("skip"), None) => CatchUp::Skip,
         (Some("all"), max) => CatchUp::All {
-            max: max.unwrap_or(u32::MAX),
+            max: max.unwrap_or(scheduler_spec::DEFAULT_CATCH_UP_MAX),
         },
         (_, Some(_)) => return Err("catch_up_max needs catch_up = \"all\"".into()),
         (Some(other), None) => return Err(format!("catch_up = {other:?}: skip, latest or all")),
@@ -409,6 +412,21 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<crate::Policy, String
         (None, Some(_)) => return Err("retry_backoff needs retry".into()),
         (None, None) => None,
     };
+    // What `build()` refuses in a job's timing that the policy alone decides (the
+    // rules that need the period are checked when the schedule becomes a job).
+    scheduler_spec::check_timing(&scheduler_spec::Timing {
+        timeout: policy.timeout,
+        retry: policy.retry.map(|r| (r.attempts, r.backoff)),
+        catch_up_max: match policy.catch_up {
+            CatchUp::All { max } => Some(max),
+            _ => None,
+        },
+        ..scheduler_spec::Timing::default()
+    })
+    .map_err(|e| e.to_string())?;
+    if policy.overlap == (Overlap::Concurrent { max: 0 }) {
+        return Err(scheduler_spec::TimingError::ZeroConcurrency.to_string());
+    }
     Ok(policy)
 }
 
@@ -710,6 +728,37 @@ mod tests {
         assert!(policy_from_spec("catch_up_max = 2").is_err());
         assert!(policy_from_spec("retry_backoff = 1s").is_err());
         assert!(policy_from_spec("colour = blue").is_err());
+    }
+
+    /// `catch_up = "all"` without a `max` means what it means in `#[job]` (10), not
+    /// "every tick" (which kept up to four billion ticks at start-up); and what
+    /// `build()` refuses in a job's timing is refused when the schedule is stored.
+    #[test]
+    fn policies_are_bounded_like_the_macros() {
+        assert_eq!(
+            policy_from_spec("catch_up = all").unwrap().catch_up,
+            CatchUp::All { max: 10 }
+        );
+        for wrong in [
+            "catch_up = all, catch_up_max = 0",
+            "catch_up = all, catch_up_max = 100001",
+            "timeout = 0s",
+            "retry = 0",
+            "retry = 2, retry_backoff = 0s",
+            "overlap = concurrent, max_concurrent = 0",
+        ] {
+            let err = policy_from_spec(wrong).err();
+            assert!(err.is_some(), "{wrong}");
+            let mut row = ScheduleRow::new("r", "h", "every 30s");
+            row.policy = wrong.into();
+            assert!(row.check().is_err(), "{wrong}");
+        }
+        assert_eq!(
+            policy_from_spec("catch_up = all, catch_up_max = 100000")
+                .unwrap()
+                .catch_up,
+            CatchUp::All { max: 100_000 }
+        );
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub enum CatchUp {
     /// missed). At start-up, the lease row tells which ticks nobody took: each is
     /// taken in turn, oldest first.
     All {
-        /// At most this many ticks are kept to be caught up.
+        /// At most this many ticks are kept to be caught up: from 1 to
+        /// [`scheduler_spec::MAX_CATCH_UP`] (100,000); `build()` refuses others.
         max: u32,
     },
 }

@@ -109,6 +109,11 @@ fn timing_that_cannot_work_is_refused_by_build() {
         Policy::default().retry(0, Duration::from_millis(100)),
         Policy::default().retry(2, Duration::from_secs(1)),
         Policy::default().catch_up(CatchUp::All { max: 0 }),
+        // Would keep (and walk to find) up to four billion ticks at start-up.
+        Policy::default().catch_up(CatchUp::All { max: u32::MAX }),
+        Policy::default().catch_up(CatchUp::All {
+            max: scheduler_spec::MAX_CATCH_UP + 1,
+        }),
         Policy::default().overlap(scheduler_core::Overlap::Concurrent { max: 0 }),
     ];
     for policy in cases {
@@ -121,6 +126,15 @@ fn timing_that_cannot_work_is_refused_by_build() {
             "{policy:?}: {err:?}"
         );
     }
+    builder(&store)
+        .job_with_policy(
+            Probe::new("most", &store, &log),
+            Policy::default().catch_up(CatchUp::All {
+                max: scheduler_spec::MAX_CATCH_UP,
+            }),
+        )
+        .build()
+        .expect("the largest catch-up builds");
     let fine = Policy::default()
         .catch_up(CatchUp::All { max: 3 })
         .retry(2, Duration::from_millis(200))

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use proc_macro2::{Span, TokenStream};
-use scheduler_spec::{CronExpr, CronSchedule, Every, Timing, TimingError, Tz};
+use scheduler_spec::{
+    CronExpr, CronSchedule, DEFAULT_CATCH_UP_MAX, Every, Timing, TimingError, Tz,
+};
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
@@ -36,9 +38,6 @@ const KEYS: [&str; 16] = [
     "timeout",
     "state",
 ];
-
-/// How many missed ticks `catch_up = "all"` runs when `catch_up_max` is not given.
-const DEFAULT_CATCH_UP_MAX: u32 = 10;
 
 /// The wait before the first retry when `retry` is given without `retry_backoff`.
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(1);
@@ -544,7 +543,9 @@ impl Setters {
                         None => (value_at(&self.retry), true),
                     }
                 }
-                TimingError::ZeroCatchUpMax => (value_at(&self.catch_up_max), false),
+                TimingError::ZeroCatchUpMax | TimingError::CatchUpMaxTooLarge { .. } => {
+                    (value_at(&self.catch_up_max), false)
+                }
                 _ => (None, false),
             };
             let note = if default_backoff {

@@ -2,6 +2,17 @@
 
 use std::time::Duration;
 
+/// The largest `max` of a catch-up policy that runs every missed tick. The ticks to
+/// catch up are found and kept at start-up, and after a resume: a bound keeps that
+/// work and memory small whatever the schedule and the window. More missed ticks
+/// than this are a backfill's work, which takes them in chunks.
+pub const MAX_CATCH_UP: u32 = 100_000;
+
+/// How many missed ticks a catch-up policy that runs every missed tick keeps when
+/// no `max` is given (`catch_up = "all"` in `#[job]` and in a dynamic schedule's
+/// policy).
+pub const DEFAULT_CATCH_UP_MAX: u32 = 10;
+
 /// A job's timing settings, as far as they can contradict each other.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timing {
@@ -73,6 +84,14 @@ pub enum TimingError {
         "catching up on all missed ticks with `max` 0 catches up on none; give a `max` of at least 1, or choose skip"
     )]
     ZeroCatchUpMax,
+    /// Catch up on more ticks than [`MAX_CATCH_UP`].
+    #[error(
+        "catching up on all missed ticks with `max` {max} keeps more than {MAX_CATCH_UP} ticks at start-up; give a `max` of at most {MAX_CATCH_UP}, and run a backfill for more"
+    )]
+    CatchUpMaxTooLarge {
+        /// The `max` given.
+        max: u32,
+    },
 }
 
 /// Checks that a job's timing settings can work together.
@@ -120,8 +139,10 @@ pub fn check_timing(timing: &Timing) -> Result<(), TimingError> {
             return Err(TimingError::BackoffNotShorterThanPeriod { backoff, period });
         }
     }
-    if timing.catch_up_max == Some(0) {
-        return Err(TimingError::ZeroCatchUpMax);
+    match timing.catch_up_max {
+        Some(0) => return Err(TimingError::ZeroCatchUpMax),
+        Some(max) if max > MAX_CATCH_UP => return Err(TimingError::CatchUpMaxTooLarge { max }),
+        _ => {}
     }
     Ok(())
 }
@@ -196,6 +217,22 @@ mod tests {
                     ..every(S)
                 },
                 Some(TimingError::ZeroCatchUpMax),
+            ),
+            (
+                Timing {
+                    catch_up_max: Some(MAX_CATCH_UP + 1),
+                    ..every(S)
+                },
+                Some(TimingError::CatchUpMaxTooLarge {
+                    max: MAX_CATCH_UP + 1,
+                }),
+            ),
+            (
+                Timing {
+                    catch_up_max: Some(MAX_CATCH_UP),
+                    ..every(S)
+                },
+                None,
             ),
             (
                 Timing {
