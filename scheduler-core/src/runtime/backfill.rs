@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use super::Entry;
 use super::Outcome;
 use super::Scheduler;
 use super::Settings;
@@ -132,6 +133,20 @@ struct Job {
     job: Arc<dyn Idempotent>,
 }
 
+impl Job {
+    fn of(e: &Entry) -> Self {
+        Self {
+            name: e.name.clone(),
+            lease: e.lease.clone(),
+            schedule: e.schedule.clone(),
+            policy: e.cadence.policy,
+            holder_prefix: e.cadence.holder_prefix.clone(),
+            duplicate: e.duplicate,
+            job: e.job.clone(),
+        }
+    }
+}
+
 impl fmt::Debug for Backfiller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let jobs: Vec<&str> = self.inner.jobs.iter().map(|j| &*j.name).collect();
@@ -147,19 +162,17 @@ impl Scheduler {
     /// task) before [`run_until`](Self::run_until) takes the scheduler: backfills then
     /// run beside the live schedule.
     pub fn backfiller(&self) -> Backfiller {
-        let jobs = self
-            .entries
-            .iter()
-            .map(|e| Job {
-                name: e.name.clone(),
-                lease: e.lease.clone(),
-                schedule: e.schedule.clone(),
-                policy: e.cadence.policy,
-                holder_prefix: e.cadence.holder_prefix.clone(),
-                duplicate: e.duplicate,
-                job: e.job.clone(),
-            })
-            .collect();
+        self.backfiller_with(self.entries.iter().map(Job::of).collect())
+    }
+
+    /// A backfiller of entry `i`'s job alone, as that entry reads now: what the
+    /// engine catches a resumed job up with (by name, a dynamic schedule changed or
+    /// removed and added again would find the entry it replaced).
+    pub(crate) fn backfiller_of(&self, i: usize) -> Backfiller {
+        self.backfiller_with(self.entries.get(i).map(Job::of).into_iter().collect())
+    }
+
+    fn backfiller_with(&self, jobs: Vec<Job>) -> Backfiller {
         Backfiller {
             inner: Arc::new(Inner {
                 store: self.store.clone(),

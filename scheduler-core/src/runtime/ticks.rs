@@ -273,6 +273,10 @@ pub(crate) struct JobTicks {
     /// The tick that came due during the run and waits for it to end
     /// ([`Overlap::BufferOne`]).
     buffered: Option<Due>,
+    /// No tick is taken before its instant ([`CatchUp::All`]): a tick taken ahead,
+    /// then paused over, would run live and in the pause's catch-up too (whose
+    /// range is the pause's, by tick instants).
+    not_before_instant: bool,
 }
 
 /// A tick, the instant (store clock) it fires, and its window.
@@ -285,6 +289,7 @@ impl JobTicks {
     /// (the most recent `max`, oldest first), [`CatchUp::Skip`] none. Then the ticks
     /// after now.
     pub(crate) fn start(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
+        self.not_before_instant = matches!(cadence.policy.catch_up, CatchUp::All { .. });
         let window = cadence
             .schedule
             .next_after(now)
@@ -365,6 +370,19 @@ impl JobTicks {
         Some(old)
     }
 
+    /// How long before its fire time the idle job's next tick `due` may be taken:
+    /// `ahead`, at most half its window, and never before its instant when
+    /// [`not_before_instant`](Self::not_before_instant).
+    fn early(&self, due: Due, ahead: TimeDelta) -> TimeDelta {
+        let (tick, at, window) = due;
+        let early = ahead.min(window / 2).max(TimeDelta::zero());
+        if self.not_before_instant {
+            early.min(at - tick.at()).max(TimeDelta::zero())
+        } else {
+            early
+        }
+    }
+
     fn advance_from(&mut self, cadence: &Cadence, after: DateTime<Utc>) {
         self.next = cadence
             .schedule
@@ -403,7 +421,7 @@ impl JobTicks {
                 && self.backlog.is_empty()
                 && self.buffered.is_none();
             let early = if idle {
-                ahead.min(window / 2).max(TimeDelta::zero())
+                self.early((tick, at, window), ahead)
             } else {
                 TimeDelta::zero()
             };
@@ -537,10 +555,19 @@ impl JobTicks {
         Won::Run { took_over }
     }
 
-    /// The store refused the pending tick because the job is paused: the tick is
-    /// dropped (counted paused). Its holder is released if an earlier take of it
-    /// went unanswered (the store may have granted it before the pause).
-    pub(crate) fn on_paused(&mut self, events: &mut Vec<TickEvent>) {
+    /// The store refused the pending tick at `now` because the job is paused. A
+    /// take answered ahead of the tick's instant asks again at that instant (a
+    /// resume may come in between, and the tick is then the resumed job's first,
+    /// after the pause's catch-up range, which ends at the resume); otherwise the
+    /// tick is dropped (counted paused), and its holder is released if an earlier
+    /// take of it went unanswered (the store may have granted it before the pause).
+    pub(crate) fn on_paused(&mut self, now: DateTime<Utc>, events: &mut Vec<TickEvent>) {
+        if let Some(p) = &mut self.pending
+            && now < p.tick.at()
+        {
+            p.retry_at = Some(p.tick.at());
+            return;
+        }
         if let Some(old) = self.drop_pending(events) {
             events.push(TickEvent::Paused { tick: old.tick });
         }
@@ -773,13 +800,13 @@ impl JobTicks {
                 .or(self.buffered.as_ref())
                 .map(|(_, at, _)| *at),
         };
-        let next = self.next.map(|(_, at, window)| {
+        let next = self.next.map(|(tick, at, window)| {
             if self.pending.is_none()
                 && self.running.is_none()
                 && self.backlog.is_empty()
                 && self.buffered.is_none()
             {
-                at - ahead.min(window / 2).max(TimeDelta::zero())
+                at - self.early((tick, at, window), ahead)
             } else {
                 at
             }
@@ -2072,7 +2099,7 @@ mod tests {
     fn a_paused_take_drops_the_tick_as_paused_not_missed() {
         let (mut j, c, mut ev) = started();
         let (tick, _) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
-        j.on_paused(&mut ev);
+        j.on_paused(ms(1_000_500), &mut ev);
         assert_eq!(ev, [TickEvent::Paused { tick }]);
         ev.clear();
         // Nothing due until the next tick; the dropped one is not reported again.
@@ -2085,11 +2112,35 @@ mod tests {
     }
 
     #[test]
+    fn a_take_ahead_refused_as_paused_asks_again_at_the_fire_time() {
+        let (mut j, c, mut ev) = started();
+        j.due(&c, ms(1_000_500), Z, &mut ev);
+        j.on_paused(ms(1_000_500), &mut ev);
+        ev.clear();
+        // Tick 1010 taken 100 ms ahead, refused as paused: nothing is dropped, and
+        // nothing is asked again before its instant.
+        let ahead = TimeDelta::milliseconds(100);
+        let (tick, holder) = j.due(&c, ms(1_009_900), ahead, &mut ev).unwrap();
+        assert_eq!(tick.at(), at(1_010));
+        j.on_paused(ms(1_009_900), &mut ev);
+        assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(j.due(&c, ms(1_009_950), ahead, &mut ev), None);
+        // At its instant it is asked again, as the same holder; refused then, it is
+        // dropped as paused.
+        assert_eq!(
+            j.due(&c, ms(1_010_000), ahead, &mut ev),
+            Some((tick, holder))
+        );
+        j.on_paused(ms(1_010_000), &mut ev);
+        assert_eq!(ev, [TickEvent::Paused { tick }]);
+    }
+
+    #[test]
     fn a_take_unanswered_then_paused_releases_its_holder() {
         let (mut j, c, mut ev) = started();
         let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
         j.on_unanswered();
-        j.on_paused(&mut ev);
+        j.on_paused(ms(1_000_500), &mut ev);
         assert_eq!(
             ev,
             [
@@ -2107,10 +2158,10 @@ mod tests {
         let mut ev = Vec::new();
         // The start-up tick is paused; then paused until 1,055.5 s.
         j.due(&c, ms(1_000_500), Z, &mut ev);
-        j.on_paused(&mut ev);
+        j.on_paused(ms(1_000_500), &mut ev);
         j.due(&c, ms(1_055_000), Z, &mut ev);
         while j.pending.is_some() {
-            j.on_paused(&mut ev);
+            j.on_paused(ms(1_055_000), &mut ev);
             j.due(&c, ms(1_055_000), Z, &mut ev);
         }
         j.on_resumed(&c, at(1_000), ms(1_055_500));

@@ -32,6 +32,12 @@ use crate::runtime::ticks::JobTicks;
 /// How many dynamic schedule rows one turn of the loop applies at most.
 const APPLY_CHUNK: usize = 2_000;
 
+/// How long a pending trigger of a job whose overlap policy skips must keep finding
+/// the job's lease held before it is recorded skipped. A run that just ended holds
+/// its lease until its release goes out (within the release linger, 100 ms, on
+/// whichever instance ran it): a trigger made in that moment found nothing running.
+const SKIP_CONFIRM: Duration = Duration::from_secs(1);
+
 /// The loop's side of the controls.
 pub(super) struct ControlLoop {
     every: Duration,
@@ -62,6 +68,9 @@ pub(super) struct ControlLoop {
     /// their end took longer than their lease (another instance may then take it
     /// over, as it would a vanished holder's).
     ran_here: HashSet<TriggerId>,
+    /// Pending triggers refused under [`Overlap::Skip`], when first refused: recorded
+    /// skipped once still refused [`SKIP_CONFIRM`] later.
+    refused_at: HashMap<TriggerId, Instant>,
     /// Whether this instance's handlers are registered with the store.
     registered: bool,
     /// Dynamic schedule rows read and not yet applied, oldest first.
@@ -109,6 +118,7 @@ impl ControlLoop {
         Self {
             by_name,
             ran_here: HashSet::new(),
+            refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
             catch_ups: Vec::new(),
             every,
@@ -303,7 +313,7 @@ impl Engine {
         let (from, to, job) = (from.at(), to.at(), e.name.to_string());
         info!(job = %job, paused_since = %since, ticks = ticks.len(),
             "job resumed: catching up every tick paused over, each under a lease of its own");
-        let backfiller = self.s.backfiller();
+        let backfiller = self.s.backfiller_of(i);
         let options = BackfillOptions::default().concurrency(1);
         let task = tokio::spawn(async move {
             match backfiller.backfill(&job, from, to, options).await {
@@ -358,6 +368,11 @@ impl Engine {
     /// overlap policy says: skipped, or asked again at the next poll (a running
     /// run asked to stop first, for "cancel running").
     async fn claim_triggers(&mut self) {
+        // A run of this instance that ended holds its lease until its release goes
+        // out: sent first, so that a trigger made meanwhile finds the lease free.
+        if self.ctl.as_ref().is_some_and(|c| !c.waiting.is_empty()) && !self.to_release.is_empty() {
+            self.flush_releases().await;
+        }
         let Some(ctl) = &mut self.ctl else {
             return;
         };
@@ -437,6 +452,8 @@ impl Engine {
             }
         }
         if let Some(ctl) = &mut self.ctl {
+            let still: HashSet<TriggerId> = keep.iter().map(|t| t.id).collect();
+            ctl.refused_at.retain(|id, _| still.contains(id));
             ctl.waiting = keep;
         }
     }
@@ -448,6 +465,18 @@ impl Engine {
         // The job's policy: a slot of a concurrent job has `Skip` of its own.
         match e.job_policy.overlap {
             Overlap::Skip => {
+                // First refused now, or not long ago: asked again a moment later,
+                // in case the lease is held by a run that just ended.
+                let Some(ctl) = &mut self.ctl else {
+                    return;
+                };
+                let now = Instant::now();
+                let first = *ctl.refused_at.entry(trigger.id).or_insert(now);
+                if now < first + SKIP_CONFIRM {
+                    ctl.next = ctl.next.min(first + SKIP_CONFIRM);
+                    keep.push(trigger);
+                    return;
+                }
                 let (store, id) = (self.s.store.clone(), trigger.id);
                 let call = async move {
                     match store.controls() {

@@ -181,13 +181,16 @@ impl Engine {
             .map(|h| (h.name.clone(), h))
             .collect();
         let paused: HashSet<_> = taken.paused.into_iter().collect();
+        // A pause is decided on the store's own clock, as it answered (the local
+        // estimate may be a little behind it).
+        let paused_at = taken.now.unwrap_or(answered);
         let mut events = Vec::new();
         for i in asked {
             let e = &self.s.entries[i];
             match won.remove(&e.lease) {
                 Some(lease) => self.start(i, lease, answered),
                 None if paused.contains(&e.lease) => {
-                    self.jobs[i].on_paused(&mut events);
+                    self.jobs[i].on_paused(paused_at, &mut events);
                     report(
                         &self.s,
                         &mut self.to_release,

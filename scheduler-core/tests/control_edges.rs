@@ -1,0 +1,270 @@
+//! Operators' controls at the edges of a tick: a resume just before a tick that was
+//! taken ahead while paused, a pause just after a tick was taken ahead, a catch-up
+//! of a dynamic schedule changed before its pause, a trigger made just after the
+//! job's run ended, and a triggered run cut by a graceful shutdown.
+//!
+//! On the in-memory store, on paused tokio time. Each was found by an adversarial
+//! review and failed before its fix.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use scheduler_core::{
+    CatchUp, ControlRequest, Controls, JobContext, Outcome, Policy, ScheduleRow, TriggerState,
+};
+use support::{Log, Probe, builder, mid_second, runs, store};
+
+const POLL: Duration = Duration::from_millis(200);
+
+async fn sleep(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// A tick is taken a little ahead of its instant. Refused then because the job is
+/// paused, it is asked again at its instant: the job resumed meanwhile runs it.
+#[tokio::test(start_paused = true)]
+async fn the_first_tick_after_a_resume_runs() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(Probe::new("every1s", &store, &log))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            sleep(1_000).await;
+            s.pause(&ControlRequest::new("every1s", "ops"))
+                .await
+                .expect("pause");
+            // Resumed 5 ms before a whole second: that tick was asked for already.
+            sleep(2_495).await;
+            s.resume(&ControlRequest::new("every1s", "ops"), false)
+                .await
+                .expect("resume");
+            let resumed_at = s.clock().now();
+            sleep(3_000).await;
+            let _ = tx.send(resumed_at);
+        })
+        .await;
+    let resumed_at = rx.await.expect("resumed_at");
+    let first_after = resumed_at
+        .duration_trunc(TimeDelta::seconds(1))
+        .expect("trunc")
+        + TimeDelta::seconds(1);
+    let ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    assert!(
+        ticks.contains(&first_after),
+        "the tick at {first_after}, after the resume at {resumed_at}, never ran: {ticks:?} \
+         ({} counted paused)",
+        stats.count("every1s", Outcome::Paused)
+    );
+}
+
+/// A tick taken ahead just before a pause runs at its instant under the job's live
+/// lease; the catch-up after the resume does not run it again.
+#[tokio::test(start_paused = true)]
+async fn a_tick_taken_ahead_of_a_pause_is_not_caught_up_again() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(
+            Probe::new("every1s", &store, &log),
+            Policy::default().catch_up(CatchUp::All { max: 100 }),
+        )
+        .build()
+        .expect("build");
+    let s = store.clone();
+    scheduler
+        .run_until(async move {
+            // 5 ms before a whole second: that tick is taken already.
+            sleep(2_495).await;
+            s.pause(&ControlRequest::new("every1s", "ops"))
+                .await
+                .expect("pause");
+            sleep(3_000).await;
+            s.resume(&ControlRequest::new("every1s", "ops"), true)
+                .await
+                .expect("resume");
+            sleep(3_000).await;
+        })
+        .await;
+    let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    // Every tick from the start to the end ran once: the paused-over ones caught up.
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(
+        i64::try_from(ticks.len()).expect("few"),
+        (last - first).num_seconds() + 1,
+        "a tick is missing: {ticks:?}"
+    );
+}
+
+/// A dynamic schedule changed before its pause is caught up as it reads now: its
+/// new schedule's ticks, with its new arguments.
+#[tokio::test(start_paused = true)]
+async fn a_changed_schedule_is_caught_up_as_it_now_reads() {
+    let store = store();
+    mid_second(&store).await;
+    let seen: Arc<Mutex<Vec<(DateTime<Utc>, String)>>> = Arc::default();
+    let record = seen.clone();
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .handler("h", move |ctx: JobContext, args: Arc<str>| {
+            let record = record.clone();
+            async move {
+                record
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((ctx.tick().at(), args.to_string()));
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            sleep(500).await;
+            let mut row = ScheduleRow::new("dyn", "h", "every 10s");
+            row.policy = r#"catch_up = "all", catch_up_max = 100"#.into();
+            row.args = r#"{"v": 1}"#.into();
+            s.put_schedule(&row, "ops", "").await.expect("put");
+            sleep(1_000).await;
+            row.schedule = "every 1s".into();
+            row.args = r#"{"v": 2}"#.into();
+            s.put_schedule(&row, "ops", "").await.expect("change");
+            // Paused and resumed half-way between two ticks (a tick within a take's
+            // latency of the resume is an edge of its own, not this test's).
+            sleep(2_500).await;
+            s.pause(&ControlRequest::new("dyn", "ops"))
+                .await
+                .expect("pause");
+            let paused_at = s.clock().now();
+            sleep(20_000).await;
+            s.resume(&ControlRequest::new("dyn", "ops"), true)
+                .await
+                .expect("resume");
+            let resumed_at = s.clock().now();
+            sleep(3_000).await;
+            let _ = tx.send((paused_at, resumed_at));
+        })
+        .await;
+    let (paused_at, resumed_at) = rx.await.expect("times");
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let caught_up: Vec<_> = seen
+        .iter()
+        .filter(|(t, _)| *t > paused_at && *t < resumed_at)
+        .collect();
+    assert!(
+        caught_up.iter().all(|(_, a)| a == r#"{"v": 2}"#),
+        "ran with the old row's arguments: {caught_up:?}"
+    );
+    assert_eq!(caught_up.len(), 20, "{caught_up:?}");
+}
+
+/// A trigger made a moment after the job's run ended (its release not yet sent)
+/// runs: nothing was running, so the overlap policy has nothing to skip it for.
+#[tokio::test(start_paused = true)]
+async fn a_trigger_just_after_a_run_ended_runs() {
+    let (store, log) = (store(), Log::default());
+    store.announce_controls(true);
+    let mut hourly = Probe::new("hourly", &store, &log);
+    hourly.every = Duration::from_secs(3_600);
+    hourly.catch_up = Some(Duration::from_secs(3_600));
+    hourly.work = Duration::from_millis(1_000);
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job(hourly)
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            sleep(1_002).await; // the start-up run ended at 1,000 ms
+            let t = s
+                .trigger(&ControlRequest::new("hourly", "ops"))
+                .await
+                .expect("trigger");
+            sleep(3_000).await;
+            let _ = tx.send(t);
+        })
+        .await;
+    let t = rx.await.expect("trigger");
+    let status = store
+        .trigger_status(t.id)
+        .await
+        .expect("status")
+        .expect("row");
+    assert!(
+        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        "{:?}",
+        status.state
+    );
+    assert_eq!(runs(&log, "hourly").len(), 2);
+}
+
+/// The same on another instance's side: while the run's release has not gone out
+/// (here: the store refuses releases for a moment), every instance finds the lease
+/// held, and a trigger is recorded skipped only if it still is a moment later.
+#[tokio::test(start_paused = true)]
+async fn a_trigger_while_an_ended_run_is_still_being_released_runs() {
+    let (store, log) = (store(), Log::default());
+    let make = |node: &str| {
+        let mut hourly = Probe::new("hourly", &store, &log);
+        hourly.every = Duration::from_secs(3_600);
+        hourly.catch_up = Some(Duration::from_secs(3_600));
+        hourly.work = Duration::from_millis(1_000);
+        builder(&store)
+            .node_id(node)
+            .control_poll(Some(POLL))
+            .job(hourly)
+            .build()
+            .expect("build")
+    };
+    let (a, b) = (make("node-a"), make("node-b"));
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let both = async move {
+        sleep(900).await;
+        s.set_failing_releases(true);
+        sleep(102).await; // the start-up run ended at 1,000 ms, unreleased
+        let t = s
+            .trigger(&ControlRequest::new("hourly", "ops"))
+            .await
+            .expect("trigger");
+        sleep(300).await;
+        s.set_failing_releases(false);
+        sleep(3_000).await;
+        let _ = tx.send(t);
+    };
+    tokio::join!(a.run_until(both), b.run_until(sleep(5_000)));
+    let t = rx.await.expect("trigger");
+    let status = store
+        .trigger_status(t.id)
+        .await
+        .expect("status")
+        .expect("row");
+    assert!(
+        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        "{:?}",
+        status.state
+    );
+    assert_eq!(runs(&log, "hourly").len(), 2);
+}
