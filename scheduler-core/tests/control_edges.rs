@@ -19,6 +19,9 @@ use support::{Log, Probe, builder, mid_second, runs, store};
 
 const POLL: Duration = Duration::from_millis(200);
 
+/// Each run's tick and arguments, in the order they ran.
+type Seen = Arc<Mutex<Vec<(DateTime<Utc>, String)>>>;
+
 async fn sleep(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
@@ -120,7 +123,7 @@ async fn a_tick_taken_ahead_of_a_pause_is_not_caught_up_again() {
 async fn a_changed_schedule_is_caught_up_as_it_now_reads() {
     let store = store();
     mid_second(&store).await;
-    let seen: Arc<Mutex<Vec<(DateTime<Utc>, String)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let record = seen.clone();
     let scheduler = builder(&store)
         .control_poll(Some(POLL))
