@@ -78,18 +78,20 @@ impl Sql {
         // Run after the upsert, in its transaction, with the same `?1`: the requests
         // it refused as paused (the store leaves them out of the two reads below),
         let paused = format!("SELECT r.value ->> 0 AS name FROM json_each(?1) AS r WHERE {paused}");
-        // the rows it won, and the rows it did not. Holders are fresh per tick, so an
-        // unreleased row of the requested holder was won by this take, or by an
-        // earlier take of the same holder whose answer was lost (won all the same).
+        // the rows it won, and the rows it did not. An unreleased row of the
+        // requested holder and tick was won by this take, or by an earlier take of
+        // the same holder whose answer was lost (won all the same).
         let won = format!(
             "SELECT l.name, l.holder, l.tick, l.token, l.expires_at \
              FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS r.value ->> 1 AND l.released_at IS NULL"
+             WHERE l.holder IS r.value ->> 1 AND l.tick IS r.value ->> 2 \
+               AND l.released_at IS NULL"
         );
         let held = format!(
             "SELECT l.name, l.tick, l.expires_at, {completed} AS completed \
              FROM json_each(?1) AS r JOIN {t} AS l ON l.name = r.value ->> 0 \
-             WHERE l.holder IS NOT r.value ->> 1 OR l.released_at IS NOT NULL",
+             WHERE l.holder IS NOT r.value ->> 1 OR l.tick IS NOT r.value ->> 2 \
+               OR l.released_at IS NOT NULL",
             completed = completed("l"),
         );
         // `?1` is `[["name","holder"],…]`; each pair is looked up by primary key.

@@ -489,6 +489,29 @@ pub async fn retried_take_of_the_same_holder_wins(a: &SharedStore, b: &SharedSto
         (&first.holder, first.tick, first.token),
         "the retry is the same acquisition"
     );
+    // The same holder asking for another tick did not take that one: held, not won.
+    let mut earlier = TakeRequest::new(
+        lease.clone(),
+        Tick::new(t.at() - chrono::TimeDelta::seconds(1)),
+    );
+    earlier.holder = request.holder.clone();
+    let another_tick = a
+        .take(std::slice::from_ref(&earlier), ttl(60_000))
+        .await
+        .expect("take");
+    assert!(
+        another_tick.won.is_empty(),
+        "reported won for a tick it does not hold: {another_tick:?}"
+    );
+    assert_eq!(
+        another_tick
+            .held
+            .iter()
+            .map(|h| (h.name.clone(), h.tick))
+            .collect::<Vec<_>>(),
+        [(lease.clone(), t)],
+        "{another_tick:?}"
+    );
     let other = b
         .take(&[TakeRequest::new(lease.clone(), t)], ttl(60_000))
         .await
