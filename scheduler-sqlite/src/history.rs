@@ -3,8 +3,11 @@
 //! [`RunHistory`] keeps one row per finished run in a table named after the lease
 //! table (`scheduler_leases_runs` for `scheduler_leases`), in the store's file. It
 //! implements [`RunRecorder`]: the runtime hands it each run as it ends, off its
-//! loop, and it writes it with **one `INSERT`**, queued behind the store's other
-//! writes like a lease statement. The rows are swept by [`RetentionJob`], itself a
+//! loop, and it writes the runs that end together in **one transaction** (group
+//! commit: the runs recorded while a write is under way go in the next one, at most
+//! [`RECORD_BATCH`] each), queued behind the store's other writes like a lease
+//! statement. One sync covers many runs, and a lease statement waits behind one
+//! history transaction at most, not one per run. The rows are swept by [`RetentionJob`], itself a
 //! scheduled cluster job of the library, so the table stays bounded without any cron
 //! outside the app. [`Controls::runs`](scheduler_core::Controls::runs) reads it.
 //!
@@ -35,6 +38,7 @@
 //! transaction (`CREATE … IF NOT EXISTS`), so instances opening one file together
 //! create it once.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,6 +58,10 @@ pub const MAX_ERROR_LEN: usize = 2000;
 /// How many rows one statement of the retention sweep deletes at most (each batch
 /// holds the file's write lock while it runs, so lease writes wait for it).
 pub const SWEEP_BATCH: i64 = 1_000;
+
+/// How many runs one history transaction records at most (the file's write lock is
+/// held while it runs, so lease writes wait for it).
+pub const RECORD_BATCH: usize = 500;
 
 /// The retention job's name.
 pub const RETENTION_JOB: &str = "scheduler-history-retention";
@@ -87,7 +95,8 @@ impl HistoryOptions {
     }
 }
 
-/// The run history of one lease table: records runs, one `INSERT` each, and sweeps
+/// The run history of one lease table: records runs, those that end together in one
+/// transaction, and sweeps
 /// old ones with its [retention job](RunHistory::retention_job).
 ///
 /// Cheap to clone (it shares the store's pool and write queue). Hand it to
@@ -100,7 +109,24 @@ pub struct RunHistory {
     retention: Duration,
     insert: String,
     sweep: String,
+    queue: Arc<Queue>,
 }
+
+/// Runs waiting to be written, and the turn of whoever writes them.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Each run's values, and where to say whether it was written.
+    waiting: Mutex<Vec<Waiting>>,
+    /// Held by the one recorder writing (the others wait: their runs are most
+    /// likely in its transaction).
+    writer: tokio::sync::Mutex<()>,
+}
+
+/// A run's values, and where its recorder waits for the outcome.
+type Waiting = (
+    Vec<Value>,
+    tokio::sync::oneshot::Sender<Result<(), Arc<Error>>>,
+);
 
 impl RunHistory {
     /// The run history of `store`'s lease table, in the store's file. Creates the
@@ -130,6 +156,7 @@ impl RunHistory {
             store: store.clone(),
             table,
             retention: options.retention.min(MAX_RETENTION),
+            queue: Arc::default(),
         })
     }
 
@@ -260,9 +287,66 @@ impl RunRecorder for RunHistory {
             run.lease_lost.into(),
             i64::from(run.attempt).into(),
         ];
-        self.execute("record a run in the history", &self.insert, values)
-            .await?;
-        Ok(())
+        let (tx, written) = tokio::sync::oneshot::channel();
+        self.queue
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((values, tx));
+        {
+            // Whoever holds the turn writes everything waiting, this run included
+            // unless an earlier writer took it already.
+            let _writer = self.queue.writer.lock().await;
+            self.write_waiting().await;
+        }
+        match written.await {
+            Ok(result) => result.map_err(|e| Box::new(e) as BoxError),
+            Err(_) => Err("the history write carrying this run was abandoned".into()),
+        }
+    }
+}
+
+impl RunHistory {
+    /// Writes the runs waiting, [`RECORD_BATCH`] per transaction, and tells each
+    /// recorder how its transaction ended.
+    async fn write_waiting(&self) {
+        const OP: &str = "record runs in the history";
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut waiting = self
+                    .queue
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let n = waiting.len().min(RECORD_BATCH);
+                waiting.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let (rows, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let result = self.insert_all(OP, rows).await.map_err(Arc::new);
+            for tx in senders {
+                // A recorder that stopped waiting does not need the answer.
+                let _ = tx.send(result.clone());
+            }
+        }
+    }
+
+    /// Inserts `rows` in one `BEGIN IMMEDIATE` transaction.
+    async fn insert_all(&self, operation: &'static str, rows: Vec<Vec<Value>>) -> Result<()> {
+        let fail = |source| self.store.origin.statement_error(operation, source);
+        let (_turn, txn) = self.store.begin_write(operation).await?;
+        for values in rows {
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Sqlite,
+                &self.insert,
+                values,
+            ))
+            .await
+            .map_err(fail)?;
+        }
+        txn.commit().await.map_err(fail)
     }
 }
 

@@ -250,3 +250,71 @@ async fn a_scheduler_records_each_run() {
             .all(|w| w[0].tick > w[1].tick && w[0].token > w[1].token)
     );
 }
+
+/// Many runs ending together (one tick of 5,000 jobs, each recorded on a task of its
+/// own, as the runtime does) are all recorded, and a lease statement sent meanwhile
+/// goes through: the runs are written a few hundred per transaction, so the file's
+/// write lock is not queued for once per run until the busy timeout drops some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_ending_together_are_all_recorded() {
+    const RUNS: usize = 5_000;
+    let dir = TempDir::new("history-burst");
+    let options = SqliteOptions::default().busy_timeout(Duration::from_secs(1));
+    let store = SqliteStore::open(dir.join("leases.db"), options)
+        .await
+        .expect("open");
+    let history = Arc::new(
+        RunHistory::new(&store, HistoryOptions::default())
+            .await
+            .expect("history"),
+    );
+    let now = store.now().await.expect("clock");
+    let recorders: Vec<_> = (0..RUNS)
+        .map(|i| {
+            let history = history.clone();
+            let run = record(&format!("job-{i}"), now, RunOutcome::Succeeded);
+            tokio::spawn(async move { history.record(&run).await.map_err(|e| e.to_string()) })
+        })
+        .collect();
+    let take = store
+        .take(
+            &[scheduler_core::TakeRequest::new(
+                scheduler_core::LeaseName::new("next").expect("name"),
+                Tick::new(now),
+            )],
+            scheduler_core::Ttl::new(Duration::from_secs(30)).expect("ttl"),
+        )
+        .await;
+    let mut failed = Vec::new();
+    for r in recorders {
+        if let Err(e) = r.await.expect("join") {
+            failed.push(e);
+        }
+    }
+    assert!(take.is_ok(), "{take:?}");
+    assert!(
+        failed.is_empty(),
+        "{} of {RUNS} runs not recorded, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let controls = store.controls().expect("controls");
+    let mut read = 0;
+    let mut before = None;
+    loop {
+        let page = controls
+            .runs(
+                None,
+                Page {
+                    before,
+                    limit: 1_000,
+                },
+            )
+            .await
+            .expect("runs");
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        read += page.len();
+    }
+    assert_eq!(read, RUNS);
+}
