@@ -271,3 +271,59 @@ async fn a_trigger_while_an_ended_run_is_still_being_released_runs() {
     );
     assert_eq!(runs(&log, "hourly").len(), 2);
 }
+
+/// A triggered run cut short by a graceful shutdown is handed back, like a
+/// scheduled tick's run: another instance claims the trigger again and runs it.
+#[tokio::test(start_paused = true)]
+async fn a_trigger_cut_by_a_shutdown_runs_on_another_instance() {
+    let (store, log) = (store(), Log::default());
+    let make = |node: &str| {
+        let mut daily = Probe::new("daily", &store, &log);
+        daily.every = Duration::from_secs(86_400);
+        daily.catch_up = Some(Duration::from_secs(1));
+        daily.work = Duration::from_secs(10);
+        builder(&store)
+            .node_id(node)
+            .shutdown_grace(Duration::from_millis(500))
+            .control_poll(Some(POLL))
+            .job(daily)
+            .build()
+            .expect("build")
+    };
+    let (a, b) = (make("node-a"), make("node-b"));
+    let trigger = store
+        .trigger(&ControlRequest::new("daily", "ops"))
+        .await
+        .expect("trigger");
+    // Node a claims it, then shuts down in the middle of the run.
+    a.run_until(sleep(2_000)).await;
+    let mid = store
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("row");
+    assert!(
+        matches!(mid.state, TriggerState::Running { .. }),
+        "handed back, not ended: {:?}",
+        mid.state
+    );
+    b.run_until(sleep(30_000)).await;
+    let end = store
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("row");
+    assert!(
+        matches!(&end.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        "{:?}",
+        end.state
+    );
+    let nodes: Vec<_> = runs(&log, "daily")
+        .iter()
+        .map(|r| (r.node.clone(), r.cancelled))
+        .collect();
+    assert_eq!(
+        nodes,
+        [("node-a".to_owned(), true), ("node-b".to_owned(), false)]
+    );
+}

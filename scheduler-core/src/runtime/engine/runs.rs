@@ -214,6 +214,16 @@ impl Engine {
                 attempt: running.attempt,
             },
         );
+        // A triggered run cut short by a graceful shutdown is handed back, as a
+        // scheduled tick's run would be: its lease released interrupted (expired,
+        // the claim's row otherwise as it was) and the trigger left running under
+        // it, which another instance then claims again, as it would a vanished
+        // claimant's.
+        if running.trigger.is_some() && self.draining && interrupted && !running.lost {
+            self.to_release
+                .push((running.lease.key(), Release::Interrupted));
+            return;
+        }
         // A triggered run's end is recorded, and its lease handed back, in one
         // store call: the job's row gets back the completion it had before the
         // claim, whatever the run did.
