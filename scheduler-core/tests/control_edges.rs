@@ -6,6 +6,8 @@
 //! On the in-memory store, on paused tokio time. Each was found by an adversarial
 //! review and failed before its fix.
 
+#![allow(clippy::expect_used)]
+
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use scheduler_core::{
-    CatchUp, ControlRequest, Controls, JobContext, Outcome, Policy, ScheduleRow, TriggerState,
+    CatchUp, ControlRequest, Controls, JobContext, Outcome, Policy, ScheduleRow, TriggerId,
+    TriggerState,
 };
 use support::{Log, Probe, builder, mid_second, runs, store};
 
@@ -24,6 +27,30 @@ type Seen = Arc<Mutex<Vec<(DateTime<Utc>, String)>>>;
 
 async fn sleep(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// An hourly job whose run at start-up takes a second (its window takes in the
+/// tick at the top of the hour before).
+fn hourly(store: &Arc<scheduler_core::MemoryStore>, log: &Log) -> Probe {
+    let mut hourly = Probe::new("hourly", store, log);
+    hourly.every = Duration::from_secs(3_600);
+    hourly.catch_up = Some(Duration::from_secs(3_600));
+    hourly.work = Duration::from_millis(1_000);
+    hourly
+}
+
+/// Asserts that trigger `id` ended with `outcome`.
+async fn assert_ended(store: &scheduler_core::MemoryStore, id: TriggerId, outcome: &str) {
+    let state = store
+        .trigger_status(id)
+        .await
+        .expect("status")
+        .expect("row")
+        .state;
+    assert!(
+        matches!(&state, TriggerState::Done { outcome: o, .. } if o == outcome),
+        "{state:?}"
+    );
 }
 
 /// A tick is taken a little ahead of its instant. Refused then because the job is
@@ -187,13 +214,9 @@ async fn a_changed_schedule_is_caught_up_as_it_now_reads() {
 async fn a_trigger_just_after_a_run_ended_runs() {
     let (store, log) = (store(), Log::default());
     store.announce_controls(true);
-    let mut hourly = Probe::new("hourly", &store, &log);
-    hourly.every = Duration::from_secs(3_600);
-    hourly.catch_up = Some(Duration::from_secs(3_600));
-    hourly.work = Duration::from_millis(1_000);
     let scheduler = builder(&store)
         .control_poll(Some(POLL))
-        .job(hourly)
+        .job(hourly(&store, &log))
         .build()
         .expect("build");
     let s = store.clone();
@@ -210,16 +233,7 @@ async fn a_trigger_just_after_a_run_ended_runs() {
         })
         .await;
     let t = rx.await.expect("trigger");
-    let status = store
-        .trigger_status(t.id)
-        .await
-        .expect("status")
-        .expect("row");
-    assert!(
-        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
-        "{:?}",
-        status.state
-    );
+    assert_ended(&store, t.id, "succeeded").await;
     assert_eq!(runs(&log, "hourly").len(), 2);
 }
 
@@ -230,14 +244,10 @@ async fn a_trigger_just_after_a_run_ended_runs() {
 async fn a_trigger_while_an_ended_run_is_still_being_released_runs() {
     let (store, log) = (store(), Log::default());
     let make = |node: &str| {
-        let mut hourly = Probe::new("hourly", &store, &log);
-        hourly.every = Duration::from_secs(3_600);
-        hourly.catch_up = Some(Duration::from_secs(3_600));
-        hourly.work = Duration::from_millis(1_000);
         builder(&store)
             .node_id(node)
             .control_poll(Some(POLL))
-            .job(hourly)
+            .job(hourly(&store, &log))
             .build()
             .expect("build")
     };
@@ -259,16 +269,7 @@ async fn a_trigger_while_an_ended_run_is_still_being_released_runs() {
     };
     tokio::join!(a.run_until(both), b.run_until(sleep(5_000)));
     let t = rx.await.expect("trigger");
-    let status = store
-        .trigger_status(t.id)
-        .await
-        .expect("status")
-        .expect("row");
-    assert!(
-        matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
-        "{:?}",
-        status.state
-    );
+    assert_ended(&store, t.id, "succeeded").await;
     assert_eq!(runs(&log, "hourly").len(), 2);
 }
 
@@ -308,16 +309,7 @@ async fn a_trigger_cut_by_a_shutdown_runs_on_another_instance() {
         mid.state
     );
     b.run_until(sleep(30_000)).await;
-    let end = store
-        .trigger_status(trigger.id)
-        .await
-        .expect("status")
-        .expect("row");
-    assert!(
-        matches!(&end.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
-        "{:?}",
-        end.state
-    );
+    assert_ended(&store, trigger.id, "succeeded").await;
     let nodes: Vec<_> = runs(&log, "daily")
         .iter()
         .map(|r| (r.node.clone(), r.cancelled))

@@ -17,6 +17,40 @@ use tokio::sync::Notify;
 /// How long a test waits for something that takes moments on an idle machine.
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// What a fenced write returns.
+type Written = Result<(), scheduler_postgres::FencedError<sea_orm::DbErr>>;
+
+/// Starts a fenced write into `payouts` under `fence` on `store` whose work waits,
+/// inside the transaction, until the returned `Notify` wakes it; returns once the
+/// work is waiting.
+async fn paused_write(
+    store: PostgresStore,
+    fence: Fence,
+) -> (tokio::task::JoinHandle<Written>, Arc<Notify>) {
+    let (entered_tx, entered) = tokio::sync::oneshot::channel();
+    let wake = Arc::new(Notify::new());
+    let woken = wake.clone();
+    let write = tokio::spawn(async move {
+        store
+            .fenced(&fence, |txn| {
+                Box::pin(async move {
+                    let _ = entered_tx.send(());
+                    woken.notified().await;
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        "INSERT INTO payouts (token) VALUES ($1)",
+                        [1i64.into()],
+                    ))
+                    .await
+                    .map(drop)
+                })
+            })
+            .await
+    });
+    entered.await.expect("in the fenced transaction");
+    (write, wake)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_fenced_transaction_holds_up_no_take() {
     let db = TestDb::new().await;
@@ -51,26 +85,7 @@ async fn a_paused_fenced_transaction_holds_up_no_take() {
 
     // A enters its fenced transaction and "pauses" in its work until the test wakes
     // it.
-    let (entered_tx, entered) = tokio::sync::oneshot::channel();
-    let wake = Arc::new(Notify::new());
-    let woken = wake.clone();
-    let paused = tokio::spawn(async move {
-        a.fenced(&fence, |txn| {
-            Box::pin(async move {
-                let _ = entered_tx.send(());
-                woken.notified().await;
-                txn.execute_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    "INSERT INTO payouts (token) VALUES ($1)",
-                    [1i64.into()],
-                ))
-                .await
-                .map(drop)
-            })
-        })
-        .await
-    });
-    entered.await.expect("in the fenced transaction");
+    let (paused, wake) = paused_write(a, fence).await;
 
     // Meanwhile A's lease expires and B asks for x (and y) at a later tick, in one
     // batch. A holds no lock on x's row; A stays paused until the take is done.
@@ -181,28 +196,7 @@ async fn a_slow_fenced_transaction_does_not_hold_up_renewals() {
     };
 
     // The work waits until the test wakes it: well past the 300 ms bound.
-    let (entered_tx, entered) = tokio::sync::oneshot::channel();
-    let wake = Arc::new(Notify::new());
-    let woken = wake.clone();
-    let writer = store.clone();
-    let slow = tokio::spawn(async move {
-        writer
-            .fenced(&fence, |txn| {
-                Box::pin(async move {
-                    let _ = entered_tx.send(());
-                    woken.notified().await;
-                    txn.execute_raw(Statement::from_sql_and_values(
-                        DbBackend::Postgres,
-                        "INSERT INTO payouts (token) VALUES ($1)",
-                        [1i64.into()],
-                    ))
-                    .await
-                    .map(drop)
-                })
-            })
-            .await
-    });
-    entered.await.expect("in the fenced transaction");
+    let (slow, wake) = paused_write(store.clone(), fence).await;
 
     // Renewals while the work runs, over a few bounds' worth of time.
     let keys: Vec<_> = held.iter().map(|l| l.key()).collect();
