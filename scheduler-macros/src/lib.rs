@@ -53,7 +53,7 @@ use proc_macro::TokenStream;
 /// | `jitter` | a duration: each tick starts after a random delay up to it; shorter than the period | none |
 /// | `catch_up` | a duration, the catch-up window: how late a tick may still start (`catch_up = "10m"`); or the catch-up policy, which of the ticks that could not start on time still run: `"skip"` (none), `"latest"` (the most recent, once), `"all"` (each, oldest first) | window: one period; policy: `"latest"` |
 /// | `catch_up_window` | the catch-up window, next to a policy word: `catch_up = "all", catch_up_window = "6h"` (alone, the same as `catch_up = "6h"`); not with a duration in `catch_up` | one period |
-/// | `catch_up_max` | with `catch_up = "all"` only: how many missed ticks it runs at most, an integer (`catch_up_max = 3`) | 10 |
+/// | `catch_up_max` | with `catch_up = "all"` only: how many missed ticks it runs at most, an integer from 1 to 100,000 (`catch_up_max = 3`) | 10 |
 /// | `overlap` | a tick due while this instance's previous run still runs: `"skip"` (skipped), `"buffer_one"` (the latest such tick waits for the run to end) `"cancel_running"` (the newest tick cancels the run, anywhere in the cluster) or `"concurrent"` (up to `max_concurrent` runs of different ticks at once, each tick under one of that many lease slots) | `"skip"` |
 /// | `max_concurrent` | an integer: how many runs `overlap = "concurrent"` allows at once; required with it, refused without it | |
 /// | `retry` | how many times a failed run is retried, after the first attempt, under the same lease: an integer (`retry = 3`) | no retries |
@@ -72,7 +72,8 @@ use proc_macro::TokenStream;
 /// gap between its next 64 ticks from the moment of compiling, as `build()` measures
 /// it from its own now): a `jitter` or a `retry_backoff` (1s when not given) as long
 /// as the period or longer, a zero `catch_up` window, `timeout`, `retry_backoff` or
-/// `catch_up_max`, `retry = 0`; `#[job(every = "1s", jitter = "1h")]` does not
+/// `catch_up_max`, a `catch_up_max` above 100,000 (`scheduler_spec::MAX_CATCH_UP`),
+/// `retry = 0`; `#[job(every = "1s", jitter = "1h")]` does not
 /// compile. The rules are `scheduler_spec`'s, which `scheduler_core` applies too: a
 /// job that compiles is one `build()` accepts.
 /// The function must be `async`, take one `JobContext` parameter (named anything, or

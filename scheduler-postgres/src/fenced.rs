@@ -65,7 +65,8 @@ pub type FencedFuture<'c, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Se
 
 impl PostgresStore {
     /// Runs `work` in one transaction that commits only while `fence`'s lease is
-    /// still held, unexpired, by its holder with its token.
+    /// still held, unexpired, by its holder with its token. The transaction runs at
+    /// `READ COMMITTED`, whatever the database's default isolation level.
     ///
     /// The lease is checked twice. Before `work`, a plain read refuses a lease
     /// already lost without running the work. After it, just before `COMMIT`, the
@@ -114,7 +115,10 @@ impl PostgresStore {
     {
         let statement =
             |source| FencedError::Store(Error::statement("run a fenced transaction", source));
-        let txn = self.begin().await.map_err(statement)?;
+        // At READ COMMITTED whatever the database's default: the check after the
+        // work must see a takeover (or a renewal) committed since the check before
+        // it, not fail on it as a serialization conflict.
+        let txn = self.begin_read_committed().await.map_err(statement)?;
         if !self.holds(&txn, fence, false).await.map_err(statement)? {
             txn.rollback().await.map_err(statement)?;
             return Err(lost(fence));

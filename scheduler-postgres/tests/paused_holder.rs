@@ -225,3 +225,55 @@ async fn a_slow_fenced_transaction_does_not_hold_up_renewals() {
         .expect("row");
     assert_eq!(row.try_get::<i64>("", "n").expect("n"), 1);
 }
+
+/// A database whose default isolation level is `REPEATABLE READ`: a fenced write
+/// whose lease is renewed while its work runs still commits (its transaction runs at
+/// `READ COMMITTED`; at the database's level, the check after the work failed on the
+/// renewal as a serialization conflict).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_renewed_meanwhile_commits_whatever_the_default_isolation() {
+    let db = TestDb::new().await;
+    let admin = Database::connect(db.direct_url()).await.expect("admin");
+    admin
+        .execute_unprepared("CREATE TABLE payouts (token bigint NOT NULL)")
+        .await
+        .expect("table");
+    admin
+        .execute_unprepared(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation \
+             TO ''repeatable read''', current_database()); END $$",
+        )
+        .await
+        .expect("default isolation");
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default().max_connections(3))
+        .await
+        .expect("store");
+    let x = LeaseName::new("x").unwrap();
+    let now = store.now().await.expect("now");
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let held = store
+        .take(&[TakeRequest::new(x.clone(), Tick::new(now))], ttl)
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(held.len(), 1);
+    let fence = Fence {
+        name: x,
+        holder: held[0].holder.clone(),
+        token: held[0].token,
+    };
+    let (write, wake) = paused_write(store.clone(), fence).await;
+    assert_eq!(
+        store
+            .renew(&[held[0].key()], ttl)
+            .await
+            .expect("renew")
+            .len(),
+        1
+    );
+    wake.notify_one();
+    write
+        .await
+        .expect("join")
+        .expect("the write commits under the renewed lease");
+}

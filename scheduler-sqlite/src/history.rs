@@ -95,9 +95,9 @@ impl HistoryOptions {
     }
 }
 
-/// The run history of one lease table: records runs, those that end together in one
-/// transaction, and sweeps
-/// old ones with its [retention job](RunHistory::retention_job).
+/// The run history of one lease table: records runs (those that end together in one
+/// transaction) and sweeps old ones with its
+/// [retention job](RunHistory::retention_job).
 ///
 /// Cheap to clone (it shares the store's pool and write queue). Hand it to
 /// [`SchedulerBuilder::record_runs`](scheduler_core::SchedulerBuilder::record_runs)
@@ -293,12 +293,14 @@ impl RunRecorder for RunHistory {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((values, tx));
-        {
-            // Whoever holds the turn writes everything waiting, this run included
-            // unless an earlier writer took it already.
-            let _writer = self.queue.writer.lock().await;
-            self.write_waiting().await;
-        }
+        // Whoever holds the turn writes everything waiting, this run included unless
+        // an earlier writer took it already: on a task of its own, so that a
+        // recorder that stops waiting (its future dropped) abandons no one's run.
+        let history = self.clone();
+        tokio::spawn(async move {
+            let _writer = history.queue.writer.lock().await;
+            history.write_waiting().await;
+        });
         match written.await {
             Ok(result) => result.map_err(|e| Box::new(e) as BoxError),
             Err(_) => Err("the history write carrying this run was abandoned".into()),

@@ -2112,7 +2112,7 @@ mod tests {
     }
 
     #[test]
-    fn a_take_ahead_refused_as_paused_asks_again_at_the_fire_time() {
+    fn a_take_ahead_refused_as_paused_asks_again_at_the_instant() {
         let (mut j, c, mut ev) = started();
         j.due(&c, ms(1_000_500), Z, &mut ev);
         j.on_paused(ms(1_000_500), &mut ev);

@@ -369,8 +369,14 @@ impl Engine {
     /// run asked to stop first, for "cancel running").
     async fn claim_triggers(&mut self) {
         // A run of this instance that ended holds its lease until its release goes
-        // out: sent first, so that a trigger made meanwhile finds the lease free.
-        if self.ctl.as_ref().is_some_and(|c| !c.waiting.is_empty()) && !self.to_release.is_empty() {
+        // out: sent first (unless releases are backing off after a failure), so
+        // that a trigger made meanwhile finds the lease free.
+        let pending = self.ctl.as_ref().is_some_and(|c| {
+            c.waiting
+                .iter()
+                .any(|t| matches!(t.state, TriggerState::Pending))
+        });
+        if pending && self.releases_due(true) {
             self.flush_releases().await;
         }
         let Some(ctl) = &mut self.ctl else {
