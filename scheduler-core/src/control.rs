@@ -414,16 +414,7 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<crate::Policy, String
     };
     // What `build()` refuses in a job's timing that the policy alone decides (the
     // rules that need the period are checked when the schedule becomes a job).
-    scheduler_spec::check_timing(&scheduler_spec::Timing {
-        timeout: policy.timeout,
-        retry: policy.retry.map(|r| (r.attempts, r.backoff)),
-        catch_up_max: match policy.catch_up {
-            CatchUp::All { max } => Some(max),
-            _ => None,
-        },
-        ..scheduler_spec::Timing::default()
-    })
-    .map_err(|e| e.to_string())?;
+    scheduler_spec::check_timing(&policy.timing()).map_err(|e| e.to_string())?;
     if policy.overlap == (Overlap::Concurrent { max: 0 }) {
         return Err(scheduler_spec::TimingError::ZeroConcurrency.to_string());
     }

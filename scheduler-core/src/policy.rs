@@ -136,6 +136,21 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The timing settings the policy decides (`timeout`, `retry`, a catch-up
+    /// `max`), for [`scheduler_spec::check_timing`]; the schedule's own (period,
+    /// jitter, window) left at their defaults.
+    pub(crate) fn timing(&self) -> scheduler_spec::Timing {
+        scheduler_spec::Timing {
+            timeout: self.timeout,
+            retry: self.retry.map(|r| (r.attempts, r.backoff)),
+            catch_up_max: match self.catch_up {
+                CatchUp::All { max } => Some(max),
+                _ => None,
+            },
+            ..scheduler_spec::Timing::default()
+        }
+    }
+
     /// With catch-up policy `catch_up`.
     pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
         self.catch_up = catch_up;

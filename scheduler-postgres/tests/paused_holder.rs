@@ -17,6 +17,15 @@ use tokio::sync::Notify;
 /// How long a test waits for something that takes moments on an idle machine.
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// The fence of a run holding `lease`.
+fn fence_of(lease: &scheduler_core::Lease) -> Fence {
+    Fence {
+        name: lease.name.clone(),
+        holder: lease.holder.clone(),
+        token: lease.token,
+    }
+}
+
 /// What a fenced write returns.
 type Written = Result<(), scheduler_postgres::FencedError<sea_orm::DbErr>>;
 
@@ -77,11 +86,7 @@ async fn a_paused_fenced_transaction_holds_up_no_take() {
         .expect("take")
         .won;
     assert_eq!(held.len(), 1);
-    let fence = Fence {
-        name: x.clone(),
-        holder: held[0].holder.clone(),
-        token: held[0].token,
-    };
+    let fence = fence_of(&held[0]);
 
     // A enters its fenced transaction and "pauses" in its work until the test wakes
     // it.
@@ -189,11 +194,7 @@ async fn a_slow_fenced_transaction_does_not_hold_up_renewals() {
         .won;
     assert_eq!(held.len(), 2);
     let on_x = held.iter().find(|l| l.name == x).expect("x");
-    let fence = Fence {
-        name: x.clone(),
-        holder: on_x.holder.clone(),
-        token: on_x.token,
-    };
+    let fence = fence_of(on_x);
 
     // The work waits until the test wakes it: well past the 300 ms bound.
     let (slow, wake) = paused_write(store.clone(), fence).await;
@@ -257,11 +258,7 @@ async fn a_fenced_write_renewed_meanwhile_commits_whatever_the_default_isolation
         .expect("take")
         .won;
     assert_eq!(held.len(), 1);
-    let fence = Fence {
-        name: x,
-        holder: held[0].holder.clone(),
-        token: held[0].token,
-    };
+    let fence = fence_of(&held[0]);
     let (write, wake) = paused_write(store.clone(), fence).await;
     assert_eq!(
         store

@@ -29,7 +29,7 @@ use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Handler, Idempotent, Scope, State, StateValue};
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
-use crate::policy::{CatchUp, Overlap, Policy};
+use crate::policy::{Overlap, Policy};
 use crate::store::Store;
 use scheduler_spec::{Timing, check_timing};
 use ticks::Cadence;
@@ -337,12 +337,7 @@ pub(crate) fn entries_for(
         period: schedule.shortest_gap(now),
         jitter: job.jitter(),
         window: job.catch_up(),
-        timeout: policy.timeout,
-        retry: policy.retry.map(|r| (r.attempts, r.backoff)),
-        catch_up_max: match policy.catch_up {
-            CatchUp::All { max } => Some(max),
-            _ => None,
-        },
+        ..policy.timing()
     };
     check_timing(&timing).map_err(|cause| Error::InvalidTiming {
         job: name.clone(),
