@@ -1,7 +1,7 @@
 //! Idempotent keyed ingestion against a real PostgreSQL server: a stream of events
 //! with UUID-like ids, 10% of them redeliveries of a recent event (often to another
 //! writer, sometimes within one batch), in batches of 100, by 1, 4 and 16 concurrent
-//! writers, six ways:
+//! writers, seven ways:
 //!
 //! - `plain` (the baseline): a sorted `INSERT … SELECT … ORDER BY id ON CONFLICT (id)
 //!   DO NOTHING`, one autocommit statement sent through **plain sqlx** (a `PgPool` of
@@ -22,10 +22,14 @@
 //!   with the same settings, the insert, `COMMIT`; the lock ids a 64-bit hash of each
 //!   key the bench computes, sorted and distinct). `keyed_insert` over `raw_locks` is
 //!   the crate's own cost; `raw_locks` over `plain` is the protocol's;
+//! - `raw_merged`: `raw_locks` with `BEGIN` and the locking statement sent as one
+//!   simple-protocol query (one round trip less; the lock ids spliced in as integer
+//!   literals, since the simple protocol binds nothing, so the server parses and plans
+//!   the statement every time): what merging them, as sqlx allows, would gain;
 //! - `raw_transaction`: `BEGIN`, the insert, `COMMIT` through plain sqlx, no locks:
 //!   what the transaction's round trips alone cost.
 //!
-//! The six run **in turn**: each of criterion's samples is a round that runs the same
+//! The seven run **in turn**: each of criterion's samples is a round that runs the same
 //! number of batches with every strategy (starting with another one each round), so
 //! that whatever else loads the machine meanwhile weighs on all of them alike. Reports
 //! events per second, its ratio to `plain` with as many writers (the median over the
@@ -66,16 +70,18 @@ enum Strategy {
     KeyedCheck,
     ForUpdate,
     RawLocks,
+    RawMerged,
     RawTransaction,
 }
 
 impl Strategy {
-    const ALL: [Strategy; 6] = [
+    const ALL: [Strategy; 7] = [
         Strategy::Plain,
         Strategy::KeyedInsert,
         Strategy::KeyedCheck,
         Strategy::ForUpdate,
         Strategy::RawLocks,
+        Strategy::RawMerged,
         Strategy::RawTransaction,
     ];
 
@@ -86,6 +92,7 @@ impl Strategy {
             Strategy::KeyedCheck => "keyed: check-then-insert",
             Strategy::ForUpdate => "SELECT FOR UPDATE pre-check (sqlx)",
             Strategy::RawLocks => "floor: keyed protocol, raw sqlx",
+            Strategy::RawMerged => "floor: BEGIN+locks one trip, raw sqlx",
             Strategy::RawTransaction => "BEGIN, insert, COMMIT (sqlx, no locks)",
         }
     }
@@ -97,6 +104,7 @@ impl Strategy {
             Strategy::KeyedCheck => "keyed_check",
             Strategy::ForUpdate => "for_update",
             Strategy::RawLocks => "raw_locks",
+            Strategy::RawMerged => "raw_merged",
             Strategy::RawTransaction => "raw_transaction",
         }
     }
@@ -274,6 +282,29 @@ async fn write(
                 .bind("10s")
                 .bind("0");
             in_transaction(&writer.pool, Some(lock), insert, ids).await?;
+        }
+        Strategy::RawMerged => {
+            // `begin_with` sends its statement as one simple query and checks that it
+            // left the connection in a transaction.
+            use sqlx::{Connection, Executor};
+            let ids = dedup(ids);
+            let list: Vec<String> = lock_ids(&ids).iter().map(i64::to_string).collect();
+            let begin = format!(
+                "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '10s', true) AS idle, \
+                 set_config('statement_timeout', '0', true) AS bound, count(*) AS locks FROM ( \
+                 SELECT pg_advisory_xact_lock(s.id) FROM unnest('{{{}}}'::int8[]) AS s(id) ORDER BY s.id \
+                 ) AS l",
+                list.join(",")
+            );
+            let mut conn = writer.pool.acquire().await.map_err(sqlx_error)?;
+            let mut txn = conn
+                .begin_with(sqlx::AssertSqlSafe(begin))
+                .await
+                .map_err(sqlx_error)?;
+            txn.execute(sqlx::query(sqlx::AssertSqlSafe(insert)).bind(ids))
+                .await
+                .map_err(sqlx_error)?;
+            txn.commit().await.map_err(sqlx_error)?;
         }
         Strategy::RawTransaction => in_transaction(&writer.pool, None, insert, ids).await?,
     }
@@ -491,7 +522,7 @@ fn keyed_ingest(c: &mut Criterion) {
         group.throughput(Throughput::Elements(
             (Strategy::ALL.len() * writers * BATCH) as u64,
         ));
-        group.bench_function(format!("all_six_in_turn/{writers}_writers"), |bench| {
+        group.bench_function(format!("all_in_turn/{writers}_writers"), |bench| {
             bench.iter_custom(|iters| {
                 round += 1;
                 let mut total = Duration::ZERO;

@@ -34,7 +34,11 @@ pub struct PostgresOptions {
     /// Pool size when the store opens its own pool
     /// ([`PostgresStore::connect`](crate::PostgresStore::connect)). Default 4. Lease
     /// operations borrow a connection for one statement, so a pool of one suffices for
-    /// the store; the rest is for the app.
+    /// the store; the rest is for the app. Between its lease statements and clock
+    /// reads the store keeps one connection out of the pool's count (so that none goes
+    /// back to the pool after each, where sqlx tests it with a round trip of its
+    /// own): it may hold one connection more than this. One unused for a minute is
+    /// closed instead of used, as the pool's idle connections are.
     pub max_connections: u32,
     /// How long to wait for a connection: to the server when connecting, from the
     /// pool when running a statement. Default 5 s.
@@ -300,7 +304,7 @@ pub(crate) async fn connect_failed(url: &str, timeout: Duration, cause: DbErr) -
 /// the pool closes it: well below the idle cut of common load balancers (4–10
 /// minutes), and longer than the runtime's renewal interval at the default ttl, so
 /// the connection the leases use stays open.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `url` without its `pgbouncer` query parameter, and whether it was `true`.
 fn pgbouncer_param(url: &str) -> (String, bool) {

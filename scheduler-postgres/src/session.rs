@@ -9,7 +9,8 @@
 //! A lease statement is one round trip when it can be: on a pool the store created
 //! itself, directly on PostgreSQL, every connection carries the lease bound as its
 //! `statement_timeout` ([`Pooling::bound_connections`]), so the statement runs alone,
-//! in autocommit, already bounded. Otherwise (a tighter bound, a transaction pooler, a
+//! in autocommit, already bounded, on the connection the store keeps between such
+//! statements ([`Spare`]). Otherwise (a tighter bound, a transaction pooler, a
 //! pool the caller handed in) it runs in a transaction of its own whose `BEGIN` sets
 //! the bound: three round trips.
 
@@ -121,6 +122,154 @@ pub(crate) struct Session {
     /// The `statement_timeout` every connection of the pool carries, when the store
     /// created the pool and set it ([`Pooling::bound_connections`]).
     bounded_connections: Option<Duration>,
+    /// The connection kept between autocommit statements, on a pool the store
+    /// created ([`Spare`]); shared by the session's clones.
+    spare: Option<Arc<Spare>>,
+}
+
+/// One connection the store keeps out of its own pool between its statements in
+/// autocommit (lease statements, clock reads, controls, run history reads), so that
+/// such a statement is one round trip: a connection handed back to a sqlx pool is
+/// tested there with a round trip of its own (a `Sync`, sent from a task of its own
+/// after every statement), a second round trip per call.
+///
+/// Only on a pool the store created ([`Pooling::bound_connections`]): a connection
+/// of the app's own pool is never kept. The kept connection has left the pool's
+/// count (`PoolConnection::detach`), so the store may hold one connection more than
+/// [`PostgresOptions::max_connections`]; the pool never waits for it.
+///
+/// A statement takes the connection out of the slot and puts it back when it is
+/// done, also when the server refused the statement (a timeout, a conflict); a
+/// connection that broke, that a read-only server refused a write on (a standby: the
+/// next connection may reach the new primary), or whose statement's future was
+/// dropped half-way, is closed, never reused. One idle for [`SPARE_IDLE`] (the pool's
+/// own idle timeout) or kept for [`SPARE_LIFETIME`] (the pool's own lifetime) is closed
+/// when next taken instead of used, so it is used no staler than the pool's.
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    slot: std::sync::Mutex<Slot>,
+}
+
+/// What the [`Spare`] holds.
+#[derive(Debug, Default)]
+enum Slot {
+    /// No connection: the next pool connection to run a statement is kept.
+    #[default]
+    Empty,
+    /// The kept connection is running a statement ([`Taken`]); a pool connection
+    /// that finishes meanwhile goes back to the pool.
+    Out,
+    Kept(Kept),
+}
+
+/// The kept connection, with when it left the pool and when it was last used.
+#[derive(Debug)]
+struct Kept {
+    conn: sea_orm::sqlx::PgConnection,
+    kept_since: std::time::Instant,
+    idle_since: std::time::Instant,
+}
+
+/// The kept connection while it runs a statement: [`Taken::keep`] puts it back;
+/// dropped (the statement failed, or its future was dropped half-way) it is closed and
+/// the slot emptied.
+struct Taken<'s> {
+    spare: &'s Spare,
+    conn: Option<sea_orm::sqlx::PgConnection>,
+    kept_since: std::time::Instant,
+}
+
+/// How long the kept connection may sit unused: the pool's own idle timeout.
+pub(crate) const SPARE_IDLE: Duration = crate::options::IDLE_TIMEOUT;
+/// How long a connection is kept out of the pool before it is closed: sqlx's default
+/// lifetime of a pooled connection.
+pub(crate) const SPARE_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+impl Spare {
+    /// The kept connection, if there is one fresh enough; a stale one is closed.
+    fn take(&self) -> Option<Taken<'_>> {
+        let mut slot = self.lock();
+        if !matches!(*slot, Slot::Kept(_)) {
+            // Empty, or out with another statement.
+            return None;
+        }
+        let Slot::Kept(kept) = std::mem::replace(&mut *slot, Slot::Out) else {
+            return None;
+        };
+        if kept.idle_since.elapsed() >= SPARE_IDLE || kept.kept_since.elapsed() >= SPARE_LIFETIME {
+            *slot = Slot::Empty;
+            drop(slot);
+            close(kept.conn);
+            return None;
+        }
+        Some(Taken {
+            spare: self,
+            conn: Some(kept.conn),
+            kept_since: kept.kept_since,
+        })
+    }
+
+    /// Keeps `conn`, a pool connection that just ran a statement successfully, if the
+    /// slot is empty; else it goes back to the pool.
+    fn keep_pooled(&self, conn: sea_orm::sqlx::pool::PoolConnection<sea_orm::sqlx::Postgres>) {
+        let mut slot = self.lock();
+        if matches!(*slot, Slot::Empty) {
+            let now = std::time::Instant::now();
+            *slot = Slot::Kept(Kept {
+                conn: conn.detach(),
+                kept_since: now,
+                idle_since: now,
+            });
+        } else {
+            drop(slot);
+            drop(conn);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // Nothing panics while the lock is held; a poisoned slot is still whole.
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Taken<'_> {
+    fn conn(&mut self) -> Option<&mut sea_orm::sqlx::PgConnection> {
+        self.conn.as_mut()
+    }
+
+    /// Puts the connection back, its statement done.
+    fn keep(mut self) {
+        if let Some(conn) = self.conn.take() {
+            *self.spare.lock() = Slot::Kept(Kept {
+                conn,
+                kept_since: self.kept_since,
+                idle_since: std::time::Instant::now(),
+            });
+        }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if self.conn.is_some() {
+            // Not kept: the slot is free for the next pool connection. The
+            // connection itself is dropped with `self`, which closes its socket.
+            *self.spare.lock() = Slot::Empty;
+        }
+    }
+}
+
+/// Closes `conn` politely (a `Terminate`) on a task of its own, when a runtime is at
+/// hand; else drops it, which closes the socket.
+fn close(conn: sea_orm::sqlx::PgConnection) {
+    use sea_orm::sqlx::Connection;
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = conn.close().await;
+        });
+    }
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -169,6 +318,7 @@ impl Session {
             idle_guard,
             begin_setup,
             statement_timeout: options.statement_timeout,
+            spare: bounded_connections.map(|_| Arc::new(Spare::default())),
             bounded_connections,
         })
     }
@@ -284,8 +434,9 @@ impl Session {
     /// to `bound`: prepared and cached directly, unnamed behind a transaction pooler.
     ///
     /// The pool does not ping a connection before handing it out (see
-    /// [`connect_options`](crate::connect_options)): a statement on a connection the
-    /// server closed fails, and the runtime asks again.
+    /// [`connect_options`](crate::connect_options)), nor is the connection handed back
+    /// to the pool afterwards, where sqlx would ([`Spare`]): a statement on a
+    /// connection the server closed fails, and the runtime asks again.
     ///
     /// # Errors
     /// [`Error::Statement`] for `operation`, with a hint by SQLSTATE.
@@ -307,19 +458,43 @@ impl Session {
         rows.map_err(|source| Error::statement(operation, source))
     }
 
-    /// Runs `sql` alone on a connection of the pool, in autocommit: its rows.
+    /// Runs `sql` alone on a connection of the pool, in autocommit: its rows. On a
+    /// pool the store created, the connection is the [`Spare`] when one is kept, and
+    /// is kept afterwards when none is.
     async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
         use sea_orm::sqlx;
-        let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(driver)?;
-        let rows = sqlx::query_with(
+        let query = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .inspect_err(|e| discard_if_read_only(&mut conn, e))
-        .map_err(driver)?;
+        );
+        if let Some(mut taken) = self.spare.as_deref().and_then(Spare::take)
+            && let Some(conn) = taken.conn()
+        {
+            return match query.fetch_all(conn).await {
+                Ok(rows) => {
+                    taken.keep();
+                    Ok(rows.into_iter().map(QueryResult::from).collect())
+                }
+                // The server refused the statement (a timeout, a conflict) and the
+                // connection is fine, unless it refused a write as read-only.
+                Err(e) => {
+                    if kept_after(&e) {
+                        taken.keep();
+                    }
+                    Err(driver(e))
+                }
+            };
+        }
+        let pool = self.db.get_postgres_connection_pool();
+        let mut conn = pool.acquire().await.map_err(driver)?;
+        let rows = query
+            .fetch_all(&mut *conn)
+            .await
+            .inspect_err(|e| discard_if_read_only(&mut conn, e))
+            .map_err(driver)?;
+        if let Some(spare) = &self.spare {
+            spare.keep_pooled(conn);
+        }
         Ok(rows.into_iter().map(QueryResult::from).collect())
     }
 
@@ -373,6 +548,14 @@ impl Session {
         .map_err(driver)?;
         Ok(done)
     }
+}
+
+/// Whether the kept connection is kept after its statement failed with `err`: when
+/// the server refused the statement (its session is fine), unless it refused a write
+/// as read-only ([`discard_if_read_only`]). Any other failure (the connection broke,
+/// a protocol error) closes it.
+fn kept_after(err: &sea_orm::sqlx::Error) -> bool {
+    matches!(err, sea_orm::sqlx::Error::Database(db) if db.code().as_deref() != Some("25006"))
 }
 
 /// A connection whose statement was refused as a write on a read-only server

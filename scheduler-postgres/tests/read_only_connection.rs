@@ -1,32 +1,61 @@
 //! A pooled connection that lands on a read-only server (an old primary back as a
 //! standby behind the same address, after a failover) is closed when a write is
-//! refused on it, not handed out again: the next call reconnects and reaches the
-//! writable server.
+//! refused on it, not handed out again (nor kept by the store between its
+//! statements): the next call reconnects and reaches the writable server.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
 
-use scheduler_core::StoreFailure;
+use scheduler_core::{Store, StoreFailure, Tick};
 use scheduler_postgres::PostgresOptions;
-use sea_orm::ConnectionTrait;
-use support::hostile::{store_with, take, tick};
+use support::hostile::{admin, exec, store_with, take};
 use test_postgres::TestDb;
 
 #[tokio::test]
 async fn a_connection_refused_as_read_only_is_not_reused() {
     let db = TestDb::new().await;
-    // One connection: whatever the store runs, it runs on it.
     let store = store_with(db.url(), PostgresOptions::default().max_connections(1)).await;
-    // That session turns read-only, as a connection to a standby is.
-    store
-        .connection()
-        .execute_unprepared("SET default_transaction_read_only = on")
-        .await
-        .expect("set");
-    let t = tick(&store, 0).await;
+    let admin = admin(db.direct_url()).await;
+    // The store's connections are closed, and those it opens now are read-only, as
+    // connections to a standby are.
+    exec(
+        &admin,
+        &format!(
+            "ALTER DATABASE \"{}\" SET default_transaction_read_only = on",
+            db.name()
+        ),
+    )
+    .await;
+    exec(
+        &admin,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND backend_type = 'client backend'",
+    )
+    .await;
+    // A read succeeds on a read-only connection, which the store then keeps for its
+    // next statement (calls on the closed ones fail first).
+    let mut failed = 0;
+    let t = loop {
+        match store.now().await {
+            Ok(now) => break Tick::new(now),
+            Err(_) => failed += 1,
+        }
+        assert!(failed < 10, "the clock never read again");
+    };
     let err = take(&store, &["job"], t).await.expect_err("refused");
     assert_eq!(err.store_failure(), Some(StoreFailure::ReadOnly), "{err}");
-    // The refused connection was closed: the next take gets a fresh, writable one.
+    // The server is writable again. The refused connection was closed: the next take
+    // gets a fresh, writable one.
+    exec(
+        &admin,
+        &format!(
+            // (The admin's own new connections are read-only too.)
+            "BEGIN READ WRITE; ALTER DATABASE \"{}\" RESET default_transaction_read_only; COMMIT",
+            db.name()
+        ),
+    )
+    .await;
     take(&store, &["job"], t)
         .await
         .expect("the next take runs on a new connection");

@@ -1,0 +1,226 @@
+//! A store statement is one round trip: on a pool the store opened itself, a lease
+//! statement or clock read runs on the connection the store keeps between its
+//! statements, so no connection goes back to sqlx's pool after each call (which tests
+//! it there with a round trip of its own). Counted on the wire, through a proxy that
+//! counts what the client sends; and the kept connection is given up when it breaks
+//! or when a call is dropped half-way, never reused in between.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use scheduler_core::{Release, Store};
+use scheduler_postgres::{PostgresOptions, PostgresStore};
+use support::hostile::{admin, exec, store, take, tick};
+use test_postgres::TestDb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Forwards connections from a port of `127.0.0.1` to the server and counts the
+/// reads of what clients send (one per batch of messages a client flushes: on
+/// loopback, one per request).
+struct Counting {
+    port: u16,
+    sent: Arc<AtomicU64>,
+}
+
+impl Counting {
+    async fn start(upstream: u16) -> Counting {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect((Ipv4Addr::LOCALHOST, upstream))
+                    .await
+                    .unwrap();
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Counting { port, sent }
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (authority, path) = rest.split_at(rest.find('/').unwrap());
+        let credentials = authority.rsplit_once('@').map_or("", |(c, _)| c);
+        let at = if credentials.is_empty() { "" } else { "@" };
+        format!("{scheme}://{credentials}{at}127.0.0.1:{}{path}", self.port)
+    }
+}
+
+fn port_of(url: &str) -> u16 {
+    let rest = url.split_once("://").unwrap().1;
+    let authority = &rest[..rest.find('/').unwrap()];
+    authority.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// What the client sends during `calls`, after what it sent before has settled
+/// (sqlx tests a connection returned to its pool from a task of its own, after the
+/// call that used it has returned).
+async fn sent_during<F: std::future::Future<Output = ()>>(proxy: &Counting, calls: F) -> u64 {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = proxy.sent();
+    calls.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.sent() - before
+}
+
+#[tokio::test]
+async fn lease_statements_and_clock_reads_are_one_round_trip_each() {
+    let db = TestDb::new().await;
+    let proxy = Counting::start(port_of(db.direct_url())).await;
+    let store = PostgresStore::connect(&proxy.url(db.direct_url()), PostgresOptions::default())
+        .await
+        .expect("connect through the proxy");
+    // Prepare the statements first (sqlx prepares a statement on its first use on a
+    // connection, one round trip more).
+    let t = tick(&store, 0).await;
+    let keys = take(&store, &["round trip"], t).await.unwrap();
+    store.release(&keys, Release::Completed).await.unwrap();
+
+    let reads = sent_during(&proxy, async {
+        for _ in 0..100 {
+            store.now().await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        reads <= 105,
+        "100 clock reads sent {reads} times (two per read: the pool's test of a returned connection)"
+    );
+
+    let reads = sent_during(&proxy, async {
+        for i in 1..=50 {
+            let keys = take(&store, &["round trip"], tick(&store, i).await)
+                .await
+                .unwrap();
+            assert_eq!(keys.len(), 1);
+            store.release(&keys, Release::Completed).await.unwrap();
+        }
+    })
+    .await;
+    // 50 × (clock read for the tick, take, release).
+    assert!(
+        reads <= 155,
+        "150 store calls sent {reads} times (two per call: the pool's test of a returned connection)"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_server_closed_is_given_up() {
+    let db = TestDb::new().await;
+    let store = store(db.direct_url()).await;
+    let admin = admin(db.direct_url()).await;
+    store.now().await.unwrap();
+    // Every connection of the store's is closed by the server.
+    exec(
+        &admin,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND backend_type = 'client backend'",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A call on a closed connection fails (nothing pings it first); the store gives
+    // that connection up, so calls succeed again soon after, and go on succeeding.
+    let mut failed = 0;
+    while store.now().await.is_err() {
+        failed += 1;
+        assert!(failed < 10, "the store kept failing on closed connections");
+    }
+    for _ in 0..20 {
+        store.now().await.expect("calls after the recovery succeed");
+    }
+    println!("calls failed after the server closed the connections: {failed}");
+}
+
+#[tokio::test]
+async fn a_call_dropped_half_way_leaves_no_connection_behind_to_answer_the_next() {
+    let db = TestDb::new().await;
+    let store = store(db.direct_url()).await;
+    let admin = admin(db.direct_url()).await;
+    let t = tick(&store, 0).await;
+    let keys = take(&store, &["held up"], t).await.unwrap();
+    store.release(&keys, Release::Completed).await.unwrap();
+    // The next take of the lease waits on its row, locked by another transaction;
+    // the caller gives up on it half-way.
+    let blocker = admin.begin_locked().await;
+    let next = tick(&store, 1).await;
+    let cut =
+        tokio::time::timeout(Duration::from_millis(300), take(&store, &["held up"], next)).await;
+    assert!(cut.is_err(), "the take waited on the locked row");
+    blocker.done().await;
+    // The next calls are answered by their own statements: a clock read reads a
+    // time, a take of another lease wins that lease.
+    for i in 0..5 {
+        let now = store
+            .now()
+            .await
+            .expect("a clock read after the dropped call");
+        assert!((now - chrono::Utc::now()).num_seconds().abs() < 60, "{now}");
+        let name = format!("after {i}");
+        let won = take(&store, &[name.as_str()], tick(&store, 2).await)
+            .await
+            .unwrap();
+        assert_eq!(
+            won.len(),
+            1,
+            "the take after the dropped one wins its lease"
+        );
+        assert_eq!(won[0].name.as_str(), name);
+    }
+}
+
+/// A transaction of the test's that holds the lease row `held up` locked.
+trait LockRow {
+    async fn begin_locked(&self) -> Locked;
+}
+
+struct Locked(sea_orm::DatabaseTransaction);
+
+impl LockRow for sea_orm::DatabaseConnection {
+    async fn begin_locked(&self) -> Locked {
+        use sea_orm::{ConnectionTrait, TransactionTrait};
+        let txn = self.begin().await.unwrap();
+        txn.execute_unprepared("SELECT 1 FROM scheduler_leases WHERE name = 'held up' FOR UPDATE")
+            .await
+            .unwrap();
+        Locked(txn)
+    }
+}
+
+impl Locked {
+    async fn done(self) {
+        self.0.rollback().await.unwrap();
+    }
+}
