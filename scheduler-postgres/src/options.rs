@@ -38,7 +38,7 @@ pub struct PostgresOptions {
     /// reads the store keeps one connection out of the pool's count (so that none goes
     /// back to the pool after each, where sqlx tests it with a round trip of its
     /// own): it may hold one connection more than this. One unused for a minute is
-    /// closed instead of used, as the pool's idle connections are.
+    /// closed when the store next needs it, instead of used.
     pub max_connections: u32,
     /// How long to wait for a connection: to the server when connecting, from the
     /// pool when running a statement. Default 5 s.

@@ -128,10 +128,12 @@ pub(crate) struct Session {
 }
 
 /// One connection the store keeps out of its own pool between its statements in
-/// autocommit (lease statements, clock reads, controls, run history reads), so that
-/// such a statement is one round trip: a connection handed back to a sqlx pool is
-/// tested there with a round trip of its own (a `Sync`, sent from a task of its own
-/// after every statement), a second round trip per call.
+/// autocommit ([`Session::autocommit`]: lease statements, clock reads, the reads of
+/// controls and run history), so that such a statement is one round trip: a
+/// connection handed back to a sqlx pool is tested there with a round trip of its
+/// own (a `Sync`, sent from a task of its own after every statement), a second round
+/// trip per call. A statement that starts while the kept connection is busy with
+/// another runs on a pool connection, which goes back to the pool as before.
 ///
 /// Only on a pool the store created ([`Pooling::bound_connections`]): a connection
 /// of the app's own pool is never kept. The kept connection has left the pool's
@@ -139,12 +141,22 @@ pub(crate) struct Session {
 /// [`PostgresOptions::max_connections`]; the pool never waits for it.
 ///
 /// A statement takes the connection out of the slot and puts it back when it is
-/// done, also when the server refused the statement (a timeout, a conflict); a
-/// connection that broke, that a read-only server refused a write on (a standby: the
-/// next connection may reach the new primary), or whose statement's future was
-/// dropped half-way, is closed, never reused. One idle for [`SPARE_IDLE`] (the pool's
-/// own idle timeout) or kept for [`SPARE_LIFETIME`] (the pool's own lifetime) is closed
-/// when next taken instead of used, so it is used no staler than the pool's.
+/// done, also when the server refused the statement for a reason that leaves the
+/// session as it was ([`kept_after`]: a timeout, a lock or serialization conflict,
+/// bad data); a connection that broke, that the server ended (a `FATAL` error: a
+/// terminated backend, a restart), that a read-only server refused a write on (a
+/// standby: the next connection may reach the new primary), that failed otherwise,
+/// or whose statement's future was dropped half-way, is closed, never reused. One
+/// idle for [`SPARE_IDLE`] (the pool's own idle timeout) or out of the pool for
+/// [`SPARE_LIFETIME`] (the pool's own lifetime) is closed when next taken, instead
+/// of used; until then an idle store keeps it open (the pool's reaper would have
+/// closed it). The kept connection is closed when the last clone of the store is
+/// dropped, not by closing the pool.
+///
+/// The kept connection is one a statement of the store's just ran on in autocommit:
+/// an app that leaves a connection of the store's pool inside a transaction it never
+/// ends (a raw `BEGIN`) breaks the store's statements on that connection, kept or
+/// not, as it would without it.
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
     slot: std::sync::Mutex<Slot>,
@@ -247,6 +259,14 @@ impl Taken<'_> {
                 kept_since: self.kept_since,
                 idle_since: std::time::Instant::now(),
             });
+        }
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if let Slot::Kept(kept) = std::mem::take(&mut *self.lock()) {
+            close(kept.conn);
         }
     }
 }
@@ -550,12 +570,29 @@ impl Session {
     }
 }
 
-/// Whether the kept connection is kept after its statement failed with `err`: when
-/// the server refused the statement (its session is fine), unless it refused a write
-/// as read-only ([`discard_if_read_only`]). Any other failure (the connection broke,
-/// a protocol error) closes it.
+/// Whether the kept connection is kept after its statement failed with `err`: only
+/// when the server refused the statement, at severity `ERROR`, for a reason that
+/// leaves the session as it was: a timeout or cancel (57014), a lock not available
+/// (55P03), a serialization failure or deadlock (40001, 40P01), bad data (class
+/// 22) or a violated constraint (class 23). Anything else closes it: a broken
+/// connection, a `FATAL` error (the server ended the session: a terminated backend,
+/// a shutdown), a write refused as read-only ([`discard_if_read_only`]), and errors
+/// that may repeat on every statement of that session (a cached plan gone stale,
+/// an aborted transaction).
 fn kept_after(err: &sea_orm::sqlx::Error) -> bool {
-    matches!(err, sea_orm::sqlx::Error::Database(db) if db.code().as_deref() != Some("25006"))
+    use sea_orm::sqlx::postgres::{PgDatabaseError, PgSeverity};
+    let sea_orm::sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    let refused = db
+        .try_downcast_ref::<PgDatabaseError>()
+        .is_some_and(|pg| matches!(pg.severity(), PgSeverity::Error));
+    let harmless = db.code().is_some_and(|code| {
+        matches!(&*code, "57014" | "55P03" | "40001" | "40P01")
+            || code.starts_with("22")
+            || code.starts_with("23")
+    });
+    refused && harmless
 }
 
 /// A connection whose statement was refused as a write on a read-only server

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use scheduler_core::{Release, Store};
 use scheduler_postgres::{PostgresOptions, PostgresStore};
-use support::hostile::{admin, exec, store, take, tick};
+use support::hostile::{admin, store, store_with, strings, take, tick};
 use test_postgres::TestDb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -139,35 +139,53 @@ async fn lease_statements_and_clock_reads_are_one_round_trip_each() {
 #[tokio::test]
 async fn a_kept_connection_the_server_closed_is_given_up() {
     let db = TestDb::new().await;
-    let store = store(db.direct_url()).await;
+    let name = "kept connection under test";
+    let url = format!(
+        "{}?application_name={}",
+        db.direct_url(),
+        name.replace(' ', "%20")
+    );
+    let store = store(&url).await;
     let admin = admin(db.direct_url()).await;
     store.now().await.unwrap();
-    // Every connection of the store's is closed by the server.
-    exec(
+    // Every connection of the store's (the kept one, and any idle in the pool) is
+    // ended by the server, which tells each client so (FATAL 57P01) as it goes.
+    let ended = strings(
         &admin,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() \
-         AND backend_type = 'client backend'",
+        &format!(
+            "SELECT pg_terminate_backend(pid)::text FROM pg_stat_activity \
+             WHERE application_name = '{name}'"
+        ),
     )
-    .await;
+    .await
+    .len();
+    assert!(ended >= 1, "the store has a connection");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // A call on a closed connection fails (nothing pings it first); the store gives
-    // that connection up, so calls succeed again soon after, and go on succeeding.
+    // A call on an ended connection fails (nothing pings it first), once per
+    // connection: each is given up at its first failure, the kept one too. So calls
+    // succeed again soon after, and go on succeeding.
     let mut failed = 0;
     while store.now().await.is_err() {
         failed += 1;
-        assert!(failed < 10, "the store kept failing on closed connections");
+        assert!(
+            failed <= ended,
+            "{failed} calls failed on {ended} ended connections: one was used again"
+        );
     }
     for _ in 0..20 {
         store.now().await.expect("calls after the recovery succeed");
     }
-    println!("calls failed after the server closed the connections: {failed}");
+    println!("calls failed after the server ended {ended} connections: {failed}");
 }
 
 #[tokio::test]
 async fn a_call_dropped_half_way_leaves_no_connection_behind_to_answer_the_next() {
     let db = TestDb::new().await;
-    let store = store(db.direct_url()).await;
+    // The lease statements' bound, shorter than the lock below is held: a statement
+    // left running on a connection ends in a timeout, which would be the next call's
+    // answer if that connection were used again.
+    let options = PostgresOptions::default().statement_timeout(Duration::from_millis(500));
+    let store = store_with(db.direct_url(), options).await;
     let admin = admin(db.direct_url()).await;
     let t = tick(&store, 0).await;
     let keys = take(&store, &["held up"], t).await.unwrap();
@@ -177,8 +195,9 @@ async fn a_call_dropped_half_way_leaves_no_connection_behind_to_answer_the_next(
     let blocker = admin.begin_locked().await;
     let next = tick(&store, 1).await;
     let cut =
-        tokio::time::timeout(Duration::from_millis(300), take(&store, &["held up"], next)).await;
+        tokio::time::timeout(Duration::from_millis(200), take(&store, &["held up"], next)).await;
     assert!(cut.is_err(), "the take waited on the locked row");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     blocker.done().await;
     // The next calls are answered by their own statements: a clock read reads a
     // time, a take of another lease wins that lease.
