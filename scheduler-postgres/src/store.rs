@@ -143,7 +143,7 @@ impl PostgresStore {
         // unless the listener is given a URL of its own (verified by a probe sent
         // through the pool, since nothing else would show it leads elsewhere).
         let listen = match listen_options(&options, &pool_options)? {
-            Some(listen) => Some((Arc::new(listen), Some(pool.clone()))),
+            Some(listen) => Some((Arc::new(listen), Some(session.clone()))),
             None => (session.pooling() == Pooling::Direct).then_some((pool_options, None)),
         };
         let store = Self {

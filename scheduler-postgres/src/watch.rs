@@ -32,20 +32,21 @@
 //! is `None`): its instances poll on the timer. Its control statements still
 //! announce, for instances connected directly. Unless it is given a URL of its own
 //! to listen on (`PostgresOptions::listen_url`): then each connection the listener
-//! opens is verified before it counts as live — the store's pool sends a probe on the
-//! channel, which the listener must hear within [`CHECK_TIMEOUT`] — since a URL that
+//! opens is verified before it counts as live — the store sends a probe on the
+//! channel (as its other statements: behind the pooler, unnamed in a transaction of
+//! its own), which the listener must hear within [`CHECK_TIMEOUT`] — since a URL that
 //! leads to another database would hear nothing, and a live watch stops the timer.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use scheduler_core::{ControlSignal, Holder};
-use sea_orm::sqlx::postgres::{
-    PgConnectOptions, PgListener, PgNotification, PgPool, PgPoolOptions,
-};
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgNotification, PgPoolOptions};
 use sea_orm::sqlx::{self, Executor};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+
+use crate::session::Session;
 
 /// A take at least this long after the last check checks the listener's connection.
 pub(crate) const CHECK_AT_TAKE: Duration = Duration::from_secs(30);
@@ -70,9 +71,10 @@ const BACKOFF_CAP: Duration = Duration::from_secs(30);
 /// control (another store verifying its listener).
 const PROBE: &str = "probe ";
 
-/// Where a listener connects, and the store's pool when that place must be verified
-/// (a listen URL of its own): the pool sends a probe the listener must hear.
-pub(crate) type ListenAt = (Arc<PgConnectOptions>, Option<PgPool>);
+/// Where a listener connects, and the store's session when that place must be
+/// verified (a listen URL of its own): the session sends a probe the listener must
+/// hear.
+pub(crate) type ListenAt = (Arc<PgConnectOptions>, Option<Session>);
 
 /// A store's side of the watch, shared by its clones.
 #[derive(Debug)]
@@ -232,8 +234,8 @@ async fn session(
         Ok(Err(e)) => return failed(e),
         Err(_) => return Ended::Failed(format!("LISTEN took over {CHECK_TIMEOUT:?}")),
     }
-    if let Some(pool) = probe
-        && let Err(why) = verify(&mut listener, pool, channel, listening).await
+    if let Some(store) = probe
+        && let Err(why) = verify(&mut listener, store, channel, listening).await
     {
         return Ended::Failed(why);
     }
@@ -294,23 +296,27 @@ fn heard(listening: &Listening, notification: &PgNotification) {
     }
 }
 
-/// Sends a probe on `channel` through the store's `pool` and waits, at most
+/// Sends a probe on `channel` through the store's session and waits, at most
 /// [`CHECK_TIMEOUT`], for `listener` to hear it: a listener connected to another
 /// database or server would hear no control, and nothing else would show it. Changes
 /// announced meanwhile count as such.
 async fn verify(
     listener: &mut PgListener,
-    pool: &PgPool,
+    store: &Session,
     channel: &str,
     listening: &Listening,
 ) -> Result<(), String> {
     // Unique to this verification (host, process, random bits).
     let nonce = format!("{PROBE}{}", Holder::generate());
     let deadline = Instant::now() + CHECK_TIMEOUT;
-    let sent = sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(channel)
-        .bind(&nonce)
-        .execute(pool);
+    // As the store's statements: behind a transaction pooler unnamed, in a
+    // transaction of its own (a statement prepared under a name would clash with
+    // another client's of the same name on the server connection it lands on).
+    let sent = store.execute(
+        "send a probe to the controls listener",
+        "SELECT pg_notify($1, $2)",
+        vec![channel.into(), nonce.clone().into()],
+    );
     match tokio::time::timeout_at(deadline, sent).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return Err(format!("the probe of the listener could not be sent: {e}")),

@@ -15,6 +15,7 @@ use scheduler_postgres::{PostgresOptions, PostgresStore};
 use sea_orm::sqlx::postgres::{PgConnection, PgListener};
 use sea_orm::sqlx::{self, Connection};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use support::hostile::Logs;
 use support::{LIMIT, Recorder, wait_for};
 use test_postgres::TestDb;
 use tokio::sync::watch;
@@ -329,6 +330,7 @@ async fn a_listener_that_stopped_answering_is_replaced_and_loses_no_change() {
 /// although the timer would poll in an hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_pooler_a_listen_url_hears_each_control() {
+    logs();
     let db = TestDb::through_pgbouncer().await;
     let store = connect_with(&db, PostgresOptions::default().listen_url(db.direct_url())).await;
     assert!(store.transaction_pooling());
@@ -340,6 +342,23 @@ async fn behind_a_transaction_pooler_a_listen_url_hears_each_control() {
     s.cut_and_trigger("hourly").await;
     s.trigger_and_wait("hourly", LIMIT).await;
     s.stop().await;
+    // Every probe reached the listener: sent as a named prepared statement, a probe
+    // clashed with another client's statement of the same name on the server
+    // connection PgBouncer handed it, which failed the listener's verification (and
+    // left the controls to the timer until the next listener, a second later).
+    let failed = logs().find("the probe of the listener could not be sent");
+    assert!(failed.is_none(), "{failed:?}");
+}
+
+/// Every warning and error logged in this test binary, by any test: the listener
+/// runs on tasks of its own, which a subscriber set for one test's thread misses.
+fn logs() -> &'static Logs {
+    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Logs::default();
+        let _ = tracing::subscriber::set_global_default(logs.clone());
+        logs
+    })
 }
 
 /// A listen URL that leads to another database would hear no control: the store's
