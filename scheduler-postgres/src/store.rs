@@ -140,8 +140,8 @@ impl PostgresStore {
         let pool = session.connection().get_postgres_connection_pool();
         let pool_options = pool.connect_options();
         // `LISTEN` is kept per server connection: not behind a transaction pooler,
-        // unless the listener is given a URL of its own (verified by a probe sent
-        // through the pool, since nothing else would show it leads elsewhere).
+        // unless the listener is given a URL of its own (verified by a probe the
+        // store's session sends, since nothing else would show it leads elsewhere).
         let listen = match listen_options(&options, &pool_options)? {
             Some(listen) => Some((Arc::new(listen), Some(session.clone()))),
             None => (session.pooling() == Pooling::Direct).then_some((pool_options, None)),
