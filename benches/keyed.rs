@@ -288,14 +288,13 @@ async fn write(
             // left the connection in a transaction.
             use sqlx::{Connection, Executor};
             let ids = dedup(ids);
+            // `LOCK_IDS` with its parameters as literals (the ids are integers).
             let list: Vec<String> = lock_ids(&ids).iter().map(i64::to_string).collect();
-            let begin = format!(
-                "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '10s', true) AS idle, \
-                 set_config('statement_timeout', '0', true) AS bound, count(*) AS locks FROM ( \
-                 SELECT pg_advisory_xact_lock(s.id) FROM unnest('{{{}}}'::int8[]) AS s(id) ORDER BY s.id \
-                 ) AS l",
-                list.join(",")
-            );
+            let locks = LOCK_IDS
+                .replace("$1", &format!("'{{{}}}'", list.join(",")))
+                .replace("$2", "'10s'")
+                .replace("$3", "'0'");
+            let begin = format!("BEGIN; {locks}");
             let mut conn = writer.pool.acquire().await.map_err(sqlx_error)?;
             let mut txn = conn
                 .begin_with(sqlx::AssertSqlSafe(begin))

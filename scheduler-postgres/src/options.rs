@@ -304,7 +304,7 @@ pub(crate) async fn connect_failed(url: &str, timeout: Duration, cause: DbErr) -
 /// the pool closes it: well below the idle cut of common load balancers (4–10
 /// minutes), and longer than the runtime's renewal interval at the default ttl, so
 /// the connection the leases use stays open.
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `url` without its `pgbouncer` query parameter, and whether it was `true`.
 fn pgbouncer_param(url: &str) -> (String, bool) {

@@ -147,9 +147,8 @@ pub(crate) struct Session {
 /// terminated backend, a restart), that a read-only server refused a write on (a
 /// standby: the next connection may reach the new primary), that failed otherwise,
 /// or whose statement's future was dropped half-way, is closed, never reused. One
-/// idle for [`SPARE_IDLE`] (the pool's own idle timeout) or out of the pool for
-/// [`SPARE_LIFETIME`] (the pool's own lifetime) is closed when next taken, instead
-/// of used; until then an idle store keeps it open (the pool's reaper would have
+/// idle for the pool's idle timeout, or out of the pool for the pool's connection
+/// lifetime, is closed when next taken, instead of used; until then an idle store keeps it open (the pool's reaper would have
 /// closed it). The kept connection is closed when the last clone of the store is
 /// dropped, not by closing the pool.
 ///
@@ -157,9 +156,13 @@ pub(crate) struct Session {
 /// an app that leaves a connection of the store's pool inside a transaction it never
 /// ends (a raw `BEGIN`) breaks the store's statements on that connection, kept or
 /// not, as it would without it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Spare {
     slot: std::sync::Mutex<Slot>,
+    /// The pool's idle timeout and connection lifetime, which bound the kept
+    /// connection's as they bound the pool's.
+    idle: Option<Duration>,
+    lifetime: Option<Duration>,
 }
 
 /// What the [`Spare`] holds.
@@ -191,29 +194,36 @@ struct Taken<'s> {
     kept_since: std::time::Instant,
 }
 
-/// How long the kept connection may sit unused: the pool's own idle timeout.
-pub(crate) const SPARE_IDLE: Duration = crate::options::IDLE_TIMEOUT;
-/// How long a connection is kept out of the pool before it is closed: sqlx's default
-/// lifetime of a pooled connection.
-pub(crate) const SPARE_LIFETIME: Duration = Duration::from_secs(30 * 60);
-
 impl Spare {
+    /// An empty slot for connections of `pool`.
+    fn new(pool: &sea_orm::sqlx::PgPool) -> Self {
+        Spare {
+            slot: std::sync::Mutex::default(),
+            idle: pool.options().get_idle_timeout(),
+            lifetime: pool.options().get_max_lifetime(),
+        }
+    }
+
     /// The kept connection, if there is one fresh enough; a stale one is closed.
     fn take(&self) -> Option<Taken<'_>> {
         let mut slot = self.lock();
-        if !matches!(*slot, Slot::Kept(_)) {
+        let kept = match std::mem::take(&mut *slot) {
+            Slot::Kept(kept) => kept,
             // Empty, or out with another statement.
-            return None;
-        }
-        let Slot::Kept(kept) = std::mem::replace(&mut *slot, Slot::Out) else {
-            return None;
+            other => {
+                *slot = other;
+                return None;
+            }
         };
-        if kept.idle_since.elapsed() >= SPARE_IDLE || kept.kept_since.elapsed() >= SPARE_LIFETIME {
-            *slot = Slot::Empty;
+        let past = |since: std::time::Instant, limit: Option<Duration>| {
+            limit.is_some_and(|limit| since.elapsed() >= limit)
+        };
+        if past(kept.idle_since, self.idle) || past(kept.kept_since, self.lifetime) {
             drop(slot);
             close(kept.conn);
             return None;
         }
+        *slot = Slot::Out;
         Some(Taken {
             spare: self,
             conn: Some(kept.conn),
@@ -332,13 +342,15 @@ impl Session {
             }
             (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {idle_guard}"),
         };
+        let spare =
+            bounded_connections.map(|_| Arc::new(Spare::new(db.get_postgres_connection_pool())));
         Ok(Self {
             db,
             pooling,
             idle_guard,
             begin_setup,
             statement_timeout: options.statement_timeout,
-            spare: bounded_connections.map(|_| Arc::new(Spare::default())),
+            spare,
             bounded_connections,
         })
     }

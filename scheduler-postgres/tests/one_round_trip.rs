@@ -192,13 +192,13 @@ async fn a_call_dropped_half_way_leaves_no_connection_behind_to_answer_the_next(
     store.release(&keys, Release::Completed).await.unwrap();
     // The next take of the lease waits on its row, locked by another transaction;
     // the caller gives up on it half-way.
-    let blocker = admin.begin_locked().await;
+    let blocker = lock_held_up(&admin).await;
     let next = tick(&store, 1).await;
     let cut =
         tokio::time::timeout(Duration::from_millis(200), take(&store, &["held up"], next)).await;
     assert!(cut.is_err(), "the take waited on the locked row");
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    blocker.done().await;
+    blocker.rollback().await.unwrap();
     // The next calls are answered by their own statements: a clock read reads a
     // time, a take of another lease wins that lease.
     for i in 0..5 {
@@ -221,25 +221,11 @@ async fn a_call_dropped_half_way_leaves_no_connection_behind_to_answer_the_next(
 }
 
 /// A transaction of the test's that holds the lease row `held up` locked.
-trait LockRow {
-    async fn begin_locked(&self) -> Locked;
-}
-
-struct Locked(sea_orm::DatabaseTransaction);
-
-impl LockRow for sea_orm::DatabaseConnection {
-    async fn begin_locked(&self) -> Locked {
-        use sea_orm::{ConnectionTrait, TransactionTrait};
-        let txn = self.begin().await.unwrap();
-        txn.execute_unprepared("SELECT 1 FROM scheduler_leases WHERE name = 'held up' FOR UPDATE")
-            .await
-            .unwrap();
-        Locked(txn)
-    }
-}
-
-impl Locked {
-    async fn done(self) {
-        self.0.rollback().await.unwrap();
-    }
+async fn lock_held_up(admin: &sea_orm::DatabaseConnection) -> sea_orm::DatabaseTransaction {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let txn = admin.begin().await.unwrap();
+    txn.execute_unprepared("SELECT 1 FROM scheduler_leases WHERE name = 'held up' FOR UPDATE")
+        .await
+        .unwrap();
+    txn
 }
