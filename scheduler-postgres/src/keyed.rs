@@ -36,6 +36,18 @@
 //! read back once per handle. Between `BEGIN` and that statement the transaction holds
 //! no lock and no snapshot.
 //!
+//! Nothing else: on a pool the store created, the chunk's connection is not handed back
+//! to the pool when the chunk ends, where sqlx would test it with a round trip of its
+//! own, but kept for the next chunk or statement of the store's, up to a quarter of
+//! the pool's `max_connections` kept connections (see
+//! [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections)). The
+//! work therefore runs on a [`KeyedTransaction`] of the crate's, which implements
+//! sea-orm's `ConnectionTrait`, instead of a sea-orm `DatabaseTransaction`. A
+//! connection is closed instead of kept when a statement on it failed in a way that
+//! may leave the session unfit (anything but a timeout, a lock or serialization
+//! conflict, bad data or a violated constraint), or when the chunk's future was dropped
+//! or its work panicked before the transaction ended.
+//!
 //! That statement itself still runs under the connection's own `statement_timeout`:
 //! on a pool the store opened, the lease-statement bound
 //! ([`PostgresOptions::statement_timeout`](crate::PostgresOptions::statement_timeout)).
@@ -116,20 +128,21 @@ mod error;
 mod hash;
 mod options;
 mod server;
+mod transaction;
 
 use std::sync::Arc;
 
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, TransactionTrait, Value,
-};
+use sea_orm::{DbErr, Value};
 use tokio::sync::OnceCell;
 
 use self::batch::{Batch, NulAt};
 pub use self::error::KeyedError;
 pub use self::options::{KeyedOptions, LockTable, MAX_DEFAULT_CHUNK, STRIPE_LOCK_CLASS};
 use self::server::{Server, Settings, read_server};
+pub use self::transaction::KeyedTransaction;
 use crate::error::{Error, sqlstate};
 use crate::fenced::FencedFuture;
+use crate::session::Checkout;
 use crate::store::PostgresStore;
 
 /// The locking statement of per-key locks when the client computes the lock ids: `$1`
@@ -287,8 +300,12 @@ impl Keyed {
     /// set-based insert of the chunk never books a key twice). `K: Clone` is only used
     /// when the batch holds such repeats, to hand `work` a slice without them.
     ///
-    /// Each transaction borrows one pooled connection for its duration only: keep
-    /// `work` short (a few statements), since other workers wait for its keys.
+    /// Each transaction borrows one connection for its duration only: keep `work`
+    /// short (a few statements), since other workers wait for its keys. On a pool the
+    /// store created, that connection is kept out of the pool between chunks, as the
+    /// store's own statements' is, so that a chunk does not pay sqlx's test of a
+    /// connection handed back to its pool (a round trip); `work` runs on a
+    /// [`KeyedTransaction`] for that reason, not on a sea-orm `DatabaseTransaction`.
     ///
     /// The lock order makes the *advisory* locks deadlock-free, and since no two
     /// transactions hold a key at once, writes to rows keyed by the chunk's keys never
@@ -331,10 +348,10 @@ impl Keyed {
     /// outcome is unknown, as with any commit; processing the batch again is safe.
     ///
     /// # Panics
-    /// Only if `work` panics; the panic propagates. The transaction is then dropped,
-    /// which rolls it back: the rollback is sent as the connection goes back to the
-    /// pool (which tests it on release), so the chunk's locks are released moments
-    /// later, not at the connection's next use.
+    /// Only if `work` panics; the panic propagates. The transaction is then dropped
+    /// and its connection closed (never handed back to a pool inside a transaction):
+    /// the server rolls the chunk back, and releases its locks, as it sees the
+    /// connection go.
     ///
     /// # Cancel safety
     /// Dropping the future rolls back the running chunk (as for a panic) and keeps the
@@ -346,7 +363,7 @@ impl Keyed {
     ) -> Result<Processed<T>, KeyedError<E>>
     where
         K: AsRef<str> + Clone + Sync,
-        F: for<'c> FnMut(&'c DatabaseTransaction, &'c [K]) -> FencedFuture<'c, T, E> + Send,
+        F: for<'c> FnMut(&'c KeyedTransaction, &'c [K]) -> FencedFuture<'c, T, E> + Send,
         T: Send,
         E: Send,
     {
@@ -405,9 +422,12 @@ impl Keyed {
                     });
                 }
             };
-            match work(&txn, part).await {
+            let txn = KeyedTransaction::new(txn);
+            let outcome = work(&txn, part).await;
+            let txn = txn.into_inner();
+            match outcome {
                 Ok(value) => {
-                    txn.commit()
+                    txn.end("COMMIT")
                         .await
                         .map_err(|e| store(committed)(statement(e)))?;
                     done += part.len();
@@ -415,7 +435,8 @@ impl Keyed {
                     processed.locks += locks;
                 }
                 Err(error) => {
-                    let _ = txn.rollback().await; // as above
+                    // Closed instead of kept if the rollback fails.
+                    let _ = txn.end("ROLLBACK").await;
                     return Err(KeyedError::Work { error, committed });
                 }
             }
@@ -427,30 +448,28 @@ impl Keyed {
     /// PostgreSQL that is a bare `BEGIN` and the locking statement, which sets the
     /// transaction's settings; if that statement hits the connection's own
     /// `statement_timeout` (a key held longer than the lease bound), the chunk starts
-    /// again as below. Behind a transaction pooler, and after such a timeout, it is
-    /// [`PostgresStore::begin`] (whose `DEALLOCATE ALL` must come before the named
-    /// statements that follow) and then the locking statement. A failed start is
-    /// rolled back: the locks taken, if any, vanish with it (or, if the rollback fails,
-    /// with the broken connection's session).
+    /// again as below. Behind a transaction pooler, and after such a timeout, the
+    /// transaction begins as [`PostgresStore::begin`]'s do (whose `DEALLOCATE ALL` must
+    /// come before the named statements that follow) and then takes the locks. A
+    /// failed start is rolled back: the locks taken, if any, vanish with it (or, if the
+    /// rollback fails, with the connection, which is then closed).
     async fn start<K: AsRef<str>>(
         &self,
         keys: &[K],
         server: &Server,
-    ) -> Result<(DatabaseTransaction, u64), Start> {
+    ) -> Result<(Checkout, u64), Start> {
+        let session = self.store.session();
+        let mut conn = session.checkout().await.map_err(Start::Begin)?;
         if !self.store.transaction_pooling() {
-            let txn = self
-                .store
-                .connection()
-                .begin()
-                .await
-                .map_err(Start::Begin)?;
-            match self.lock(&txn, keys, server).await {
-                Ok(locks) => return Ok((txn, locks)),
+            conn.simple("BEGIN").await.map_err(Start::Begin)?;
+            match self.lock(&mut conn, keys, server).await {
+                Ok(locks) => return Ok((conn, locks)),
                 Err(source) => {
-                    let _ = txn.rollback().await;
                     if sqlstate(&source).as_deref() != Some("57014") {
+                        let _ = conn.end("ROLLBACK").await;
                         return Err(Start::Lock(source));
                     }
+                    conn.simple("ROLLBACK").await.map_err(Start::Begin)?;
                     tracing::debug!(
                         keys = keys.len(),
                         "keyed locks held longer than the connection's statement_timeout; \
@@ -459,11 +478,13 @@ impl Keyed {
                 }
             }
         }
-        let txn = self.store.begin().await.map_err(Start::Begin)?;
-        match self.lock(&txn, keys, server).await {
-            Ok(locks) => Ok((txn, locks)),
+        conn.simple(&session.begin_sql())
+            .await
+            .map_err(Start::Begin)?;
+        match self.lock(&mut conn, keys, server).await {
+            Ok(locks) => Ok((conn, locks)),
             Err(source) => {
-                let _ = txn.rollback().await;
+                let _ = conn.end("ROLLBACK").await;
                 Err(Start::Lock(source))
             }
         }
@@ -474,7 +495,7 @@ impl Keyed {
     /// server's ([`Server::client_hashes`]), else by the server in the statement.
     async fn lock<K: AsRef<str>>(
         &self,
-        txn: &DatabaseTransaction,
+        conn: &mut Checkout,
         keys: &[K],
         server: &Server,
     ) -> Result<u64, DbErr> {
@@ -501,10 +522,11 @@ impl Keyed {
         if let (false, Some(n)) = (server.client_hashes, stripes) {
             values.push(n.into());
         }
-        let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
-        let row = txn
-            .query_one_raw(statement)
+        let row = conn
+            .fetch(sql, values)
             .await?
+            .into_iter()
+            .next()
             .ok_or_else(|| DbErr::Custom("the locking statement returned no row".to_owned()))?;
         let locks: i64 = row.try_get("", "locks")?;
         Ok(u64::try_from(locks).unwrap_or(0))

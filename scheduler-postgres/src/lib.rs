@@ -76,7 +76,7 @@ mod watch;
 pub use error::{Error, Result};
 pub use fenced::{Fence, FencedError, FencedFuture};
 pub use history::{HistoryOptions, HistoryTable, RetentionJob, RunHistory};
-pub use keyed::{Keyed, KeyedError, KeyedOptions, LockTable, Processed};
+pub use keyed::{Keyed, KeyedError, KeyedOptions, KeyedTransaction, LockTable, Processed};
 pub use options::{PostgresOptions, connect_options};
 pub use scheduler_migrations::TableName;
 /// The sea-orm this crate is built on (and sqlx as `sea_orm::sqlx`): for handing the

@@ -26,6 +26,11 @@ use sea_query_sqlx::SqlxValues;
 use crate::error::{Error, Result};
 use crate::options::PostgresOptions;
 
+mod kept;
+
+pub(crate) use kept::Checkout;
+use kept::Spare;
+
 /// Whether a transaction pooler sits between the store and the server. Read from
 /// [`PostgresOptions::transaction_pooling`] (which the URL's `pgbouncer=true` sets)
 /// by [`Pooling::of`], once per pool and once per store.
@@ -123,183 +128,8 @@ pub(crate) struct Session {
     /// created the pool and set it ([`Pooling::bound_connections`]).
     bounded_connections: Option<Duration>,
     /// The connection kept between autocommit statements, on a pool the store
-    /// created ([`Spare`]); shared by the session's clones.
+    /// created ([`Spare`]), and between keyed chunks; shared by the session's clones.
     spare: Option<Arc<Spare>>,
-}
-
-/// One connection the store keeps out of its own pool between its statements in
-/// autocommit ([`Session::autocommit`]: lease statements, clock reads, the reads of
-/// controls and run history), so that such a statement is one round trip: a
-/// connection handed back to a sqlx pool is tested there with a round trip of its
-/// own (a `Sync`, sent from a task of its own after every statement), a second round
-/// trip per call. A statement that starts while the kept connection is busy with
-/// another runs on a pool connection, which goes back to the pool as before.
-///
-/// Only on a pool the store created ([`Pooling::bound_connections`]): a connection
-/// of the app's own pool is never kept. The kept connection has left the pool's
-/// count (`PoolConnection::detach`), so the store may hold one connection more than
-/// [`PostgresOptions::max_connections`]; the pool never waits for it.
-///
-/// A statement takes the connection out of the slot and puts it back when it is
-/// done, also when the server refused the statement for a reason that leaves the
-/// session as it was ([`kept_after`]: a timeout, a lock or serialization conflict,
-/// bad data); a connection that broke, that the server ended (a `FATAL` error: a
-/// terminated backend, a restart), that a read-only server refused a write on (a
-/// standby: the next connection may reach the new primary), that failed otherwise,
-/// or whose statement's future was dropped half-way, is closed, never reused. One
-/// idle for the pool's idle timeout, or out of the pool for the pool's connection
-/// lifetime, is closed when next taken, instead of used; until then an idle store keeps it open (the pool's reaper would have
-/// closed it). The kept connection is closed when the last clone of the store is
-/// dropped, not by closing the pool.
-///
-/// The kept connection is one a statement of the store's just ran on in autocommit:
-/// an app that leaves a connection of the store's pool inside a transaction it never
-/// ends (a raw `BEGIN`) breaks the store's statements on that connection, kept or
-/// not, as it would without it.
-#[derive(Debug)]
-pub(crate) struct Spare {
-    slot: std::sync::Mutex<Slot>,
-    /// The pool's idle timeout and connection lifetime, which bound the kept
-    /// connection's as they bound the pool's.
-    idle: Option<Duration>,
-    lifetime: Option<Duration>,
-}
-
-/// What the [`Spare`] holds.
-#[derive(Debug, Default)]
-enum Slot {
-    /// No connection: the next pool connection to run a statement is kept.
-    #[default]
-    Empty,
-    /// The kept connection is running a statement ([`Taken`]); a pool connection
-    /// that finishes meanwhile goes back to the pool.
-    Out,
-    Kept(Kept),
-}
-
-/// The kept connection, with when it left the pool and when it was last used.
-#[derive(Debug)]
-struct Kept {
-    conn: sea_orm::sqlx::PgConnection,
-    kept_since: std::time::Instant,
-    idle_since: std::time::Instant,
-}
-
-/// The kept connection while it runs a statement: [`Taken::keep`] puts it back;
-/// dropped (the statement failed, or its future was dropped half-way) it is closed and
-/// the slot emptied.
-struct Taken<'s> {
-    spare: &'s Spare,
-    conn: Option<sea_orm::sqlx::PgConnection>,
-    kept_since: std::time::Instant,
-}
-
-impl Spare {
-    /// An empty slot for connections of `pool`.
-    fn new(pool: &sea_orm::sqlx::PgPool) -> Self {
-        Spare {
-            slot: std::sync::Mutex::default(),
-            idle: pool.options().get_idle_timeout(),
-            lifetime: pool.options().get_max_lifetime(),
-        }
-    }
-
-    /// The kept connection, if there is one fresh enough; a stale one is closed.
-    fn take(&self) -> Option<Taken<'_>> {
-        let mut slot = self.lock();
-        let kept = match std::mem::take(&mut *slot) {
-            Slot::Kept(kept) => kept,
-            // Empty, or out with another statement.
-            other => {
-                *slot = other;
-                return None;
-            }
-        };
-        let past = |since: std::time::Instant, limit: Option<Duration>| {
-            limit.is_some_and(|limit| since.elapsed() >= limit)
-        };
-        if past(kept.idle_since, self.idle) || past(kept.kept_since, self.lifetime) {
-            drop(slot);
-            close(kept.conn);
-            return None;
-        }
-        *slot = Slot::Out;
-        Some(Taken {
-            spare: self,
-            conn: Some(kept.conn),
-            kept_since: kept.kept_since,
-        })
-    }
-
-    /// Keeps `conn`, a pool connection that just ran a statement successfully, if the
-    /// slot is empty; else it goes back to the pool.
-    fn keep_pooled(&self, conn: sea_orm::sqlx::pool::PoolConnection<sea_orm::sqlx::Postgres>) {
-        let mut slot = self.lock();
-        if matches!(*slot, Slot::Empty) {
-            let now = std::time::Instant::now();
-            *slot = Slot::Kept(Kept {
-                conn: conn.detach(),
-                kept_since: now,
-                idle_since: now,
-            });
-        } else {
-            drop(slot);
-            drop(conn);
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
-        // Nothing panics while the lock is held; a poisoned slot is still whole.
-        self.slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Taken<'_> {
-    fn conn(&mut self) -> Option<&mut sea_orm::sqlx::PgConnection> {
-        self.conn.as_mut()
-    }
-
-    /// Puts the connection back, its statement done.
-    fn keep(mut self) {
-        if let Some(conn) = self.conn.take() {
-            *self.spare.lock() = Slot::Kept(Kept {
-                conn,
-                kept_since: self.kept_since,
-                idle_since: std::time::Instant::now(),
-            });
-        }
-    }
-}
-
-impl Drop for Spare {
-    fn drop(&mut self) {
-        if let Slot::Kept(kept) = std::mem::take(&mut *self.lock()) {
-            close(kept.conn);
-        }
-    }
-}
-
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        if self.conn.is_some() {
-            // Not kept: the slot is free for the next pool connection. The
-            // connection itself is dropped with `self`, which closes its socket.
-            *self.spare.lock() = Slot::Empty;
-        }
-    }
-}
-
-/// Closes `conn` politely (a `Terminate`) on a task of its own, when a runtime is at
-/// hand; else drops it, which closes the socket.
-fn close(conn: sea_orm::sqlx::PgConnection) {
-    use sea_orm::sqlx::Connection;
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let _ = conn.close().await;
-        });
-    }
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -390,6 +220,24 @@ impl Session {
     pub(crate) async fn begin_repeatable_read(&self) -> Result<DatabaseTransaction, DbErr> {
         self.begin_with("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; ")
             .await
+    }
+
+    /// What begins a transaction as [`Session::begin`] does, as one simple-protocol
+    /// statement, for a [`Checkout`].
+    pub(crate) fn begin_sql(&self) -> String {
+        format!("BEGIN; {}", self.begin_setup)
+    }
+
+    /// A connection for a keyed chunk's transaction: a kept one ([`Spare`]) when there
+    /// is one, else one of the pool's, which is kept afterwards when there is room.
+    pub(crate) async fn checkout(&self) -> Result<Checkout, DbErr> {
+        let persistent = self.pooling == Pooling::Direct;
+        if let Some(taken) = self.spare.as_ref().and_then(Spare::take) {
+            return Ok(Checkout::kept(taken, persistent));
+        }
+        let pool = self.db.get_postgres_connection_pool();
+        let conn = pool.acquire().await.map_err(driver)?;
+        Ok(Checkout::pooled(conn, self.spare.clone(), persistent))
     }
 
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
@@ -499,7 +347,7 @@ impl Session {
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
         );
-        if let Some(mut taken) = self.spare.as_deref().and_then(Spare::take)
+        if let Some(mut taken) = self.spare.as_ref().and_then(Spare::take)
             && let Some(conn) = taken.conn()
         {
             return match query.fetch_all(conn).await {

@@ -28,7 +28,7 @@ fn keys(prefix: &str) -> Vec<String> {
 
 /// Inserts the chunk's keys; returns how many were new.
 fn insert<'c>(
-    txn: &'c sea_orm::DatabaseTransaction,
+    txn: &'c scheduler_postgres::KeyedTransaction,
     chunk: &'c [String],
 ) -> scheduler_postgres::FencedFuture<'c, u64, DbErr> {
     let ids = chunk.to_vec();

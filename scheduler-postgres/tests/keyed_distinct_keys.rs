@@ -59,7 +59,7 @@ async fn booked(conn: &DatabaseConnection) -> Vec<(String, i64)> {
 
 /// Books the chunk's events with one set-based insert; records what it was handed.
 fn book<'c>(
-    txn: &'c sea_orm::DatabaseTransaction,
+    txn: &'c scheduler_postgres::KeyedTransaction,
     chunk: &'c [Event],
     handed: &Arc<Mutex<Vec<Event>>>,
 ) -> scheduler_postgres::FencedFuture<'c, u64, DbErr> {

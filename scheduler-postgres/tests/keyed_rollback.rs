@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use scheduler_postgres::{KeyedError, KeyedOptions, PostgresOptions, PostgresStore};
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+use scheduler_postgres::{
+    KeyedError, KeyedOptions, KeyedTransaction, PostgresOptions, PostgresStore,
 };
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use test_postgres::TestDb;
 use tokio::sync::mpsc;
 
@@ -37,7 +37,7 @@ fn keys(prefix: &str) -> Vec<String> {
 }
 
 /// Inserts the chunk's keys and returns the transaction's backend pid.
-async fn insert_and_pid(txn: &DatabaseTransaction, ids: Vec<String>) -> Result<i32, DbErr> {
+async fn insert_and_pid(txn: &KeyedTransaction, ids: Vec<String>) -> Result<i32, DbErr> {
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
         "INSERT INTO events (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING",

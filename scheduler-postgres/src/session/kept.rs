@@ -1,0 +1,347 @@
+//! The connections the store keeps out of its own pool between its statements
+//! ([`Spare`]), and a connection checked out for a keyed chunk ([`Checkout`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sea_orm::sqlx::pool::PoolConnection;
+use sea_orm::sqlx::postgres::PgQueryResult;
+use sea_orm::sqlx::{self, PgConnection, PgPool, Postgres};
+use sea_orm::{DbErr, QueryResult, Value};
+use sea_query_sqlx::SqlxValues;
+
+use super::{driver, kept_after};
+
+/// Connections the store keeps out of its own pool between its statements in
+/// autocommit ([`Session::autocommit`](super::Session): lease statements, clock reads,
+/// the reads of controls and run history) and between keyed chunks ([`Checkout`]), so
+/// that such a statement is one round trip and a chunk pays none beyond its own: a
+/// connection handed back to a sqlx pool is tested there with a round trip of its own
+/// (a `Sync`, sent from a task of its own every time a connection is returned). A
+/// statement that starts while every kept connection is busy runs on a pool
+/// connection, which is kept afterwards if there is room, else goes back to the pool
+/// as before.
+///
+/// Only on a pool the store created ([`Pooling::bound_connections`](super::Pooling)):
+/// a connection of the app's own pool is never kept. At most [`Spare::capacity`]
+/// connections are kept or out at once (a quarter of the pool's `max_connections`, at
+/// least one); they have left the pool's count (`PoolConnection::detach`), so the
+/// store may hold that many connections more than
+/// [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections); the
+/// pool never waits for them.
+///
+/// A statement takes a connection out and puts it back when it is done, also when the
+/// server refused the statement for a reason that leaves the session as it was
+/// ([`kept_after`]: a timeout, a lock or serialization conflict, bad data); a
+/// connection that broke, that the server ended (a `FATAL` error: a terminated
+/// backend, a restart), that a read-only server refused a write on (a standby: the
+/// next connection may reach the new primary), that failed otherwise, or whose
+/// statement's future was dropped half-way, is closed, never reused. One idle for the
+/// pool's idle timeout, or out of the pool for the pool's connection lifetime, is
+/// closed when next looked at, instead of used; until then an idle store keeps it
+/// open (the pool's reaper would have closed it). The kept connections are closed when
+/// the last clone of the store is dropped, not by closing the pool.
+///
+/// A kept connection is one a statement of the store's just ran on in autocommit, or
+/// a keyed chunk just committed or rolled back on: an app that leaves a connection of
+/// the store's pool inside a transaction it never ends (a raw `BEGIN`) breaks the
+/// store's statements on that connection, kept or not, as it would without it.
+#[derive(Debug)]
+pub(crate) struct Spare {
+    slots: std::sync::Mutex<Slots>,
+    capacity: usize,
+    /// The pool's idle timeout and connection lifetime, which bound the kept
+    /// connections' as they bound the pool's.
+    idle: Option<Duration>,
+    lifetime: Option<Duration>,
+}
+
+/// What the [`Spare`] holds: the kept connections, the most recently used last, and
+/// how many are out running a statement ([`Taken`]).
+#[derive(Debug, Default)]
+struct Slots {
+    kept: Vec<Kept>,
+    out: usize,
+}
+
+/// A kept connection, with when it left the pool and when it was last used.
+#[derive(Debug)]
+struct Kept {
+    conn: PgConnection,
+    kept_since: Instant,
+    idle_since: Instant,
+}
+
+/// A kept connection while it runs a statement or a chunk: [`Taken::keep`] puts it
+/// back; dropped (the statement failed, or its future was dropped half-way) it is
+/// closed, and its place freed for the next pool connection.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    spare: Arc<Spare>,
+    conn: Option<PgConnection>,
+    kept_since: Instant,
+}
+
+impl Spare {
+    /// No connections yet, for `pool`'s.
+    pub(super) fn new(pool: &PgPool) -> Self {
+        let options = pool.options();
+        let max = usize::try_from(options.get_max_connections()).unwrap_or(usize::MAX);
+        Spare {
+            slots: std::sync::Mutex::default(),
+            capacity: Spare::capacity(max),
+            idle: options.get_idle_timeout(),
+            lifetime: options.get_max_lifetime(),
+        }
+    }
+
+    /// How many connections a pool of `max_connections` may have kept out of it: a
+    /// quarter, at least one.
+    pub(crate) fn capacity(max_connections: usize) -> usize {
+        (max_connections / 4).max(1)
+    }
+
+    /// The most recently used kept connection, if there is one fresh enough; stale
+    /// ones are closed.
+    pub(super) fn take(self: &Arc<Self>) -> Option<Taken> {
+        let past = |since: Instant, limit: Option<Duration>| {
+            limit.is_some_and(|limit| since.elapsed() >= limit)
+        };
+        let mut slots = self.lock();
+        let (fresh, stale): (Vec<Kept>, Vec<Kept>) = std::mem::take(&mut slots.kept)
+            .into_iter()
+            .partition(|k| !past(k.idle_since, self.idle) && !past(k.kept_since, self.lifetime));
+        slots.kept = fresh;
+        let taken = slots.kept.pop().map(|kept| {
+            slots.out += 1;
+            Taken {
+                spare: Arc::clone(self),
+                conn: Some(kept.conn),
+                kept_since: kept.kept_since,
+            }
+        });
+        drop(slots);
+        stale.into_iter().for_each(|k| close(k.conn));
+        taken
+    }
+
+    /// Keeps `conn`, a pool connection that just ran a statement successfully (or a
+    /// chunk that ended), if there is room; else it goes back to the pool.
+    pub(super) fn keep_pooled(&self, conn: PoolConnection<Postgres>) {
+        let mut slots = self.lock();
+        if slots.kept.len() + slots.out < self.capacity {
+            let now = Instant::now();
+            slots.kept.push(Kept {
+                conn: conn.detach(),
+                kept_since: now,
+                idle_since: now,
+            });
+        } else {
+            drop(slots);
+            drop(conn);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // Nothing panics while the lock is held; poisoned slots are still whole.
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Taken {
+    pub(super) fn conn(&mut self) -> Option<&mut PgConnection> {
+        self.conn.as_mut()
+    }
+
+    /// Puts the connection back, its statement done.
+    pub(super) fn keep(mut self) {
+        if let Some(conn) = self.conn.take() {
+            let mut slots = self.spare.lock();
+            slots.out = slots.out.saturating_sub(1);
+            slots.kept.push(Kept {
+                conn,
+                kept_since: self.kept_since,
+                idle_since: Instant::now(),
+            });
+        }
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        for kept in std::mem::take(&mut self.lock().kept) {
+            close(kept.conn);
+        }
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        if self.conn.is_some() {
+            // Not kept: its place is free for the next pool connection. The
+            // connection itself is dropped with `self`, which closes its socket.
+            let mut slots = self.spare.lock();
+            slots.out = slots.out.saturating_sub(1);
+        }
+    }
+}
+
+/// A driver error of a statement run for its effect, as sea-orm's
+/// (`DatabaseTransaction::execute_raw` gives the same).
+fn exec(e: sqlx::Error) -> DbErr {
+    DbErr::Exec(sea_orm::RuntimeErr::SqlxError(Arc::new(e)))
+}
+
+/// Closes `conn` politely (a `Terminate`) on a task of its own, when a runtime is at
+/// hand; else drops it, which closes the socket.
+fn close(conn: PgConnection) {
+    use sqlx::Connection;
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = conn.close().await;
+        });
+    }
+}
+
+/// One connection for a keyed chunk's transaction, from [`Session::checkout`]
+/// (super::Session::checkout): a kept connection ([`Spare`]) when there is one, else
+/// one of the pool's.
+///
+/// [`Checkout::end`] ends the transaction and hands the connection back: kept, or to
+/// the pool, unless a statement on it failed in a way that may have left the session
+/// unfit ([`kept_after`]), in which case it is closed. Dropped before that (the chunk's
+/// future was dropped, its work panicked) it is closed whatever it came from: the
+/// server rolls the open transaction back, and its locks vanish, when it sees the
+/// connection go; a connection inside a transaction never goes back to a pool.
+#[derive(Debug)]
+pub(crate) struct Checkout {
+    held: Option<Held>,
+    /// Whether a named prepared statement may be used (and cached) on the connection:
+    /// directly on PostgreSQL, not behind a transaction pooler.
+    persistent: bool,
+    /// Whether the connection may serve again once the transaction ends.
+    reusable: bool,
+}
+
+#[derive(Debug)]
+enum Held {
+    Kept(Taken),
+    /// A pool connection, and where it may be kept afterwards.
+    Pooled(PoolConnection<Postgres>, Option<Arc<Spare>>),
+}
+
+impl Checkout {
+    pub(super) fn kept(taken: Taken, persistent: bool) -> Self {
+        Checkout {
+            held: Some(Held::Kept(taken)),
+            persistent,
+            reusable: true,
+        }
+    }
+
+    pub(super) fn pooled(
+        conn: PoolConnection<Postgres>,
+        spare: Option<Arc<Spare>>,
+        persistent: bool,
+    ) -> Self {
+        Checkout {
+            held: Some(Held::Pooled(conn, spare)),
+            persistent,
+            reusable: true,
+        }
+    }
+
+    fn conn(&mut self) -> Result<&mut PgConnection, DbErr> {
+        let conn = match self.held.as_mut() {
+            Some(Held::Kept(taken)) => taken.conn(),
+            Some(Held::Pooled(conn, _)) => Some(&mut **conn),
+            None => None,
+        };
+        conn.ok_or_else(|| DbErr::Custom("the keyed transaction has ended".to_owned()))
+    }
+
+    /// Notes that a statement failed with `err`: unless the failure leaves the
+    /// session as it was, the connection is closed once the transaction ends.
+    fn failed(&mut self, err: &sqlx::Error) {
+        if !kept_after(err) {
+            self.reusable = false;
+        }
+    }
+
+    /// Runs `sql` with the simple protocol (no parameters, several statements allowed).
+    pub(crate) async fn simple(&mut self, sql: &str) -> Result<PgQueryResult, DbErr> {
+        use sqlx::Executor;
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        let done = self.conn()?.execute(sqlx::raw_sql(sql)).await;
+        done.inspect_err(|e| self.failed(e)).map_err(exec)
+    }
+
+    /// `sql` with `values` bound: prepared and cached directly on PostgreSQL, unnamed
+    /// behind a transaction pooler.
+    fn query(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> sqlx::query::Query<'static, Postgres, SqlxValues> {
+        sqlx::query_with(
+            sqlx::AssertSqlSafe(sql.to_owned()),
+            SqlxValues(sea_orm::sea_query::Values(values)),
+        )
+        .persistent(self.persistent)
+    }
+
+    /// Runs `sql` with `values` bound ([`Checkout::query`]): its rows.
+    pub(crate) async fn fetch(
+        &mut self,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>, DbErr> {
+        let query = self.query(sql, values);
+        match query.fetch_all(self.conn()?).await {
+            Ok(rows) => Ok(rows.into_iter().map(QueryResult::from).collect()),
+            Err(e) => {
+                self.failed(&e);
+                Err(driver(e))
+            }
+        }
+    }
+
+    /// Runs `sql` with `values` bound ([`Checkout::query`]): how many rows it affected.
+    pub(crate) async fn execute(
+        &mut self,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<PgQueryResult, DbErr> {
+        let query = self.query(sql, values);
+        let done = query.execute(self.conn()?).await;
+        done.inspect_err(|e| self.failed(e)).map_err(exec)
+    }
+
+    /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`) and hands the
+    /// connection back (kept, or to the pool); if that fails, the connection is
+    /// closed.
+    pub(crate) async fn end(mut self, sql: &str) -> Result<(), DbErr> {
+        self.simple(sql).await?;
+        match (self.held.take(), self.reusable) {
+            (Some(Held::Kept(taken)), true) => taken.keep(),
+            (Some(Held::Pooled(conn, Some(spare))), true) => spare.keep_pooled(conn),
+            (Some(Held::Pooled(conn, None)), true) => drop(conn),
+            (Some(Held::Pooled(mut conn, _)), false) => conn.close_on_drop(),
+            // Dropped, which closes it.
+            (Some(Held::Kept(_)) | None, _) => {}
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        // Not ended: the transaction may still be open. A kept connection closes as
+        // it is dropped; a pool connection must not go back to the pool.
+        if let Some(Held::Pooled(conn, _)) = &mut self.held {
+            conn.close_on_drop();
+        }
+    }
+}
