@@ -229,3 +229,150 @@ async fn lock_held_up(admin: &sea_orm::DatabaseConnection) -> sea_orm::DatabaseT
         .unwrap();
     txn
 }
+
+/// Inserts `chunk` into `keyed_events`; how many rows were new.
+fn insert_chunk<'c>(
+    txn: &'c scheduler_postgres::KeyedTransaction,
+    chunk: &'c [String],
+) -> scheduler_postgres::FencedFuture<'c, u64, sea_orm::DbErr> {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let ids = chunk.to_vec();
+    Box::pin(async move {
+        let insert = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO keyed_events (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING",
+            [ids.into()],
+        );
+        Ok(txn.execute_raw(insert).await?.rows_affected())
+    })
+}
+
+async fn events_table(admin: &sea_orm::DatabaseConnection) {
+    support::hostile::exec(admin, "CREATE TABLE keyed_events (id text PRIMARY KEY)").await;
+}
+
+#[tokio::test]
+async fn a_keyed_chunk_sends_begin_its_locks_its_work_and_commit_and_nothing_else() {
+    let db = TestDb::new().await;
+    events_table(&admin(db.direct_url()).await).await;
+    let proxy = Counting::start(port_of(db.direct_url())).await;
+    let store = PostgresStore::connect(&proxy.url(db.direct_url()), PostgresOptions::default())
+        .await
+        .expect("connect through the proxy");
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    // The handle's first batch reads the server's settings, and prepares the locking
+    // statement and the insert on their connection.
+    keyed
+        .process(&["warm".to_owned()], insert_chunk)
+        .await
+        .unwrap();
+    let sent = sent_during(&proxy, async {
+        for i in 0..50 {
+            let done = keyed
+                .process(&[format!("event {i}")], insert_chunk)
+                .await
+                .unwrap();
+            assert_eq!(done.values, [1]);
+        }
+    })
+    .await;
+    assert!(
+        sent <= 4 * 50 + 5,
+        "50 chunks sent {sent} times: more than BEGIN, the locks, the insert and COMMIT \
+         (sqlx tests a connection handed back to its pool with a round trip of its own)"
+    );
+}
+
+#[tokio::test]
+async fn keyed_workers_keep_at_most_a_quarter_of_the_pool_out_of_it() {
+    let db = TestDb::new().await;
+    let admin = admin(db.direct_url()).await;
+    events_table(&admin).await;
+    let name = "keyed connections under test";
+    let url = format!(
+        "{}?application_name={}",
+        db.direct_url(),
+        name.replace(' ', "%20")
+    );
+    let store = store_with(&url, PostgresOptions::default().max_connections(8)).await;
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    let workers: Vec<_> = (0..12)
+        .map(|w| {
+            let keyed = keyed.clone();
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    let keys: Vec<String> = (0..10).map(|k| format!("{w}-{i}-{k}")).collect();
+                    keyed.process(&keys, insert_chunk).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let count =
+        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{name}'");
+    let mut most = 0;
+    while workers.iter().any(|w| !w.is_finished()) {
+        let now: usize = strings(&admin, &count).await[0]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        most = most.max(now);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    // 8 in the pool, 2 kept out of it.
+    assert!(
+        most <= 10,
+        "the store held {most} connections with max_connections 8"
+    );
+    let rows = strings(&admin, "SELECT count(*)::text FROM keyed_events").await;
+    assert_eq!(rows[0].as_deref(), Some("4800"));
+}
+
+#[tokio::test]
+async fn a_keyed_chunk_dropped_half_way_leaves_no_transaction_behind() {
+    let db = TestDb::new().await;
+    let admin = admin(db.direct_url()).await;
+    events_table(&admin).await;
+    let store = store(db.direct_url()).await;
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    let keys = vec!["dropped".to_owned()];
+    // A first batch leaves its connection kept: the next chunk runs on it.
+    keyed
+        .process(&["first".to_owned()], insert_chunk)
+        .await
+        .unwrap();
+    // The work inserts its key, then waits; the caller gives up on it half-way.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(500),
+        keyed.process(&keys, |txn, chunk| {
+            let inserted = insert_chunk(txn, chunk);
+            Box::pin(async move {
+                inserted.await?;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, sea_orm::DbErr>(0)
+            })
+        }),
+    )
+    .await;
+    assert!(cut.is_err(), "the chunk was still working");
+    // Its connection is closed, not kept inside the open transaction: the next
+    // batches, on the same store, run in transactions of their own, take the same
+    // key (its lock is gone with the connection) and commit.
+    let mut new = Vec::new();
+    for _ in 0..3 {
+        let done =
+            tokio::time::timeout(Duration::from_secs(60), keyed.process(&keys, insert_chunk))
+                .await
+                .expect("the key's lock was released")
+                .unwrap();
+        new.extend(done.values);
+    }
+    assert_eq!(
+        new,
+        [1, 0, 0],
+        "the dropped chunk's insert was rolled back; the next batch's committed"
+    );
+}
