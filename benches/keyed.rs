@@ -1,35 +1,39 @@
 //! Idempotent keyed ingestion against a real PostgreSQL server: a stream of events
 //! with UUID-like ids, 10% of them redeliveries of a recent event (often to another
 //! writer, sometimes within one batch), in batches of 100, by 1, 4 and 16 concurrent
-//! writers, seven ways:
+//! writers, eight ways:
 //!
 //! - `plain` (the baseline): a sorted `INSERT … SELECT … ORDER BY id ON CONFLICT (id)
 //!   DO NOTHING`, one autocommit statement sent through **plain sqlx** (a `PgPool` of
-//!   its own, not the store's; it pings connections on acquire exactly when the
-//!   store's pool does, so both pay the same for a checkout). Its rows are sorted: without
-//!   that, concurrent batches with shared ids deadlock;
+//!   its own, not the store's, as an app would send it: sqlx tests each connection
+//!   handed back to the pool with a round trip of its own). Its rows are sorted:
+//!   without that, concurrent batches with shared ids deadlock;
+//! - `plain_kept`: the same statement on connections of the writers' own, taken out of
+//!   that pool once and never handed back: the insert's physical floor, the baseline of
+//!   the `× own` column;
 //! - `keyed_insert`: [`Keyed::process`] running that same insert under the batch's
 //!   advisory locks ("the same insert under the locks");
 //! - `keyed_check`: [`Keyed::process`] running a check-then-insert under the locks: the
 //!   ids already stored (`SELECT … WHERE id = ANY($1)`), then a plain `INSERT` (no
 //!   `ON CONFLICT`) of the others, which would fail on a duplicate if the locks or the
 //!   batch's deduplication let one through;
-//! - `for_update`: a sqlx transaction that first locks the batch's existing rows with
-//!   `SELECT … FOR UPDATE` (the pre-check cannot lock the missing ones, so the insert
-//!   still needs `ON CONFLICT`), then inserts;
+//! - `for_update`: a sqlx transaction on a pool connection that first locks the batch's
+//!   existing rows with `SELECT … FOR UPDATE` (the pre-check cannot lock the missing
+//!   ones, so the insert still needs `ON CONFLICT`), then inserts;
 //! - `raw_locks`, the floor of the keyed protocol: what `keyed_insert` sends, through
-//!   plain sqlx with no ORM and no crate code (`BEGIN`, the same locking statement
-//!   with the same settings, the insert, `COMMIT`; the lock ids a 64-bit hash of each
-//!   key the bench computes, sorted and distinct). `keyed_insert` over `raw_locks` is
-//!   the crate's own cost; `raw_locks` over `plain` is the protocol's;
+//!   plain sqlx with no ORM and no crate code, on connections of the writers' own as
+//!   `plain_kept`'s (`BEGIN`, the same locking statement with the same settings, the
+//!   insert, `COMMIT`; the lock ids a 64-bit hash of each key the bench computes, sorted
+//!   and distinct). `keyed_insert` over `raw_locks` is the crate's own cost;
+//!   `raw_locks` over `plain_kept` is the protocol's;
 //! - `raw_merged`: `raw_locks` with `BEGIN` and the locking statement sent as one
 //!   simple-protocol query (one round trip less; the lock ids spliced in as integer
 //!   literals, since the simple protocol binds nothing, so the server parses and plans
 //!   the statement every time): what merging them, as sqlx allows, would gain;
-//! - `raw_transaction`: `BEGIN`, the insert, `COMMIT` through plain sqlx, no locks:
-//!   what the transaction's round trips alone cost.
+//! - `raw_transaction`: `BEGIN`, the insert, `COMMIT` through plain sqlx on the writers'
+//!   own connections, no locks: what the transaction's round trips alone cost.
 //!
-//! The seven run **in turn**: each of criterion's samples is a round that runs the same
+//! The eight run **in turn**: each of criterion's samples is a round that runs the same
 //! number of batches with every strategy (starting with another one each round), so
 //! that whatever else loads the machine meanwhile weighs on all of them alike. Reports
 //! events per second, its ratio to `plain` with as many writers (the median over the
@@ -44,14 +48,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use scheduler_benches::database;
 use scheduler_postgres::{Keyed, KeyedOptions, PostgresOptions, PostgresStore};
-use sea_orm::sqlx::{self, PgPool, postgres::PgPoolOptions};
+use sea_orm::sqlx::{self, PgConnection, PgPool, postgres::PgPoolOptions};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
 const BATCH: usize = 100;
@@ -66,6 +70,7 @@ const REDELIVERY_WINDOW: u64 = 400;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Strategy {
     Plain,
+    PlainKept,
     KeyedInsert,
     KeyedCheck,
     ForUpdate,
@@ -75,8 +80,9 @@ enum Strategy {
 }
 
 impl Strategy {
-    const ALL: [Strategy; 7] = [
+    const ALL: [Strategy; 8] = [
         Strategy::Plain,
+        Strategy::PlainKept,
         Strategy::KeyedInsert,
         Strategy::KeyedCheck,
         Strategy::ForUpdate,
@@ -88,18 +94,20 @@ impl Strategy {
     fn name(self) -> &'static str {
         match self {
             Strategy::Plain => "plain ON CONFLICT DO NOTHING (sqlx)",
+            Strategy::PlainKept => "plain, own connections (sqlx)",
             Strategy::KeyedInsert => "keyed: same insert under the locks",
             Strategy::KeyedCheck => "keyed: check-then-insert",
             Strategy::ForUpdate => "SELECT FOR UPDATE pre-check (sqlx)",
             Strategy::RawLocks => "floor: keyed protocol, raw sqlx",
-            Strategy::RawMerged => "floor: BEGIN+locks one trip, raw sqlx",
-            Strategy::RawTransaction => "BEGIN, insert, COMMIT (sqlx, no locks)",
+            Strategy::RawMerged => "floor: BEGIN+locks one trip, raw",
+            Strategy::RawTransaction => "BEGIN, insert, COMMIT (raw, no locks)",
         }
     }
 
     fn slug(self) -> &'static str {
         match self {
             Strategy::Plain => "plain",
+            Strategy::PlainKept => "plain_kept",
             Strategy::KeyedInsert => "keyed_insert",
             Strategy::KeyedCheck => "keyed_check",
             Strategy::ForUpdate => "for_update",
@@ -206,6 +214,32 @@ struct Writer {
     pool: PgPool,
     /// The store's keyed handle, for `keyed_*`.
     keyed: Keyed,
+    /// Connections taken out of `pool` for good, for `plain_kept` and the `raw_*`
+    /// floors: one per writer at most, each used by one batch at a time.
+    kept: Arc<Mutex<Vec<PgConnection>>>,
+}
+
+impl Writer {
+    /// Runs `batch` on a connection of the writer's own ([`Writer::kept`]), which it
+    /// keeps afterwards unless the batch failed.
+    async fn on_kept<F>(&self, batch: F) -> Result<(), String>
+    where
+        F: AsyncFnOnce(&mut PgConnection) -> Result<(), sqlx::Error>,
+    {
+        let kept = self.kept.lock().unwrap().pop();
+        let mut conn = match kept {
+            Some(conn) => conn,
+            None => self
+                .pool
+                .acquire()
+                .await
+                .map_err(|e| e.to_string())?
+                .detach(),
+        };
+        batch(&mut conn).await.map_err(|e| e.to_string())?;
+        self.kept.lock().unwrap().push(conn);
+        Ok(())
+    }
 }
 
 async fn write(
@@ -223,6 +257,17 @@ async fn write(
                 .execute(&writer.pool)
                 .await
                 .map_err(sqlx_error)?;
+        }
+        Strategy::PlainKept => {
+            writer
+                .on_kept(async |conn| {
+                    sqlx::query(sqlx::AssertSqlSafe(insert))
+                        .bind(ids)
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+                .await?;
         }
         Strategy::KeyedInsert => {
             writer
@@ -273,7 +318,10 @@ async fn write(
             let lock =
                 format!("SELECT id FROM {table} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE");
             let lock = sqlx::query(sqlx::AssertSqlSafe(lock)).bind(ids.clone());
-            in_transaction(&writer.pool, Some(lock), insert, ids).await?;
+            let mut conn = writer.pool.acquire().await.map_err(sqlx_error)?;
+            in_transaction(&mut conn, "BEGIN", Some(lock), insert, ids)
+                .await
+                .map_err(sqlx_error)?;
         }
         Strategy::RawLocks => {
             let ids = dedup(ids);
@@ -281,31 +329,29 @@ async fn write(
                 .bind(lock_ids(&ids))
                 .bind("10s")
                 .bind("0");
-            in_transaction(&writer.pool, Some(lock), insert, ids).await?;
+            writer
+                .on_kept(async |conn| in_transaction(conn, "BEGIN", Some(lock), insert, ids).await)
+                .await?;
         }
         Strategy::RawMerged => {
-            // `begin_with` sends its statement as one simple query and checks that it
-            // left the connection in a transaction.
-            use sqlx::{Connection, Executor};
             let ids = dedup(ids);
-            // `LOCK_IDS` with its parameters as literals (the ids are integers).
+            // `LOCK_IDS` with its parameters as literals (the ids are integers), sent
+            // with `BEGIN` as one simple-protocol query.
             let list: Vec<String> = lock_ids(&ids).iter().map(i64::to_string).collect();
             let locks = LOCK_IDS
                 .replace("$1", &format!("'{{{}}}'", list.join(",")))
                 .replace("$2", "'10s'")
                 .replace("$3", "'0'");
             let begin = format!("BEGIN; {locks}");
-            let mut conn = writer.pool.acquire().await.map_err(sqlx_error)?;
-            let mut txn = conn
-                .begin_with(sqlx::AssertSqlSafe(begin))
-                .await
-                .map_err(sqlx_error)?;
-            txn.execute(sqlx::query(sqlx::AssertSqlSafe(insert)).bind(ids))
-                .await
-                .map_err(sqlx_error)?;
-            txn.commit().await.map_err(sqlx_error)?;
+            writer
+                .on_kept(async |conn| in_transaction(conn, &begin, None, insert, ids).await)
+                .await?;
         }
-        Strategy::RawTransaction => in_transaction(&writer.pool, None, insert, ids).await?,
+        Strategy::RawTransaction => {
+            writer
+                .on_kept(async |conn| in_transaction(conn, "BEGIN", None, insert, ids).await)
+                .await?;
+        }
     }
     Ok(())
 }
@@ -319,25 +365,27 @@ fn dedup(ids: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// A plain sqlx transaction: `first` (its rows, if any, are not read), the insert of
-/// `ids`, `COMMIT`.
+/// A plain sqlx transaction on `conn`: `begin` (one simple-protocol query), `first`
+/// (its rows, if any, are not read), the insert of `ids`, `COMMIT`.
 async fn in_transaction(
-    pool: &PgPool,
+    conn: &mut PgConnection,
+    begin: &str,
     first: Option<sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>>,
     insert: String,
     ids: Vec<String>,
-) -> Result<(), String> {
-    let sqlx_error = |e: sqlx::Error| e.to_string();
-    let mut txn = pool.begin().await.map_err(sqlx_error)?;
+) -> Result<(), sqlx::Error> {
+    use sqlx::Connection;
+    let mut txn = conn
+        .begin_with(sqlx::AssertSqlSafe(begin.to_owned()))
+        .await?;
     if let Some(first) = first {
-        first.execute(&mut *txn).await.map_err(sqlx_error)?;
+        first.execute(&mut *txn).await?;
     }
     sqlx::query(sqlx::AssertSqlSafe(insert))
         .bind(ids)
         .execute(&mut *txn)
-        .await
-        .map_err(sqlx_error)?;
-    txn.commit().await.map_err(sqlx_error)
+        .await?;
+    txn.commit().await
 }
 
 async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {
@@ -407,7 +455,11 @@ impl Bench {
         Self {
             rt,
             store,
-            writer: Writer { pool, keyed },
+            writer: Writer {
+                pool,
+                keyed,
+                kept: Arc::default(),
+            },
         }
     }
 
@@ -558,12 +610,13 @@ fn print_summary(configs: &[Config]) {
     let rate = |m: &Measured| m.events as f64 / m.elapsed.as_secs_f64().max(1e-9);
     let per_100k = |x: u64, m: &Measured| x as f64 * 100_000.0 / m.events.max(1) as f64;
     println!(
-        "\n{:<38} {:>7} {:>10} {:>8} {:>13} {:>9} {:>9} {:>11} {:>10} {:>9}",
+        "\n{:<38} {:>7} {:>10} {:>8} {:>13} {:>7} {:>9} {:>9} {:>11} {:>10} {:>9}",
         "strategy (batches of 100, 10% dup)",
         "writers",
         "events/s",
         "× plain",
         "rounds' range",
+        "× own",
         "mean ms",
         "p99 ms",
         "WAL/100k",
@@ -571,27 +624,36 @@ fn print_summary(configs: &[Config]) {
         "dup rate"
     );
     for config in configs {
-        let plain = configs
-            .iter()
-            .find(|c| c.strategy == Strategy::Plain && c.writers == config.writers)
-            .map(|c| c.measured.lock().unwrap().rounds.clone())
-            .unwrap_or_default();
+        let rounds_of = |strategy| {
+            configs
+                .iter()
+                .find(|c| c.strategy == strategy && c.writers == config.writers)
+                .map(|c| c.measured.lock().unwrap().rounds.clone())
+                .unwrap_or_default()
+        };
+        let (plain, own) = (rounds_of(Strategy::Plain), rounds_of(Strategy::PlainKept));
         let m = config.measured.lock().unwrap();
         if m.events == 0 {
             continue;
         }
-        // Each measured round's ratio: the same batches' time with plain over this
-        // strategy's. (Criterion's samples all run as many batches; its warm-up calls,
-        // fewer.)
+        // Each measured round's ratio: the same batches' time with the baseline over
+        // this strategy's. (Criterion's samples all run as many batches; its warm-up
+        // calls, fewer.)
         let sample = m.rounds.last().map_or(0, |r| r.0);
-        let mut ratios: Vec<f64> = m
-            .rounds
-            .iter()
-            .zip(&plain)
-            .filter(|(own, _)| own.0 == sample)
-            .map(|(own, plain)| plain.1.as_secs_f64() / own.1.as_secs_f64().max(1e-9))
-            .collect();
+        let ratios = |baseline: &[(u64, Duration)]| -> Vec<f64> {
+            let mut ratios: Vec<f64> = m
+                .rounds
+                .iter()
+                .zip(baseline)
+                .filter(|(own, _)| own.0 == sample)
+                .map(|(own, base)| base.1.as_secs_f64() / own.1.as_secs_f64().max(1e-9))
+                .collect();
+            ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            ratios
+        };
+        let (mut ratios, mut own_ratios) = (ratios(&plain), ratios(&own));
         let median = percentile(&mut ratios, 50);
+        let own_median = percentile(&mut own_ratios, 50);
         let (low, high) = (
             ratios.first().copied().unwrap_or(f64::NAN),
             ratios.last().copied().unwrap_or(f64::NAN),
@@ -600,12 +662,13 @@ fn print_summary(configs: &[Config]) {
         let p99 = percentile(&mut batches, 99);
         let mean = m.batches.iter().sum::<Duration>().as_secs_f64() / m.batches.len().max(1) as f64;
         println!(
-            "{:<38} {:>7} {:>10.0} {:>8.2} {:>13} {:>9.2} {:>9.2} {:>9.1}MB {:>10.0} {:>8.1}%",
+            "{:<38} {:>7} {:>10.0} {:>8.2} {:>13} {:>7.2} {:>9.2} {:>9.2} {:>9.1}MB {:>10.0} {:>8.1}%",
             config.strategy.name(),
             config.writers,
             rate(&m),
             median,
             format!("{low:.2}–{high:.2}"),
+            own_median,
             mean * 1e3,
             p99.as_secs_f64() * 1e3,
             per_100k(m.wal_bytes, &m) / 1e6,
@@ -616,7 +679,8 @@ fn print_summary(configs: &[Config]) {
     println!(
         "(events/s over all of criterion's rounds, warm-up included; × plain: the median over \
          criterion's samples (rounds) of the ratio to plain ON CONFLICT through sqlx with as \
-         many writers, run moments apart on the same server, and its lowest–highest; WAL and \
+         many writers, run moments apart on the same server, and its lowest–highest; × own: \
+         the same ratio to plain ON CONFLICT on connections of the writers' own; WAL and \
          dead tuples per 100,000 events offered, duplicates included; dup rate: share of \
          events that found their id already stored)\n"
     );
