@@ -101,7 +101,7 @@ impl Database {
     pub async fn close(self) {
         match self {
             Database::Postgres(store) => {
-                let _ = store.connection().clone().close().await;
+                let _ = store.close().await;
             }
             Database::Sqlite(store) => {
                 let _ = store.close().await;

@@ -222,6 +222,14 @@ impl Session {
             .await
     }
 
+    /// Closes the kept connections, then the pool ([`PostgresStore::close`](crate::PostgresStore::close)).
+    pub(crate) async fn close(&self) -> Result<(), DbErr> {
+        if let Some(spare) = &self.spare {
+            spare.close().await;
+        }
+        self.db.close_by_ref().await
+    }
+
     /// What begins a transaction as [`Session::begin`] does, as one simple-protocol
     /// statement, for a [`Checkout`].
     pub(crate) fn begin_sql(&self) -> String {

@@ -221,6 +221,19 @@ impl PostgresStore {
         self.session.begin().await
     }
 
+    /// Closes the store's connections, waiting for each to close: those it keeps out
+    /// of its pool between statements, then the pool it runs on (see
+    /// [`DatabaseConnection::close_by_ref`]), for every clone of the store. That is
+    /// the app's own pool too when the store was made by [`PostgresStore::open`].
+    /// Statements after it fail. Without it, the kept connections close when the
+    /// store's last clone is dropped (closing the pool alone does not close them).
+    ///
+    /// # Errors
+    /// The driver's error if the pool could not be closed.
+    pub async fn close(&self) -> Result<(), DbErr> {
+        self.session.close().await
+    }
+
     /// The session its statements run through.
     pub(crate) fn session(&self) -> &Session {
         &self.session

@@ -376,3 +376,55 @@ async fn a_keyed_chunk_dropped_half_way_leaves_no_transaction_behind() {
         "the dropped chunk's insert was rolled back; the next batch's committed"
     );
 }
+
+#[tokio::test]
+async fn closing_the_store_closes_its_kept_connections_too() {
+    let db = TestDb::new().await;
+    let admin = admin(db.direct_url()).await;
+    events_table(&admin).await;
+    let name = "closed store under test";
+    let url = format!(
+        "{}?application_name={}",
+        db.direct_url(),
+        name.replace(' ', "%20")
+    );
+    let store = store_with(&url, PostgresOptions::default().max_connections(8)).await;
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let keyed = keyed.clone();
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    keyed
+                        .process(&[format!("{w}-{i}")], insert_chunk)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    store.now().await.unwrap();
+    let count =
+        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{name}'");
+    let open = strings(&admin, &count).await;
+    assert_ne!(open[0].as_deref(), Some("0"), "the store has connections");
+    store.close().await.unwrap();
+    // The server sees a closed connection go moments after the client closed it.
+    let mut left = open;
+    for _ in 0..100 {
+        left = strings(&admin, &count).await;
+        if left[0].as_deref() == Some("0") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        left[0].as_deref(),
+        Some("0"),
+        "connections left after close"
+    );
+    assert!(store.now().await.is_err(), "a statement after close fails");
+}

@@ -62,6 +62,8 @@ pub(crate) struct Spare {
 struct Slots {
     kept: Vec<Kept>,
     out: usize,
+    /// The store was closed ([`Spare::close`]): nothing is kept any more.
+    closed: bool,
 }
 
 /// A kept connection, with when it left the pool and when it was last used.
@@ -129,7 +131,7 @@ impl Spare {
     /// chunk that ended), if there is room; else it goes back to the pool.
     pub(super) fn keep_pooled(&self, conn: PoolConnection<Postgres>) {
         let mut slots = self.lock();
-        if slots.kept.len() + slots.out < self.capacity {
+        if !slots.closed && slots.kept.len() + slots.out < self.capacity {
             let now = Instant::now();
             slots.kept.push(Kept {
                 conn: conn.detach(),
@@ -139,6 +141,20 @@ impl Spare {
         } else {
             drop(slots);
             drop(conn);
+        }
+    }
+
+    /// Closes the kept connections and keeps none from now on: a connection out
+    /// running a statement is closed when it is done.
+    pub(super) async fn close(&self) {
+        use sqlx::Connection;
+        let kept = {
+            let mut slots = self.lock();
+            slots.closed = true;
+            std::mem::take(&mut slots.kept)
+        };
+        for kept in kept {
+            let _ = kept.conn.close().await;
         }
     }
 
@@ -160,6 +176,11 @@ impl Taken {
         if let Some(conn) = self.conn.take() {
             let mut slots = self.spare.lock();
             slots.out = slots.out.saturating_sub(1);
+            if slots.closed {
+                drop(slots);
+                close(conn);
+                return;
+            }
             slots.kept.push(Kept {
                 conn,
                 kept_since: self.kept_since,
