@@ -36,17 +36,19 @@
 //! read back once per handle. Between `BEGIN` and that statement the transaction holds
 //! no lock and no snapshot.
 //!
-//! Nothing else: on a pool the store created, the chunk's connection is not handed back
-//! to the pool when the chunk ends, where sqlx would test it with a round trip of its
-//! own, but kept for the next chunk or statement of the store's, up to a quarter of
-//! the pool's `max_connections` kept connections (see
-//! [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections)). The
-//! work therefore runs on a [`KeyedTransaction`] of the crate's, which implements
-//! sea-orm's `ConnectionTrait`, instead of a sea-orm `DatabaseTransaction`. A
-//! connection is closed instead of kept when a statement on it failed in a way that
-//! may leave the session unfit (anything but a timeout, a lock or serialization
-//! conflict, bad data or a violated constraint), or when the chunk's future was dropped
-//! or its work panicked before the transaction ended.
+//! On a pool the store created, directly on PostgreSQL, nothing else either: the chunk's
+//! connection is not handed back to the pool when the chunk ends, where sqlx would test
+//! it with a round trip of its own, but kept for the next chunk, while fewer than a
+//! quarter of the pool's `max_connections` are kept so (see
+//! [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections);
+//! beyond that, and on an app's pool or behind a transaction pooler, the connection
+//! goes back to the pool and sqlx tests it). The work therefore runs on a
+//! [`KeyedTransaction`] of the crate's, which implements sea-orm's `ConnectionTrait`,
+//! instead of a sea-orm `DatabaseTransaction`. A connection is closed instead of kept
+//! when a statement on it failed in a way that may leave the session unfit (anything
+//! but a timeout, a lock or serialization conflict, bad data or a violated
+//! constraint), or when the chunk's future was dropped or its work panicked before the
+//! transaction ended.
 //!
 //! That statement itself still runs under the connection's own `statement_timeout`:
 //! on a pool the store opened, the lease-statement bound
@@ -302,10 +304,12 @@ impl Keyed {
     ///
     /// Each transaction borrows one connection for its duration only: keep `work`
     /// short (a few statements), since other workers wait for its keys. On a pool the
-    /// store created, that connection is kept out of the pool between chunks, as the
-    /// store's own statements' is, so that a chunk does not pay sqlx's test of a
-    /// connection handed back to its pool (a round trip); `work` runs on a
-    /// [`KeyedTransaction`] for that reason, not on a sea-orm `DatabaseTransaction`.
+    /// store created, directly on PostgreSQL, that connection is kept out of the pool
+    /// between chunks when there is room (see the [module docs](crate::keyed)), so that
+    /// a chunk does not pay sqlx's test of a connection handed back to its pool (a round
+    /// trip); `work` runs on a [`KeyedTransaction`] for that reason, not on a sea-orm
+    /// `DatabaseTransaction` (no nested transactions or streams: a savepoint is a raw
+    /// `SAVEPOINT`).
     ///
     /// The lock order makes the *advisory* locks deadlock-free, and since no two
     /// transactions hold a key at once, writes to rows keyed by the chunk's keys never
@@ -351,7 +355,9 @@ impl Keyed {
     /// Only if `work` panics; the panic propagates. The transaction is then dropped
     /// and its connection closed (never handed back to a pool inside a transaction):
     /// the server rolls the chunk back, and releases its locks, as it sees the
-    /// connection go.
+    /// connection go (at once between statements; a statement still running, such as
+    /// a lock wait, runs to its end first, bounded by the transaction's
+    /// `statement_timeout`).
     ///
     /// # Cancel safety
     /// Dropping the future rolls back the running chunk (as for a panic) and keeps the
@@ -469,7 +475,11 @@ impl Keyed {
                         let _ = conn.end("ROLLBACK").await;
                         return Err(Start::Lock(source));
                     }
-                    conn.simple("ROLLBACK").await.map_err(Start::Begin)?;
+                    // On the same connection, or on another if the rollback failed
+                    // (which closes this one).
+                    if conn.simple("ROLLBACK").await.is_err() {
+                        conn = session.checkout().await.map_err(Start::Begin)?;
+                    }
                     tracing::debug!(
                         keys = keys.len(),
                         "keyed locks held longer than the connection's statement_timeout; \
@@ -523,10 +533,8 @@ impl Keyed {
             values.push(n.into());
         }
         let row = conn
-            .fetch(sql, values)
+            .fetch_one(sql, values)
             .await?
-            .into_iter()
-            .next()
             .ok_or_else(|| DbErr::Custom("the locking statement returned no row".to_owned()))?;
         let locks: i64 = row.try_get("", "locks")?;
         Ok(u64::try_from(locks).unwrap_or(0))

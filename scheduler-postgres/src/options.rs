@@ -34,11 +34,11 @@ pub struct PostgresOptions {
     /// Pool size when the store opens its own pool
     /// ([`PostgresStore::connect`](crate::PostgresStore::connect)). Default 4. Lease
     /// operations borrow a connection for one statement, so a pool of one suffices for
-    /// the store; the rest is for the app. Between its lease statements, clock reads
-    /// and keyed chunks the store keeps connections out of the pool's count (so that
-    /// none goes back to the pool after each, where sqlx tests it with a round trip of
-    /// its own), at most a quarter of this, at least one: it may hold that many
-    /// connections more than this (5 with the default 4, 10 with 8). One unused for a
+    /// the store; the rest is for the app. Between its lease statements and clock
+    /// reads the store keeps one connection out of the pool's count, and between keyed
+    /// chunks up to a quarter of this (so that none goes back to the pool after each,
+    /// where sqlx tests it with a round trip of its own): it may hold that many
+    /// connections more than this (6 with the default 4, 11 with 8). One unused for a
     /// minute is closed when the store next needs it, instead of used.
     pub max_connections: u32,
     /// How long to wait for a connection: to the server when connecting, from the

@@ -128,8 +128,10 @@ pub(crate) struct Session {
     /// created the pool and set it ([`Pooling::bound_connections`]).
     bounded_connections: Option<Duration>,
     /// The connection kept between autocommit statements, on a pool the store
-    /// created ([`Spare`]), and between keyed chunks; shared by the session's clones.
+    /// created ([`Spare`]); shared by the session's clones.
     spare: Option<Arc<Spare>>,
+    /// The connections kept between keyed chunks, likewise ([`Session::checkout`]).
+    keyed: Option<Arc<Spare>>,
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -172,8 +174,12 @@ impl Session {
             }
             (Pooling::Transaction, _) => format!("DEALLOCATE ALL; {idle_guard}"),
         };
-        let spare =
-            bounded_connections.map(|_| Arc::new(Spare::new(db.get_postgres_connection_pool())));
+        let pool = db.get_postgres_connection_pool();
+        let spare = bounded_connections.map(|_| Arc::new(Spare::new(pool, 1)));
+        let keyed = bounded_connections
+            .map(|_| Spare::keyed_capacity(pool))
+            .filter(|&capacity| capacity > 0)
+            .map(|capacity| Arc::new(Spare::new(pool, capacity)));
         Ok(Self {
             db,
             pooling,
@@ -181,6 +187,7 @@ impl Session {
             begin_setup,
             statement_timeout: options.statement_timeout,
             spare,
+            keyed,
             bounded_connections,
         })
     }
@@ -224,7 +231,7 @@ impl Session {
 
     /// Closes the kept connections, then the pool ([`PostgresStore::close`](crate::PostgresStore::close)).
     pub(crate) async fn close(&self) -> Result<(), DbErr> {
-        if let Some(spare) = &self.spare {
+        for spare in [&self.spare, &self.keyed].into_iter().flatten() {
             spare.close().await;
         }
         self.db.close_by_ref().await
@@ -240,12 +247,12 @@ impl Session {
     /// is one, else one of the pool's, which is kept afterwards when there is room.
     pub(crate) async fn checkout(&self) -> Result<Checkout, DbErr> {
         let persistent = self.pooling == Pooling::Direct;
-        if let Some(taken) = self.spare.as_ref().and_then(Spare::take) {
+        if let Some(taken) = self.keyed.as_ref().and_then(Spare::take) {
             return Ok(Checkout::kept(taken, persistent));
         }
         let pool = self.db.get_postgres_connection_pool();
-        let conn = pool.acquire().await.map_err(driver)?;
-        Ok(Checkout::pooled(conn, self.spare.clone(), persistent))
+        let conn = pool.acquire().await.map_err(acquire)?;
+        Ok(Checkout::pooled(conn, self.keyed.clone(), persistent))
     }
 
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {
@@ -347,8 +354,8 @@ impl Session {
     }
 
     /// Runs `sql` alone on a connection of the pool, in autocommit: its rows. On a
-    /// pool the store created, the connection is the [`Spare`] when one is kept, and
-    /// is kept afterwards when none is.
+    /// pool the store created, the connection is the [`Spare`]'s when it has one free,
+    /// and is kept afterwards when there is room.
     async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
         use sea_orm::sqlx;
         let query = sqlx::query_with(
@@ -374,7 +381,7 @@ impl Session {
             };
         }
         let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(driver)?;
+        let mut conn = pool.acquire().await.map_err(acquire)?;
         let rows = query
             .fetch_all(&mut *conn)
             .await
@@ -409,7 +416,7 @@ impl Session {
             None => format!("BEGIN; {}", self.idle_guard),
         };
         let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(driver)?;
+        let mut conn = pool.acquire().await.map_err(acquire)?;
         let query = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),
@@ -477,6 +484,17 @@ fn discard_if_read_only(
         && db.code().as_deref() == Some("25006")
     {
         conn.close_on_drop();
+    }
+}
+
+/// A failure to get a connection from the pool as sea-orm's (a timeout or a closed
+/// pool as `ConnectionAcquire`, else `Conn`).
+fn acquire(e: sea_orm::sqlx::Error) -> DbErr {
+    use sea_orm::sqlx::Error;
+    match e {
+        Error::PoolTimedOut => DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout),
+        Error::PoolClosed => DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::ConnectionClosed),
+        e => DbErr::Conn(RuntimeErr::SqlxError(Arc::new(e))),
     }
 }
 

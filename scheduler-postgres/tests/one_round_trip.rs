@@ -331,15 +331,38 @@ async fn keyed_workers_keep_at_most_a_quarter_of_the_pool_out_of_it() {
     assert_eq!(rows[0].as_deref(), Some("4800"));
 }
 
+/// Options under which the server never ends a transaction for idling (an hour): a
+/// transaction left open on a connection kept or handed back to the pool would keep
+/// its locks past every wait of these tests.
+fn patient() -> PostgresOptions {
+    PostgresOptions::default().idle_transaction_timeout(Duration::from_secs(3600))
+}
+
 #[tokio::test]
-async fn a_keyed_chunk_dropped_half_way_leaves_no_transaction_behind() {
+async fn a_keyed_chunk_dropped_half_way_on_a_kept_connection_leaves_no_transaction_behind() {
     let db = TestDb::new().await;
-    let admin = admin(db.direct_url()).await;
-    events_table(&admin).await;
-    let store = store(db.direct_url()).await;
+    events_table(&admin(db.direct_url()).await).await;
+    let store = store_with(db.direct_url(), patient().max_connections(4)).await;
+    dropped_chunk(&store, true).await;
+}
+
+#[tokio::test]
+async fn a_keyed_chunk_dropped_half_way_on_a_pool_connection_leaves_no_transaction_behind() {
+    let db = TestDb::new().await;
+    events_table(&admin(db.direct_url()).await).await;
+    // An app's own pool: no connection is kept out of it.
+    let pool = sea_orm::Database::connect(db.direct_url()).await.unwrap();
+    let store = PostgresStore::open(pool, patient()).await.unwrap();
+    dropped_chunk(&store, false).await;
+}
+
+/// Drops a chunk of `store`'s half-way (after its insert, while its locks are held),
+/// then processes the same key again on the same store.
+async fn dropped_chunk(store: &PostgresStore, kept: bool) {
     let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
     let keys = vec!["dropped".to_owned()];
-    // A first batch leaves its connection kept: the next chunk runs on it.
+    // A first batch leaves its connection kept, if the store keeps one: the next
+    // chunk runs on it.
     keyed
         .process(&["first".to_owned()], insert_chunk)
         .await
@@ -358,15 +381,17 @@ async fn a_keyed_chunk_dropped_half_way_leaves_no_transaction_behind() {
     )
     .await;
     assert!(cut.is_err(), "the chunk was still working");
-    // Its connection is closed, not kept inside the open transaction: the next
-    // batches, on the same store, run in transactions of their own, take the same
-    // key (its lock is gone with the connection) and commit.
+    // Its connection is closed, neither kept nor handed back to the pool inside the
+    // open transaction: the next batches, on the same store, run in transactions of
+    // their own, take the same key (its lock is gone with the connection) and commit.
     let mut new = Vec::new();
     for _ in 0..3 {
         let done =
-            tokio::time::timeout(Duration::from_secs(60), keyed.process(&keys, insert_chunk))
+            tokio::time::timeout(Duration::from_secs(20), keyed.process(&keys, insert_chunk))
                 .await
-                .expect("the key's lock was released")
+                .unwrap_or_else(|_| {
+                    panic!("the key's lock is still held (kept connection: {kept})")
+                })
                 .unwrap();
         new.extend(done.values);
     }
@@ -374,6 +399,61 @@ async fn a_keyed_chunk_dropped_half_way_leaves_no_transaction_behind() {
         new,
         [1, 0, 0],
         "the dropped chunk's insert was rolled back; the next batch's committed"
+    );
+}
+
+#[tokio::test]
+async fn clock_reads_stay_one_round_trip_while_a_keyed_chunk_runs() {
+    let db = TestDb::new().await;
+    events_table(&admin(db.direct_url()).await).await;
+    let proxy = Counting::start(port_of(db.direct_url())).await;
+    let store = PostgresStore::connect(&proxy.url(db.direct_url()), PostgresOptions::default())
+        .await
+        .expect("connect through the proxy");
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    keyed
+        .process(&["warm".to_owned()], insert_chunk)
+        .await
+        .unwrap();
+    store.now().await.unwrap();
+    // A chunk holds its connection (and its key's lock) until told to finish.
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (mut started, mut finished) = (Some(started), Some(finished));
+    let chunk = tokio::spawn({
+        let keyed = keyed.clone();
+        async move {
+            keyed
+                .process(&["held".to_owned()], move |txn, chunk| {
+                    let inserted = insert_chunk(txn, chunk);
+                    // One chunk: the channels are taken by its call.
+                    let (started, finished) = (started.take(), finished.take());
+                    Box::pin(async move {
+                        let n = inserted.await?;
+                        if let (Some(started), Some(finished)) = (started, finished) {
+                            let _ = started.send(());
+                            let _ = finished.await;
+                        }
+                        Ok::<_, sea_orm::DbErr>(n)
+                    })
+                })
+                .await
+                .unwrap()
+        }
+    });
+    running.await.unwrap();
+    let reads = sent_during(&proxy, async {
+        for _ in 0..100 {
+            store.now().await.unwrap();
+        }
+    })
+    .await;
+    finish.send(()).unwrap();
+    assert_eq!(chunk.await.unwrap().values, [1]);
+    assert!(
+        reads <= 105,
+        "100 clock reads during a keyed chunk sent {reads} times (the chunk took the \
+         connection kept for them)"
     );
 }
 

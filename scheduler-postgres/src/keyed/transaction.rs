@@ -55,7 +55,8 @@ impl ConnectionTrait for KeyedTransaction {
     }
 
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
-        Ok(self.query_all_raw(stmt).await?.into_iter().next())
+        let values = stmt.values.map(|v| v.0).unwrap_or_default();
+        self.conn.lock().await.fetch_one(&stmt.sql, values).await
     }
 
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {

@@ -12,21 +12,22 @@ use sea_query_sqlx::SqlxValues;
 
 use super::{driver, kept_after};
 
-/// Connections the store keeps out of its own pool between its statements in
-/// autocommit ([`Session::autocommit`](super::Session): lease statements, clock reads,
-/// the reads of controls and run history) and between keyed chunks ([`Checkout`]), so
-/// that such a statement is one round trip and a chunk pays none beyond its own: a
-/// connection handed back to a sqlx pool is tested there with a round trip of its own
-/// (a `Sync`, sent from a task of its own every time a connection is returned). A
-/// statement that starts while every kept connection is busy runs on a pool
-/// connection, which is kept afterwards if there is room, else goes back to the pool
-/// as before.
+/// Connections the store keeps out of its own pool between its statements, so that a
+/// statement is one round trip: a connection handed back to a sqlx pool is tested
+/// there with a round trip of its own (a `Sync`, sent from a task of its own every time
+/// a connection is returned). A session has two: one connection kept between its
+/// statements in autocommit ([`Session::autocommit`](super::Session): lease
+/// statements, clock reads, the reads of controls and run history), and up to a
+/// quarter of the pool's `max_connections` kept between keyed chunks ([`Checkout`]),
+/// so that keyed work never takes the lease statements' connection. A statement or
+/// chunk that starts while every kept connection is busy runs on a pool connection,
+/// which is kept afterwards if there is room, else goes back to the pool as before.
 ///
-/// Only on a pool the store created ([`Pooling::bound_connections`](super::Pooling)):
-/// a connection of the app's own pool is never kept. At most [`Spare::capacity`]
-/// connections are kept or out at once (a quarter of the pool's `max_connections`, at
-/// least one); they have left the pool's count (`PoolConnection::detach`), so the
-/// store may hold that many connections more than
+/// Only on a pool the store created, directly on PostgreSQL
+/// ([`Pooling::bound_connections`](super::Pooling)): a connection of the app's own pool,
+/// or behind a transaction pooler, is never kept. At most [`Spare::capacity`]
+/// connections are kept or out at once; they have left the pool's count
+/// (`PoolConnection::detach`), so the store may hold that many connections more than
 /// [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections); the
 /// pool never waits for them.
 ///
@@ -39,8 +40,9 @@ use super::{driver, kept_after};
 /// statement's future was dropped half-way, is closed, never reused. One idle for the
 /// pool's idle timeout, or out of the pool for the pool's connection lifetime, is
 /// closed when next looked at, instead of used; until then an idle store keeps it
-/// open (the pool's reaper would have closed it). The kept connections are closed when
-/// the last clone of the store is dropped, not by closing the pool.
+/// open (the pool's reaper would have closed it). The kept connections are closed by
+/// [`PostgresStore::close`](crate::PostgresStore::close), or when the last clone of
+/// the store is dropped, not by closing the pool.
 ///
 /// A kept connection is one a statement of the store's just ran on in autocommit, or
 /// a keyed chunk just committed or rolled back on: an app that leaves a connection of
@@ -85,22 +87,21 @@ pub(crate) struct Taken {
 }
 
 impl Spare {
-    /// No connections yet, for `pool`'s.
-    pub(super) fn new(pool: &PgPool) -> Self {
+    /// No connections yet, for at most `capacity` of `pool`'s.
+    pub(super) fn new(pool: &PgPool, capacity: usize) -> Self {
         let options = pool.options();
-        let max = usize::try_from(options.get_max_connections()).unwrap_or(usize::MAX);
         Spare {
             slots: std::sync::Mutex::default(),
-            capacity: Spare::capacity(max),
+            capacity,
             idle: options.get_idle_timeout(),
             lifetime: options.get_max_lifetime(),
         }
     }
 
-    /// How many connections a pool of `max_connections` may have kept out of it: a
-    /// quarter, at least one.
-    pub(crate) fn capacity(max_connections: usize) -> usize {
-        (max_connections / 4).max(1)
+    /// How many connections of `pool` may be kept out of it between keyed chunks: a
+    /// quarter of its `max_connections` (none below 4).
+    pub(super) fn keyed_capacity(pool: &PgPool) -> usize {
+        usize::try_from(pool.options().get_max_connections()).unwrap_or(usize::MAX) / 4
     }
 
     /// The most recently used kept connection, if there is one fresh enough; stale
@@ -293,10 +294,19 @@ impl Checkout {
 
     /// Runs `sql` with the simple protocol (no parameters, several statements allowed).
     pub(crate) async fn simple(&mut self, sql: &str) -> Result<PgQueryResult, DbErr> {
+        self.simple_or(sql, exec).await
+    }
+
+    /// [`Checkout::simple`], its driver error made a [`DbErr`] by `or`.
+    async fn simple_or(
+        &mut self,
+        sql: &str,
+        or: fn(sqlx::Error) -> DbErr,
+    ) -> Result<PgQueryResult, DbErr> {
         use sqlx::Executor;
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         let done = self.conn()?.execute(sqlx::raw_sql(sql)).await;
-        done.inspect_err(|e| self.failed(e)).map_err(exec)
+        done.inspect_err(|e| self.failed(e)).map_err(or)
     }
 
     /// `sql` with `values` bound: prepared and cached directly on PostgreSQL, unnamed
@@ -329,6 +339,22 @@ impl Checkout {
         }
     }
 
+    /// Runs `sql` with `values` bound ([`Checkout::query`]): its first row, if any.
+    pub(crate) async fn fetch_one(
+        &mut self,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<Option<QueryResult>, DbErr> {
+        let query = self.query(sql, values);
+        match query.fetch_optional(self.conn()?).await {
+            Ok(row) => Ok(row.map(QueryResult::from)),
+            Err(e) => {
+                self.failed(&e);
+                Err(driver(e))
+            }
+        }
+    }
+
     /// Runs `sql` with `values` bound ([`Checkout::query`]): how many rows it affected.
     pub(crate) async fn execute(
         &mut self,
@@ -342,9 +368,9 @@ impl Checkout {
 
     /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`) and hands the
     /// connection back (kept, or to the pool); if that fails, the connection is
-    /// closed.
+    /// closed. Its error is a query's, as sea-orm's `commit` gives.
     pub(crate) async fn end(mut self, sql: &str) -> Result<(), DbErr> {
-        self.simple(sql).await?;
+        self.simple_or(sql, driver).await?;
         match (self.held.take(), self.reusable) {
             (Some(Held::Kept(taken)), true) => taken.keep(),
             (Some(Held::Pooled(conn, Some(spare))), true) => spare.keep_pooled(conn),
