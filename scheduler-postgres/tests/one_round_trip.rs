@@ -251,21 +251,27 @@ async fn events_table(admin: &sea_orm::DatabaseConnection) {
     support::hostile::exec(admin, "CREATE TABLE keyed_events (id text PRIMARY KEY)").await;
 }
 
-#[tokio::test]
-async fn a_keyed_chunk_sends_begin_its_locks_its_work_and_commit_and_nothing_else() {
-    let db = TestDb::new().await;
+/// A store connected through a counting proxy, its keyed handle, and the table it
+/// inserts into, after a first batch: the handle's first batch reads the server's
+/// settings, and prepares the locking statement and the insert on their connection.
+async fn keyed_through_proxy(db: &TestDb) -> (Counting, PostgresStore, scheduler_postgres::Keyed) {
     events_table(&admin(db.direct_url()).await).await;
     let proxy = Counting::start(port_of(db.direct_url())).await;
     let store = PostgresStore::connect(&proxy.url(db.direct_url()), PostgresOptions::default())
         .await
         .expect("connect through the proxy");
     let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
-    // The handle's first batch reads the server's settings, and prepares the locking
-    // statement and the insert on their connection.
     keyed
         .process(&["warm".to_owned()], insert_chunk)
         .await
         .unwrap();
+    (proxy, store, keyed)
+}
+
+#[tokio::test]
+async fn a_keyed_chunk_sends_begin_its_locks_its_work_and_commit_and_nothing_else() {
+    let db = TestDb::new().await;
+    let (proxy, _store, keyed) = keyed_through_proxy(&db).await;
     let sent = sent_during(&proxy, async {
         for i in 0..50 {
             let done = keyed
@@ -283,46 +289,67 @@ async fn a_keyed_chunk_sends_begin_its_locks_its_work_and_commit_and_nothing_els
     );
 }
 
+/// A store on a pool of 8 whose connections carry `name` as their
+/// `application_name`.
+async fn store_named(db: &TestDb, name: &str) -> PostgresStore {
+    let url = format!(
+        "{}?application_name={}",
+        db.direct_url(),
+        name.replace(' ', "%20")
+    );
+    store_with(&url, PostgresOptions::default().max_connections(8)).await
+}
+
+/// How many connections named `name` the server has.
+async fn connections_named(admin: &sea_orm::DatabaseConnection, name: &str) -> usize {
+    let count =
+        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{name}'");
+    strings(admin, &count).await[0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Starts `workers` tasks that each process `batches` batches of `keys` new keys.
+fn process_concurrently(
+    keyed: &scheduler_postgres::Keyed,
+    workers: usize,
+    batches: usize,
+    keys: usize,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..workers)
+        .map(|w| {
+            let keyed = keyed.clone();
+            tokio::spawn(async move {
+                for i in 0..batches {
+                    let batch: Vec<String> = (0..keys).map(|k| format!("{w}-{i}-{k}")).collect();
+                    keyed.process(&batch, insert_chunk).await.unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn keyed_workers_keep_at_most_a_quarter_of_the_pool_out_of_it() {
     let db = TestDb::new().await;
     let admin = admin(db.direct_url()).await;
     events_table(&admin).await;
     let name = "keyed connections under test";
-    let url = format!(
-        "{}?application_name={}",
-        db.direct_url(),
-        name.replace(' ', "%20")
-    );
-    let store = store_with(&url, PostgresOptions::default().max_connections(8)).await;
+    let store = store_named(&db, name).await;
     let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
-    let workers: Vec<_> = (0..12)
-        .map(|w| {
-            let keyed = keyed.clone();
-            tokio::spawn(async move {
-                for i in 0..40 {
-                    let keys: Vec<String> = (0..10).map(|k| format!("{w}-{i}-{k}")).collect();
-                    keyed.process(&keys, insert_chunk).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    let count =
-        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{name}'");
+    let workers = process_concurrently(&keyed, 12, 40, 10);
     let mut most = 0;
     while workers.iter().any(|w| !w.is_finished()) {
-        let now: usize = strings(&admin, &count).await[0]
-            .as_deref()
-            .unwrap()
-            .parse()
-            .unwrap();
-        most = most.max(now);
+        most = most.max(connections_named(&admin, name).await);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for worker in workers {
         worker.await.unwrap();
     }
-    // 8 in the pool, 2 kept out of it.
+    // 8 in the pool, 2 kept out of it between keyed chunks (and none between lease
+    // statements: there were none).
     assert!(
         most <= 10,
         "the store held {most} connections with max_connections 8"
@@ -405,16 +432,7 @@ async fn dropped_chunk(store: &PostgresStore, kept: bool) {
 #[tokio::test]
 async fn clock_reads_stay_one_round_trip_while_a_keyed_chunk_runs() {
     let db = TestDb::new().await;
-    events_table(&admin(db.direct_url()).await).await;
-    let proxy = Counting::start(port_of(db.direct_url())).await;
-    let store = PostgresStore::connect(&proxy.url(db.direct_url()), PostgresOptions::default())
-        .await
-        .expect("connect through the proxy");
-    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
-    keyed
-        .process(&["warm".to_owned()], insert_chunk)
-        .await
-        .unwrap();
+    let (proxy, store, keyed) = keyed_through_proxy(&db).await;
     store.now().await.unwrap();
     // A chunk holds its connection (and its key's lock) until told to finish.
     let (finish, finished) = tokio::sync::oneshot::channel::<()>();
@@ -463,48 +481,27 @@ async fn closing_the_store_closes_its_kept_connections_too() {
     let admin = admin(db.direct_url()).await;
     events_table(&admin).await;
     let name = "closed store under test";
-    let url = format!(
-        "{}?application_name={}",
-        db.direct_url(),
-        name.replace(' ', "%20")
-    );
-    let store = store_with(&url, PostgresOptions::default().max_connections(8)).await;
+    let store = store_named(&db, name).await;
     let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
-    let workers: Vec<_> = (0..4)
-        .map(|w| {
-            let keyed = keyed.clone();
-            tokio::spawn(async move {
-                for i in 0..10 {
-                    keyed
-                        .process(&[format!("{w}-{i}")], insert_chunk)
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
+    for worker in process_concurrently(&keyed, 4, 10, 1) {
         worker.await.unwrap();
     }
     store.now().await.unwrap();
-    let count =
-        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{name}'");
-    let open = strings(&admin, &count).await;
-    assert_ne!(open[0].as_deref(), Some("0"), "the store has connections");
+    assert_ne!(
+        connections_named(&admin, name).await,
+        0,
+        "the store has connections"
+    );
     store.close().await.unwrap();
     // The server sees a closed connection go moments after the client closed it.
-    let mut left = open;
+    let mut left = usize::MAX;
     for _ in 0..100 {
-        left = strings(&admin, &count).await;
-        if left[0].as_deref() == Some("0") {
+        left = connections_named(&admin, name).await;
+        if left == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(
-        left[0].as_deref(),
-        Some("0"),
-        "connections left after close"
-    );
+    assert_eq!(left, 0, "connections left after close");
     assert!(store.now().await.is_err(), "a statement after close fails");
 }

@@ -330,13 +330,9 @@ impl Checkout {
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>, DbErr> {
         let query = self.query(sql, values);
-        match query.fetch_all(self.conn()?).await {
-            Ok(rows) => Ok(rows.into_iter().map(QueryResult::from).collect()),
-            Err(e) => {
-                self.failed(&e);
-                Err(driver(e))
-            }
-        }
+        let rows = query.fetch_all(self.conn()?).await;
+        let rows = rows.inspect_err(|e| self.failed(e)).map_err(driver)?;
+        Ok(rows.into_iter().map(QueryResult::from).collect())
     }
 
     /// Runs `sql` with `values` bound ([`Checkout::query`]): its first row, if any.
@@ -346,13 +342,9 @@ impl Checkout {
         values: Vec<Value>,
     ) -> Result<Option<QueryResult>, DbErr> {
         let query = self.query(sql, values);
-        match query.fetch_optional(self.conn()?).await {
-            Ok(row) => Ok(row.map(QueryResult::from)),
-            Err(e) => {
-                self.failed(&e);
-                Err(driver(e))
-            }
-        }
+        let row = query.fetch_optional(self.conn()?).await;
+        let row = row.inspect_err(|e| self.failed(e)).map_err(driver)?;
+        Ok(row.map(QueryResult::from))
     }
 
     /// Runs `sql` with `values` bound ([`Checkout::query`]): how many rows it affected.
