@@ -345,7 +345,9 @@ impl Keyed {
     ///
     /// # Errors
     /// [`KeyedError::NulInKey`] if a key holds a NUL byte (nothing runs),
-    /// [`KeyedError::Work`] if `work` fails, [`KeyedError::OutOfLockSlots`] if the
+    /// [`KeyedError::Work`] if `work` fails, [`KeyedError::Aborted`] if it returns `Ok`
+    /// after its last statement failed (its transaction is then aborted, and a
+    /// `COMMIT` would roll it back), [`KeyedError::OutOfLockSlots`] if the
     /// server's lock table has no room for a chunk's locks, [`KeyedError::Store`] if the
     /// database fails otherwise. The failing chunk is rolled back; earlier chunks stay
     /// committed ([`KeyedError::committed`]). If a `COMMIT` itself fails, that chunk's
@@ -431,8 +433,14 @@ impl Keyed {
             let txn = KeyedTransaction::new(txn);
             let outcome = work(&txn, part).await;
             let txn = txn.into_inner();
-            match outcome {
-                Ok(value) => {
+            let aborted = txn.aborted().cloned();
+            match (outcome, aborted) {
+                // A `COMMIT` would roll back: say so instead of counting it committed.
+                (Ok(_), Some(cause)) => {
+                    let _ = txn.end("ROLLBACK").await;
+                    return Err(KeyedError::Aborted { cause, committed });
+                }
+                (Ok(value), None) => {
                     txn.end("COMMIT")
                         .await
                         .map_err(|e| store(committed)(statement(e)))?;
@@ -440,7 +448,7 @@ impl Keyed {
                     processed.values.push(value);
                     processed.locks += locks;
                 }
-                Err(error) => {
+                (Err(error), _) => {
                     // Closed instead of kept if the rollback fails.
                     let _ = txn.end("ROLLBACK").await;
                     return Err(KeyedError::Work { error, committed });

@@ -180,3 +180,77 @@ async fn a_panicking_caller_rolls_back_and_releases_its_locks() {
     assert_eq!(events(&conn).await, 0, "the chunk was rolled back");
     another_worker_processes(db.url(), &keys).await;
 }
+
+/// Inserts `ids` without `ON CONFLICT`: fails on a key already stored.
+fn strict_insert(ids: Vec<String>) -> Statement {
+    Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO events (id) SELECT unnest($1::text[])",
+        [ids.into()],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_that_swallows_a_failed_statement_is_not_counted_committed() {
+    let (db, store) = setup().await;
+    let keyed = store.keyed(KeyedOptions::default());
+    let stored = keys("stored");
+    keyed
+        .process(&stored, |txn, chunk| {
+            let ids = chunk.to_vec();
+            Box::pin(async move { txn.execute_raw(strict_insert(ids)).await.map(drop) })
+        })
+        .await
+        .expect("the first keys");
+    // The work inserts new keys, then one already stored (a duplicate key error,
+    // which aborts the transaction), ignores that error and returns Ok: PostgreSQL
+    // turns the COMMIT into a rollback, so nothing of the chunk is written.
+    let fresh = keys("fresh");
+    let result = keyed
+        .process(&fresh, |txn, chunk| {
+            let (ids, again) = (chunk.to_vec(), vec!["stored-0".to_owned()]);
+            Box::pin(async move {
+                txn.execute_raw(strict_insert(ids)).await?;
+                let refused = txn.execute_raw(strict_insert(again)).await;
+                assert!(refused.is_err(), "the duplicate is refused");
+                Ok::<_, DbErr>(())
+            })
+        })
+        .await;
+    match result {
+        Err(KeyedError::Aborted { cause, committed }) => {
+            assert_eq!(committed, 0);
+            assert!(cause.to_string().contains("duplicate key"), "{cause}");
+        }
+        other => panic!("expected the aborted chunk's error, got {other:?}"),
+    }
+    let conn = test_postgres::inspect(db.url()).await;
+    assert_eq!(
+        events(&conn).await,
+        stored.len() as i64,
+        "nothing of it written"
+    );
+
+    // A work that recovers with a savepoint commits what it kept.
+    let done = keyed
+        .process(&fresh, |txn, chunk| {
+            let (ids, again) = (chunk.to_vec(), vec!["stored-0".to_owned()]);
+            Box::pin(async move {
+                txn.execute_raw(strict_insert(ids)).await?;
+                txn.execute_unprepared("SAVEPOINT again").await?;
+                if txn.execute_raw(strict_insert(again)).await.is_err() {
+                    txn.execute_unprepared("ROLLBACK TO SAVEPOINT again")
+                        .await?;
+                }
+                Ok::<_, DbErr>(())
+            })
+        })
+        .await
+        .expect("a recovered chunk commits");
+    assert_eq!(done.transactions(), 1);
+    assert_eq!(
+        events(&conn).await,
+        (stored.len() + fresh.len()) as i64,
+        "the recovered chunk's rows are written"
+    );
+}

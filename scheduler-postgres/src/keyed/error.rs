@@ -51,6 +51,22 @@ pub enum KeyedError<E> {
         /// How many keys, from the start of the batch, were committed before.
         committed: usize,
     },
+    /// The caller's work returned `Ok`, but the last statement it ran had failed on
+    /// the server, which aborted the chunk's transaction (PostgreSQL then refuses
+    /// every statement but a rollback, and turns `COMMIT` into a rollback): the chunk
+    /// was rolled back, nothing of it written. Return the statement's error from the
+    /// work instead, or recover with `ROLLBACK TO SAVEPOINT` before going on.
+    #[error(
+        "the keyed work returned Ok, but its last statement had failed ({cause}), which \
+         aborted the chunk's transaction: it was rolled back, nothing of it written (the \
+         first {committed} keys of the batch were committed before)"
+    )]
+    Aborted {
+        /// The failed statement's error.
+        cause: DbErr,
+        /// How many keys, from the start of the batch, were committed before.
+        committed: usize,
+    },
     /// The caller's work failed.
     #[error(
         "the keyed work failed: {error} (the first {committed} keys of the batch were committed before)"
@@ -70,6 +86,7 @@ impl<E> KeyedError<E> {
         match self {
             KeyedError::NulInKey { .. } => 0,
             KeyedError::OutOfLockSlots { committed, .. }
+            | KeyedError::Aborted { committed, .. }
             | KeyedError::Store { committed, .. }
             | KeyedError::Work { committed, .. } => *committed,
         }

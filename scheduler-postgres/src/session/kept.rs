@@ -245,6 +245,11 @@ pub(crate) struct Checkout {
     persistent: bool,
     /// Whether the connection may serve again once the transaction ends.
     reusable: bool,
+    /// The error of the last statement, if it failed on the server: the transaction
+    /// is then aborted (PostgreSQL refuses every statement but a rollback, and a
+    /// `COMMIT` rolls back), until a statement succeeds again (only `ROLLBACK TO
+    /// SAVEPOINT` can).
+    aborted: Option<DbErr>,
 }
 
 #[derive(Debug)]
@@ -260,6 +265,7 @@ impl Checkout {
             held: Some(Held::Kept(taken)),
             persistent,
             reusable: true,
+            aborted: None,
         }
     }
 
@@ -272,6 +278,7 @@ impl Checkout {
             held: Some(Held::Pooled(conn, spare)),
             persistent,
             reusable: true,
+            aborted: None,
         }
     }
 
@@ -292,6 +299,36 @@ impl Checkout {
         }
     }
 
+    /// Notes a statement's outcome: [`Checkout::aborted`] and, if it failed,
+    /// [`Checkout::failed`]; its driver error made a [`DbErr`] by `or`.
+    fn outcome<T>(
+        &mut self,
+        done: Result<T, sqlx::Error>,
+        or: fn(sqlx::Error) -> DbErr,
+    ) -> Result<T, DbErr> {
+        match done {
+            Ok(done) => {
+                self.aborted = None;
+                Ok(done)
+            }
+            Err(e) => {
+                self.failed(&e);
+                let server = matches!(e, sqlx::Error::Database(_));
+                let e = or(e);
+                if server {
+                    self.aborted = Some(e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The error that aborted the transaction, if the last statement failed on the
+    /// server: a `COMMIT` would roll it back.
+    pub(crate) fn aborted(&self) -> Option<&DbErr> {
+        self.aborted.as_ref()
+    }
+
     /// Runs `sql` with the simple protocol (no parameters, several statements allowed).
     pub(crate) async fn simple(&mut self, sql: &str) -> Result<PgQueryResult, DbErr> {
         self.simple_or(sql, exec).await
@@ -306,7 +343,7 @@ impl Checkout {
         use sqlx::Executor;
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         let done = self.conn()?.execute(sqlx::raw_sql(sql)).await;
-        done.inspect_err(|e| self.failed(e)).map_err(or)
+        self.outcome(done, or)
     }
 
     /// `sql` with `values` bound: prepared and cached directly on PostgreSQL, unnamed
@@ -331,7 +368,7 @@ impl Checkout {
     ) -> Result<Vec<QueryResult>, DbErr> {
         let query = self.query(sql, values);
         let rows = query.fetch_all(self.conn()?).await;
-        let rows = rows.inspect_err(|e| self.failed(e)).map_err(driver)?;
+        let rows = self.outcome(rows, driver)?;
         Ok(rows.into_iter().map(QueryResult::from).collect())
     }
 
@@ -343,7 +380,7 @@ impl Checkout {
     ) -> Result<Option<QueryResult>, DbErr> {
         let query = self.query(sql, values);
         let row = query.fetch_optional(self.conn()?).await;
-        let row = row.inspect_err(|e| self.failed(e)).map_err(driver)?;
+        let row = self.outcome(row, driver)?;
         Ok(row.map(QueryResult::from))
     }
 
@@ -355,7 +392,7 @@ impl Checkout {
     ) -> Result<PgQueryResult, DbErr> {
         let query = self.query(sql, values);
         let done = query.execute(self.conn()?).await;
-        done.inspect_err(|e| self.failed(e)).map_err(exec)
+        self.outcome(done, exec)
     }
 
     /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`) and hands the
