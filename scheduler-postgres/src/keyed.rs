@@ -486,6 +486,8 @@ impl Keyed {
                     // On the same connection, or on another if the rollback failed
                     // (which closes this one).
                     if conn.simple("ROLLBACK").await.is_err() {
+                        // Let go of it first: the pool may have no other.
+                        drop(conn);
                         conn = session.checkout().await.map_err(Start::Begin)?;
                     }
                     tracing::debug!(

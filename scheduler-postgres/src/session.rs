@@ -132,6 +132,9 @@ pub(crate) struct Session {
     spare: Option<Arc<Spare>>,
     /// The connections kept between keyed chunks, likewise ([`Session::checkout`]).
     keyed: Option<Arc<Spare>>,
+    /// Whether the store created the pool (else it is the app's, left open by
+    /// [`Session::close`]).
+    owns_pool: bool,
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -152,6 +155,7 @@ impl Session {
         db: DatabaseConnection,
         options: &PostgresOptions,
         bounded_connections: Option<Duration>,
+        owns_pool: bool,
     ) -> Result<Self> {
         let backend = db.get_database_backend();
         if backend != DbBackend::Postgres {
@@ -188,6 +192,7 @@ impl Session {
             statement_timeout: options.statement_timeout,
             spare,
             keyed,
+            owns_pool,
             bounded_connections,
         })
     }
@@ -229,12 +234,16 @@ impl Session {
             .await
     }
 
-    /// Closes the kept connections, then the pool ([`PostgresStore::close`](crate::PostgresStore::close)).
+    /// Closes the kept connections, then the pool if the store created it
+    /// ([`PostgresStore::close`](crate::PostgresStore::close)).
     pub(crate) async fn close(&self) -> Result<(), DbErr> {
         for spare in [&self.spare, &self.keyed].into_iter().flatten() {
             spare.close().await;
         }
-        self.db.close_by_ref().await
+        if self.owns_pool {
+            self.db.close_by_ref().await?;
+        }
+        Ok(())
     }
 
     /// What begins a transaction as [`Session::begin`] does, as one simple-protocol

@@ -119,7 +119,7 @@ impl PostgresStore {
                 return Err(connect_failed(&plain_url, options.connect_timeout, cause).await);
             }
         };
-        Self::start(Session::new(db, &options, bounded)?, options).await
+        Self::start(Session::new(db, &options, bounded, true)?, options).await
     }
 
     /// Uses the app's own pool. Runs the migrations unless `options` says not to.
@@ -131,7 +131,7 @@ impl PostgresStore {
     /// [`Error::NotPostgres`] if `db` is not a PostgreSQL pool, [`Error::Migrate`] if
     /// a migration fails.
     pub async fn open(db: DatabaseConnection, options: PostgresOptions) -> Result<Self> {
-        Self::start(Session::new(db, &options, None)?, options).await
+        Self::start(Session::new(db, &options, None, false)?, options).await
     }
 
     /// The store on `session`, migrated unless `options` says not to.
@@ -221,12 +221,16 @@ impl PostgresStore {
         self.session.begin().await
     }
 
-    /// Closes the store's connections, waiting for each to close: those it keeps out
-    /// of its pool between statements, then the pool it runs on (see
-    /// [`DatabaseConnection::close_by_ref`]), for every clone of the store. That is
-    /// the app's own pool too when the store was made by [`PostgresStore::open`].
-    /// Statements after it fail. Without it, the kept connections close when the
-    /// store's last clone is dropped (closing the pool alone does not close them).
+    /// Closes the store's connections, for every clone of the store, waiting for each
+    /// to close: those it keeps out of its pool between statements (one still running
+    /// a statement or keyed chunk is waited for, and closed when done), then the pool,
+    /// if the store opened it ([`PostgresStore::connect`]; see
+    /// [`DatabaseConnection::close_by_ref`]). An app's own pool, handed to
+    /// [`PostgresStore::open`], is left open: the app closes it. Statements that start
+    /// after it fail on a pool the store opened. Without it, the kept connections close
+    /// when the store's last clone is dropped (closing the pool alone does not close
+    /// them). The controls listener, when a scheduler watches, keeps a connection of its
+    /// own until the schedulers on the store stop.
     ///
     /// # Errors
     /// The driver's error if the pool could not be closed.

@@ -505,3 +505,78 @@ async fn closing_the_store_closes_its_kept_connections_too() {
     assert_eq!(left, 0, "connections left after close");
     assert!(store.now().await.is_err(), "a statement after close fails");
 }
+
+#[tokio::test]
+async fn closing_the_store_waits_for_a_running_chunk_and_keeps_nothing_after() {
+    let db = TestDb::new().await;
+    let admin = admin(db.direct_url()).await;
+    events_table(&admin).await;
+    let name = "store closed while busy";
+    let store = store_named(&db, name).await;
+    let keyed = store.keyed(scheduler_postgres::KeyedOptions::default());
+    // A first batch leaves its connection kept: the next chunk runs on it.
+    keyed
+        .process(&["first".to_owned()], insert_chunk)
+        .await
+        .unwrap();
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (mut started, mut finished) = (Some(started), Some(finished));
+    let chunk = tokio::spawn({
+        let keyed = keyed.clone();
+        async move {
+            keyed
+                .process(&["busy".to_owned()], move |txn, chunk| {
+                    let inserted = insert_chunk(txn, chunk);
+                    let (started, finished) = (started.take(), finished.take());
+                    Box::pin(async move {
+                        let n = inserted.await?;
+                        if let (Some(started), Some(finished)) = (started, finished) {
+                            let _ = started.send(());
+                            let _ = finished.await;
+                        }
+                        Ok::<_, sea_orm::DbErr>(n)
+                    })
+                })
+                .await
+        }
+    });
+    running.await.unwrap();
+    let closing = tokio::spawn({
+        let store = store.clone();
+        async move { store.close().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!closing.is_finished(), "close waits for the running chunk");
+    finish.send(()).unwrap();
+    let done = chunk.await.unwrap().expect("the chunk under way commits");
+    assert_eq!(done.values, [1]);
+    tokio::time::timeout(Duration::from_secs(60), closing)
+        .await
+        .expect("close returns once the chunk is done")
+        .unwrap()
+        .unwrap();
+    // Its connection was closed, not kept: the store has none left.
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = connections_named(&admin, name).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "connections left after close");
+}
+
+#[tokio::test]
+async fn closing_a_store_on_the_apps_pool_leaves_that_pool_open() {
+    let db = TestDb::new().await;
+    let pool = sea_orm::Database::connect(db.direct_url()).await.unwrap();
+    let store = PostgresStore::open(pool.clone(), PostgresOptions::default())
+        .await
+        .unwrap();
+    store.now().await.unwrap();
+    store.close().await.unwrap();
+    let rows = strings(&pool, "SELECT 'still open'").await;
+    assert_eq!(rows[0].as_deref(), Some("still open"));
+}

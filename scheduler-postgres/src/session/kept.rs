@@ -51,6 +51,9 @@ use super::{driver, kept_after};
 #[derive(Debug)]
 pub(crate) struct Spare {
     slots: std::sync::Mutex<Slots>,
+    /// Told each time a connection out comes back (kept or closed): what
+    /// [`Spare::close`] waits on.
+    back: tokio::sync::Notify,
     capacity: usize,
     /// The pool's idle timeout and connection lifetime, which bound the kept
     /// connections' as they bound the pool's.
@@ -92,6 +95,7 @@ impl Spare {
         let options = pool.options();
         Spare {
             slots: std::sync::Mutex::default(),
+            back: tokio::sync::Notify::new(),
             capacity,
             idle: options.get_idle_timeout(),
             lifetime: options.get_max_lifetime(),
@@ -145,8 +149,8 @@ impl Spare {
         }
     }
 
-    /// Closes the kept connections and keeps none from now on: a connection out
-    /// running a statement is closed when it is done.
+    /// Closes the kept connections and keeps none from now on; waits until those out
+    /// running a statement or chunk are done, and closed.
     pub(super) async fn close(&self) {
         use sqlx::Connection;
         let kept = {
@@ -156,6 +160,14 @@ impl Spare {
         };
         for kept in kept {
             let _ = kept.conn.close().await;
+        }
+        loop {
+            // Registered before the count is read, so a return in between still wakes it.
+            let back = self.back.notified();
+            if self.lock().out == 0 {
+                return;
+            }
+            back.await;
         }
     }
 
@@ -179,14 +191,17 @@ impl Taken {
             slots.out = slots.out.saturating_sub(1);
             if slots.closed {
                 drop(slots);
-                close(conn);
-                return;
+                // Dropped: its socket closes before `Spare::close` hears of it.
+                drop(conn);
+            } else {
+                slots.kept.push(Kept {
+                    conn,
+                    kept_since: self.kept_since,
+                    idle_since: Instant::now(),
+                });
+                drop(slots);
             }
-            slots.kept.push(Kept {
-                conn,
-                kept_since: self.kept_since,
-                idle_since: Instant::now(),
-            });
+            self.spare.back.notify_waiters();
         }
     }
 }
@@ -201,11 +216,14 @@ impl Drop for Spare {
 
 impl Drop for Taken {
     fn drop(&mut self) {
-        if self.conn.is_some() {
-            // Not kept: its place is free for the next pool connection. The
-            // connection itself is dropped with `self`, which closes its socket.
+        if let Some(conn) = self.conn.take() {
+            // Not kept: its place is free for the next pool connection. Dropping
+            // the connection closes its socket.
+            drop(conn);
             let mut slots = self.spare.lock();
             slots.out = slots.out.saturating_sub(1);
+            drop(slots);
+            self.spare.back.notify_waiters();
         }
     }
 }
