@@ -29,7 +29,7 @@ use crate::options::PostgresOptions;
 mod kept;
 
 pub(crate) use kept::Checkout;
-use kept::Spare;
+use kept::{Held, Spare};
 
 /// Whether a transaction pooler sits between the store and the server. Read from
 /// [`PostgresOptions::transaction_pooling`] (which the URL's `pgbouncer=true` sets)
@@ -257,11 +257,14 @@ impl Session {
     pub(crate) async fn checkout(&self) -> Result<Checkout, DbErr> {
         let persistent = self.pooling == Pooling::Direct;
         if let Some(taken) = self.keyed.as_ref().and_then(Spare::take) {
-            return Ok(Checkout::kept(taken, persistent));
+            return Ok(Checkout::new(Held::Kept(taken), persistent));
         }
         let pool = self.db.get_postgres_connection_pool();
         let conn = pool.acquire().await.map_err(acquire)?;
-        Ok(Checkout::pooled(conn, self.keyed.clone(), persistent))
+        Ok(Checkout::new(
+            Held::Pooled(conn, self.keyed.clone()),
+            persistent,
+        ))
     }
 
     async fn begin_with(&self, first: &str) -> Result<DatabaseTransaction, DbErr> {

@@ -311,6 +311,57 @@ async fn connections_named(admin: &sea_orm::DatabaseConnection, name: &str) -> u
         .unwrap()
 }
 
+/// How many connections named `name` the server has once they are gone, or after 5 s:
+/// the server sees a closed connection go moments after the client closed it.
+async fn connections_left(admin: &sea_orm::DatabaseConnection, name: &str) -> usize {
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = connections_named(admin, name).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    left
+}
+
+/// A task processing the single key `key`, whose work inserts it and then holds its
+/// chunk open (its connection, its lock) until the sender returned is told to finish;
+/// returned once the insert is done.
+async fn held_chunk(
+    keyed: &scheduler_postgres::Keyed,
+    key: &str,
+) -> (
+    tokio::task::JoinHandle<
+        Result<scheduler_postgres::Processed<u64>, scheduler_postgres::KeyedError<sea_orm::DbErr>>,
+    >,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (mut started, mut finished) = (Some(started), Some(finished));
+    let (keyed, keys) = (keyed.clone(), vec![key.to_owned()]);
+    let chunk = tokio::spawn(async move {
+        keyed
+            .process(&keys, move |txn, chunk| {
+                let inserted = insert_chunk(txn, chunk);
+                // One chunk: the channels are taken by its call.
+                let (started, finished) = (started.take(), finished.take());
+                Box::pin(async move {
+                    let n = inserted.await?;
+                    if let (Some(started), Some(finished)) = (started, finished) {
+                        let _ = started.send(());
+                        let _ = finished.await;
+                    }
+                    Ok::<_, sea_orm::DbErr>(n)
+                })
+            })
+            .await
+    });
+    running.await.unwrap();
+    (chunk, finish)
+}
+
 /// Starts `workers` tasks that each process `batches` batches of `keys` new keys.
 fn process_concurrently(
     keyed: &scheduler_postgres::Keyed,
@@ -435,31 +486,7 @@ async fn clock_reads_stay_one_round_trip_while_a_keyed_chunk_runs() {
     let (proxy, store, keyed) = keyed_through_proxy(&db).await;
     store.now().await.unwrap();
     // A chunk holds its connection (and its key's lock) until told to finish.
-    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let (mut started, mut finished) = (Some(started), Some(finished));
-    let chunk = tokio::spawn({
-        let keyed = keyed.clone();
-        async move {
-            keyed
-                .process(&["held".to_owned()], move |txn, chunk| {
-                    let inserted = insert_chunk(txn, chunk);
-                    // One chunk: the channels are taken by its call.
-                    let (started, finished) = (started.take(), finished.take());
-                    Box::pin(async move {
-                        let n = inserted.await?;
-                        if let (Some(started), Some(finished)) = (started, finished) {
-                            let _ = started.send(());
-                            let _ = finished.await;
-                        }
-                        Ok::<_, sea_orm::DbErr>(n)
-                    })
-                })
-                .await
-                .unwrap()
-        }
-    });
-    running.await.unwrap();
+    let (chunk, finish) = held_chunk(&keyed, "held").await;
     let reads = sent_during(&proxy, async {
         for _ in 0..100 {
             store.now().await.unwrap();
@@ -467,7 +494,7 @@ async fn clock_reads_stay_one_round_trip_while_a_keyed_chunk_runs() {
     })
     .await;
     finish.send(()).unwrap();
-    assert_eq!(chunk.await.unwrap().values, [1]);
+    assert_eq!(chunk.await.unwrap().unwrap().values, [1]);
     assert!(
         reads <= 105,
         "100 clock reads during a keyed chunk sent {reads} times (the chunk took the \
@@ -493,16 +520,11 @@ async fn closing_the_store_closes_its_kept_connections_too() {
         "the store has connections"
     );
     store.close().await.unwrap();
-    // The server sees a closed connection go moments after the client closed it.
-    let mut left = usize::MAX;
-    for _ in 0..100 {
-        left = connections_named(&admin, name).await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(left, 0, "connections left after close");
+    assert_eq!(
+        connections_left(&admin, name).await,
+        0,
+        "connections left after close"
+    );
     assert!(store.now().await.is_err(), "a statement after close fails");
 }
 
@@ -519,29 +541,7 @@ async fn closing_the_store_waits_for_a_running_chunk_and_keeps_nothing_after() {
         .process(&["first".to_owned()], insert_chunk)
         .await
         .unwrap();
-    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let (mut started, mut finished) = (Some(started), Some(finished));
-    let chunk = tokio::spawn({
-        let keyed = keyed.clone();
-        async move {
-            keyed
-                .process(&["busy".to_owned()], move |txn, chunk| {
-                    let inserted = insert_chunk(txn, chunk);
-                    let (started, finished) = (started.take(), finished.take());
-                    Box::pin(async move {
-                        let n = inserted.await?;
-                        if let (Some(started), Some(finished)) = (started, finished) {
-                            let _ = started.send(());
-                            let _ = finished.await;
-                        }
-                        Ok::<_, sea_orm::DbErr>(n)
-                    })
-                })
-                .await
-        }
-    });
-    running.await.unwrap();
+    let (chunk, finish) = held_chunk(&keyed, "busy").await;
     let closing = tokio::spawn({
         let store = store.clone();
         async move { store.close().await }
@@ -557,15 +557,11 @@ async fn closing_the_store_waits_for_a_running_chunk_and_keeps_nothing_after() {
         .unwrap()
         .unwrap();
     // Its connection was closed, not kept: the store has none left.
-    let mut left = usize::MAX;
-    for _ in 0..100 {
-        left = connections_named(&admin, name).await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(left, 0, "connections left after close");
+    assert_eq!(
+        connections_left(&admin, name).await,
+        0,
+        "connections left after close"
+    );
 }
 
 #[tokio::test]

@@ -25,8 +25,8 @@ use super::{driver, kept_after};
 ///
 /// Only on a pool the store created, directly on PostgreSQL
 /// ([`Pooling::bound_connections`](super::Pooling)): a connection of the app's own pool,
-/// or behind a transaction pooler, is never kept. At most [`Spare::capacity`]
-/// connections are kept or out at once; they have left the pool's count
+/// or behind a transaction pooler, is never kept. At most its capacity of connections
+/// are kept or out at once; they have left the pool's count
 /// (`PoolConnection::detach`), so the store may hold that many connections more than
 /// [`PostgresOptions::max_connections`](crate::PostgresOptions::max_connections); the
 /// pool never waits for them.
@@ -114,11 +114,18 @@ impl Spare {
         let past = |since: Instant, limit: Option<Duration>| {
             limit.is_some_and(|limit| since.elapsed() >= limit)
         };
+        let is_stale =
+            |k: &Kept| past(k.idle_since, self.idle) || past(k.kept_since, self.lifetime);
         let mut slots = self.lock();
-        let (fresh, stale): (Vec<Kept>, Vec<Kept>) = std::mem::take(&mut slots.kept)
-            .into_iter()
-            .partition(|k| !past(k.idle_since, self.idle) && !past(k.kept_since, self.lifetime));
-        slots.kept = fresh;
+        // Split only when something is stale: this runs before every statement.
+        let mut stale = Vec::new();
+        if slots.kept.iter().any(is_stale) {
+            let fresh;
+            (stale, fresh) = std::mem::take(&mut slots.kept)
+                .into_iter()
+                .partition(is_stale);
+            slots.kept = fresh;
+        }
         let taken = slots.kept.pop().map(|kept| {
             slots.out += 1;
             Taken {
@@ -271,29 +278,16 @@ pub(crate) struct Checkout {
 }
 
 #[derive(Debug)]
-enum Held {
+pub(super) enum Held {
     Kept(Taken),
     /// A pool connection, and where it may be kept afterwards.
     Pooled(PoolConnection<Postgres>, Option<Arc<Spare>>),
 }
 
 impl Checkout {
-    pub(super) fn kept(taken: Taken, persistent: bool) -> Self {
+    pub(super) fn new(held: Held, persistent: bool) -> Self {
         Checkout {
-            held: Some(Held::Kept(taken)),
-            persistent,
-            reusable: true,
-            aborted: None,
-        }
-    }
-
-    pub(super) fn pooled(
-        conn: PoolConnection<Postgres>,
-        spare: Option<Arc<Spare>>,
-        persistent: bool,
-    ) -> Self {
-        Checkout {
-            held: Some(Held::Pooled(conn, spare)),
+            held: Some(held),
             persistent,
             reusable: true,
             aborted: None,
@@ -309,16 +303,9 @@ impl Checkout {
         conn.ok_or_else(|| DbErr::Custom("the keyed transaction has ended".to_owned()))
     }
 
-    /// Notes that a statement failed with `err`: unless the failure leaves the
-    /// session as it was, the connection is closed once the transaction ends.
-    fn failed(&mut self, err: &sqlx::Error) {
-        if !kept_after(err) {
-            self.reusable = false;
-        }
-    }
-
-    /// Notes a statement's outcome: [`Checkout::aborted`] and, if it failed,
-    /// [`Checkout::failed`]; its driver error made a [`DbErr`] by `or`.
+    /// Notes a statement's outcome: [`Checkout::aborted`] and, if it failed in a way
+    /// that may leave the session unfit ([`kept_after`]), that the connection is to
+    /// be closed once the transaction ends; its driver error made a [`DbErr`] by `or`.
     fn outcome<T>(
         &mut self,
         done: Result<T, sqlx::Error>,
@@ -330,7 +317,7 @@ impl Checkout {
                 Ok(done)
             }
             Err(e) => {
-                self.failed(&e);
+                self.reusable &= kept_after(&e);
                 let server = matches!(e, sqlx::Error::Database(_));
                 let e = or(e);
                 if server {
