@@ -641,15 +641,12 @@ fn print_summary(configs: &[Config]) {
         // calls, fewer.)
         let sample = m.rounds.last().map_or(0, |r| r.0);
         let ratios = |baseline: &[(u64, Duration)]| -> Vec<f64> {
-            let mut ratios: Vec<f64> = m
-                .rounds
+            m.rounds
                 .iter()
                 .zip(baseline)
                 .filter(|(own, _)| own.0 == sample)
                 .map(|(own, base)| base.1.as_secs_f64() / own.1.as_secs_f64().max(1e-9))
-                .collect();
-            ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            ratios
+                .collect()
         };
         let (mut ratios, mut own_ratios) = (ratios(&plain), ratios(&own));
         let median = percentile(&mut ratios, 50);
