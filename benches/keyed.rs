@@ -27,9 +27,10 @@
 //!   and distinct). `keyed_insert` over `raw_locks` is the crate's own cost;
 //!   `raw_locks` over `plain_kept` is the protocol's;
 //! - `raw_merged`: `raw_locks` with `BEGIN` and the locking statement sent as one
-//!   simple-protocol query (one round trip less; the lock ids spliced in as integer
-//!   literals, since the simple protocol binds nothing, so the server parses and plans
-//!   the statement every time): what merging them, as sqlx allows, would gain;
+//!   simple-protocol query, one round trip less: `BEGIN; EXECUTE keyed_lock(…)`, the
+//!   locking statement prepared once per connection (`PREPARE`, so the server does not
+//!   plan it every time) and its lock ids spliced in as an integer array literal (the
+//!   simple protocol binds nothing): what merging them, as sqlx allows, would gain;
 //! - `raw_transaction`: `BEGIN`, the insert, `COMMIT` through plain sqlx on the writers'
 //!   own connections, no locks: what the transaction's round trips alone cost.
 //!
@@ -227,6 +228,7 @@ impl Writer {
         F: AsyncFnOnce(&mut PgConnection) -> Result<(), sqlx::Error>,
     {
         let kept = self.kept.lock().unwrap().pop();
+        let fresh = kept.is_none();
         let mut conn = match kept {
             Some(conn) => conn,
             None => self
@@ -236,6 +238,16 @@ impl Writer {
                 .map_err(|e| e.to_string())?
                 .detach(),
         };
+        if fresh {
+            // For `raw_merged`.
+            let prepare = format!(
+                "PREPARE keyed_lock(int8[], text, text) AS {}",
+                LOCK_IDS.replace("$1::int8[]", "$1")
+            );
+            sqlx::Executor::execute(&mut conn, sqlx::AssertSqlSafe(prepare))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         batch(&mut conn).await.map_err(|e| e.to_string())?;
         self.kept.lock().unwrap().push(conn);
         Ok(())
@@ -335,14 +347,13 @@ async fn write(
         }
         Strategy::RawMerged => {
             let ids = dedup(ids);
-            // `LOCK_IDS` with its parameters as literals (the ids are integers), sent
-            // with `BEGIN` as one simple-protocol query.
+            // `LOCK_IDS`, prepared on the connection, with its parameters as literals
+            // (the ids are integers), sent with `BEGIN` as one simple-protocol query.
             let list: Vec<String> = lock_ids(&ids).iter().map(i64::to_string).collect();
-            let locks = LOCK_IDS
-                .replace("$1", &format!("'{{{}}}'", list.join(",")))
-                .replace("$2", "'10s'")
-                .replace("$3", "'0'");
-            let begin = format!("BEGIN; {locks}");
+            let begin = format!(
+                "BEGIN; EXECUTE keyed_lock('{{{}}}', '10s', '0')",
+                list.join(",")
+            );
             writer
                 .on_kept(async |conn| in_transaction(conn, &begin, None, insert, ids).await)
                 .await?;

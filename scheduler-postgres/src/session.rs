@@ -255,14 +255,20 @@ impl Session {
     /// A connection for a keyed chunk's transaction: a kept one ([`Spare`]) when there
     /// is one, else one of the pool's, which is kept afterwards when there is room.
     pub(crate) async fn checkout(&self) -> Result<Checkout, DbErr> {
+        self.take(self.keyed.as_ref()).await
+    }
+
+    /// A connection of `spare`'s when it has one, else one of the pool's, to be kept
+    /// by `spare` afterwards when there is room.
+    async fn take(&self, spare: Option<&Arc<Spare>>) -> Result<Checkout, DbErr> {
         let persistent = self.pooling == Pooling::Direct;
-        if let Some(taken) = self.keyed.as_ref().and_then(Spare::take) {
+        if let Some(taken) = spare.and_then(Spare::take) {
             return Ok(Checkout::new(Held::Kept(taken), persistent));
         }
         let pool = self.db.get_postgres_connection_pool();
         let conn = pool.acquire().await.map_err(acquire)?;
         Ok(Checkout::new(
-            Held::Pooled(conn, self.keyed.clone()),
+            Held::Pooled(conn, spare.cloned()),
             persistent,
         ))
     }
@@ -367,42 +373,13 @@ impl Session {
 
     /// Runs `sql` alone on a connection of the pool, in autocommit: its rows. On a
     /// pool the store created, the connection is the [`Spare`]'s when it has one free,
-    /// and is kept afterwards when there is room.
+    /// and is kept afterwards when there is room. One whose statement failed in a way
+    /// that may leave the session unfit ([`kept_after`]) is closed, kept or pooled.
     async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
-        use sea_orm::sqlx;
-        let query = sqlx::query_with(
-            sqlx::AssertSqlSafe(sql),
-            SqlxValues(sea_orm::sea_query::Values(values)),
-        );
-        if let Some(mut taken) = self.spare.as_ref().and_then(Spare::take)
-            && let Some(conn) = taken.conn()
-        {
-            return match query.fetch_all(conn).await {
-                Ok(rows) => {
-                    taken.keep();
-                    Ok(rows.into_iter().map(QueryResult::from).collect())
-                }
-                // The server refused the statement (a timeout, a conflict) and the
-                // connection is fine, unless it refused a write as read-only.
-                Err(e) => {
-                    if kept_after(&e) {
-                        taken.keep();
-                    }
-                    Err(driver(e))
-                }
-            };
-        }
-        let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(acquire)?;
-        let rows = query
-            .fetch_all(&mut *conn)
-            .await
-            .inspect_err(|e| discard_if_read_only(&mut conn, e))
-            .map_err(driver)?;
-        if let Some(spare) = &self.spare {
-            spare.keep_pooled(conn);
-        }
-        Ok(rows.into_iter().map(QueryResult::from).collect())
+        let mut conn = self.take(self.spare.as_ref()).await?;
+        let rows = conn.fetch(sql, values).await;
+        conn.release();
+        rows
     }
 
     /// Runs `sql` in a transaction of its own (unnamed behind a transaction pooler),
@@ -451,21 +428,28 @@ impl Session {
             Ok(done)
         }
         .await
-        .inspect_err(|e| discard_if_read_only(&mut conn, e))
+        .inspect_err(|e| {
+            if !kept_after(e) {
+                conn.close_on_drop();
+            }
+        })
         .map_err(driver)?;
         Ok(done)
     }
 }
 
-/// Whether the kept connection is kept after its statement failed with `err`: only
+/// Whether a connection may serve again after its statement failed with `err`: only
 /// when the server refused the statement, at severity `ERROR`, for a reason that
 /// leaves the session as it was: a timeout or cancel (57014), a lock not available
-/// (55P03), a serialization failure or deadlock (40001, 40P01), bad data (class
-/// 22) or a violated constraint (class 23). Anything else closes it: a broken
-/// connection, a `FATAL` error (the server ended the session: a terminated backend,
-/// a shutdown), a write refused as read-only ([`discard_if_read_only`]), and errors
-/// that may repeat on every statement of that session (a cached plan gone stale,
-/// an aborted transaction).
+/// (55P03), a serialization failure or deadlock (40001, 40P01), bad data (class 22)
+/// or a violated constraint (class 23). Anything else closes it, kept or pooled, so
+/// that the next statement runs on a new connection: a broken connection, a `FATAL`
+/// error (the server ended the session: a terminated backend, a shutdown), a write
+/// refused as read-only (25006: a standby, or an old primary back as one after a
+/// failover behind the same address, where a new connection may reach the new
+/// primary; a database read-only by default costs a reconnect per refused call, and
+/// the runtime backs off between them), and errors that may repeat on every
+/// statement of that session (a cached plan gone stale, an aborted transaction).
 fn kept_after(err: &sea_orm::sqlx::Error) -> bool {
     use sea_orm::sqlx::postgres::{PgDatabaseError, PgSeverity};
     let sea_orm::sqlx::Error::Database(db) = err else {
@@ -480,23 +464,6 @@ fn kept_after(err: &sea_orm::sqlx::Error) -> bool {
             || code.starts_with("23")
     });
     refused && harmless
-}
-
-/// A connection whose statement was refused as a write on a read-only server
-/// (SQLSTATE 25006: a standby, or an old primary back as one after a failover
-/// behind the same address) is closed instead of going back to the pool, so the pool
-/// reconnects, and reaches the new primary, instead of reusing it forever. (A
-/// database read-only by default costs a reconnect per refused call: the runtime
-/// backs off between them.)
-fn discard_if_read_only(
-    conn: &mut sea_orm::sqlx::pool::PoolConnection<sea_orm::sqlx::Postgres>,
-    err: &sea_orm::sqlx::Error,
-) {
-    if let sea_orm::sqlx::Error::Database(db) = err
-        && db.code().as_deref() == Some("25006")
-    {
-        conn.close_on_drop();
-    }
 }
 
 /// A failure to get a connection from the pool as sea-orm's (a timeout or a closed

@@ -205,6 +205,75 @@ async fn a_changed_column_type_is_a_clear_error() {
     }
 }
 
+/// A statement whose cached plan went stale under an open store (a column retyped to
+/// one the store still reads: `holder`, `text` to `varchar` and back) fails once, and
+/// the pool connection it was cached on is closed rather than handed back: the next
+/// call prepares it afresh on a new connection and succeeds, instead of failing the
+/// same way on every call for the connection's lifetime. On an app's own pool of one
+/// connection, where the store keeps nothing out of the pool and every statement runs
+/// on that connection: a lease statement (in a transaction of its own) and a read (in
+/// autocommit).
+#[tokio::test]
+async fn a_stale_cached_statement_fails_once_not_on_every_call() {
+    use scheduler_postgres::{connect_options, diagnostics::lease_status};
+    let db = TestDb::new().await;
+    let options = PostgresOptions::for_url(db.url()).max_connections(1);
+    let pool = connect_options(db.url(), &options).expect("url");
+    let pool = sea_orm::Database::connect(pool).await.expect("app pool");
+    let open = PostgresStore::open(pool, options).await.expect("open");
+    let admin = admin(db.url()).await;
+    // Behind PgBouncer nothing is cached: each statement is planned afresh.
+    let cached = !open.transaction_pooling();
+    let stale = |err: &dyn std::fmt::Display| {
+        assert!(
+            err.to_string()
+                .contains("cached plan must not change result type"),
+            "{err}"
+        );
+    };
+
+    take(&open, &["a"], tick(&open, 0).await)
+        .await
+        .expect("take before");
+    exec(
+        &admin,
+        "ALTER TABLE scheduler_leases ALTER holder TYPE varchar(300)",
+    )
+    .await;
+    if cached {
+        stale(
+            &take(&open, &["b"], tick(&open, 0).await)
+                .await
+                .expect_err("the cached take went stale"),
+        );
+    }
+    take(&open, &["c"], tick(&open, 0).await)
+        .await
+        .expect("take planned afresh on a new connection");
+
+    lease_status(&open, open.table())
+        .await
+        .expect("status before");
+    exec(
+        &admin,
+        "ALTER TABLE scheduler_leases ALTER holder TYPE text",
+    )
+    .await;
+    if cached {
+        stale(
+            &lease_status(&open, open.table())
+                .await
+                .expect_err("the cached read went stale"),
+        );
+    }
+    let status = lease_status(&open, open.table())
+        .await
+        .expect("status planned afresh on a new connection")
+        .expect("table");
+    let names: Vec<&str> = status.leases.iter().map(|l| l.lease.as_str()).collect();
+    assert_eq!(names, ["a", "c"]);
+}
+
 #[tokio::test]
 async fn a_dropped_primary_key_is_a_clear_error() {
     let (_db, store, _, _) =

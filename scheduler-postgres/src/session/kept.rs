@@ -1,5 +1,6 @@
 //! The connections the store keeps out of its own pool between its statements
-//! ([`Spare`]), and a connection checked out for a keyed chunk ([`Checkout`]).
+//! ([`Spare`]), and a connection checked out for a statement or a keyed chunk
+//! ([`Checkout`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -252,16 +253,18 @@ fn close(conn: PgConnection) {
     }
 }
 
-/// One connection for a keyed chunk's transaction, from [`Session::checkout`]
-/// (super::Session::checkout): a kept connection ([`Spare`]) when there is one, else
-/// one of the pool's.
+/// One connection for a keyed chunk's transaction ([`Session::checkout`]
+/// (super::Session::checkout)) or a statement in autocommit: a kept connection
+/// ([`Spare`]) when there is one, else one of the pool's.
 ///
-/// [`Checkout::end`] ends the transaction and hands the connection back: kept, or to
-/// the pool, unless a statement on it failed in a way that may have left the session
-/// unfit ([`kept_after`]), in which case it is closed. Dropped before that (the chunk's
-/// future was dropped, its work panicked) it is closed whatever it came from: the
-/// server rolls the open transaction back, and its locks vanish, when it sees the
-/// connection go; a connection inside a transaction never goes back to a pool.
+/// [`Checkout::end`] ends the transaction and [`Checkout::release`] hands the
+/// connection back: kept, or to the pool, unless a statement on it failed in a way
+/// that may have left the session unfit ([`kept_after`]), in which case it is closed.
+/// Dropped before that (the statement's or chunk's future was dropped, the chunk's
+/// work panicked) it is closed whatever it came from: the server rolls an open
+/// transaction back, and its locks vanish, when it sees the connection go; a
+/// connection inside a transaction, or half-way through a statement, never goes back
+/// to a pool.
 #[derive(Debug)]
 pub(crate) struct Checkout {
     held: Option<Held>,
@@ -300,7 +303,7 @@ impl Checkout {
             Some(Held::Pooled(conn, _)) => Some(&mut **conn),
             None => None,
         };
-        conn.ok_or_else(|| DbErr::Custom("the keyed transaction has ended".to_owned()))
+        conn.ok_or_else(|| DbErr::Custom("the connection was handed back".to_owned()))
     }
 
     /// Notes a statement's outcome: [`Checkout::aborted`] and, if it failed in a way
@@ -401,10 +404,18 @@ impl Checkout {
     }
 
     /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`) and hands the
-    /// connection back (kept, or to the pool); if that fails, the connection is
+    /// connection back ([`Checkout::release`]); if that fails, the connection is
     /// closed. Its error is a query's, as sea-orm's `commit` gives.
     pub(crate) async fn end(mut self, sql: &str) -> Result<(), DbErr> {
         self.simple_or(sql, driver).await?;
+        self.release();
+        Ok(())
+    }
+
+    /// Hands the connection back, outside any transaction: kept, or to the pool; closed
+    /// instead if a statement on it failed in a way that may have left the session
+    /// unfit ([`kept_after`]).
+    pub(crate) fn release(mut self) {
         match (self.held.take(), self.reusable) {
             (Some(Held::Kept(taken)), true) => taken.keep(),
             (Some(Held::Pooled(conn, Some(spare))), true) => spare.keep_pooled(conn),
@@ -413,7 +424,6 @@ impl Checkout {
             // Dropped, which closes it.
             (Some(Held::Kept(_)) | None, _) => {}
         }
-        Ok(())
     }
 }
 
