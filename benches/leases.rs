@@ -117,6 +117,7 @@ impl Bench {
             // No job or node: no pause applies (unnest pads them with NULLs).
             .bind(Vec::<String>::new())
             .bind(Vec::<String>::new())
+            .bind(Vec::<bool>::new())
             .fetch_all(&mut *conn)
             .await
             .unwrap();

@@ -272,6 +272,15 @@ pub struct ControlKey {
     pub job: std::sync::Arc<str>,
     /// The node asking.
     pub node: std::sync::Arc<str>,
+    /// Whether a resume's catch-up runs this tick if a pause covered it: the job
+    /// catches up every tick paused over ([`CatchUp::All`](crate::CatchUp::All)),
+    /// live and at start-up. The store then
+    /// also refuses the take, as paused, when the job's last pause (everywhere, or
+    /// on this node) ended with a catch-up and the tick lies within it (`since ≤
+    /// tick ≤ resumed_at`): a take that reaches the store just after such a resume,
+    /// for a tick from just before it, would run that tick live and the catch-up
+    /// would run it again (under a lease of its own, which fencing cannot tell apart).
+    pub caught_up_on_resume: bool,
 }
 
 impl TakeRequest {
@@ -294,7 +303,18 @@ impl TakeRequest {
         self.control = Some(ControlKey {
             job: job.into(),
             node: node.into(),
+            caught_up_on_resume: false,
         });
+        self
+    }
+
+    /// Refused also for a tick within the job's last pause when that pause ended
+    /// with a catch-up ([`ControlKey::caught_up_on_resume`]); only with
+    /// [`controlled_by`](Self::controlled_by), before or after.
+    pub fn caught_up_on_resume(mut self) -> Self {
+        if let Some(key) = &mut self.control {
+            key.caught_up_on_resume = true;
+        }
         self
     }
 }

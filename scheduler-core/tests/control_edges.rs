@@ -144,6 +144,177 @@ async fn a_tick_taken_ahead_of_a_pause_is_not_caught_up_again() {
     );
 }
 
+/// A tick just before a resume with a catch-up, whose take reaches the store just
+/// after it (a slow round trip), runs once: the take leaves it to the catch-up,
+/// whose range reaches the resume. (It ran live, and again in the catch-up under a
+/// lease of its own.)
+#[tokio::test(start_paused = true)]
+async fn a_tick_taken_just_after_a_resume_runs_once_not_also_in_the_catch_up() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    store.set_take_delay(Duration::from_millis(400));
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(
+            Probe::new("every1s", &store, &log),
+            Policy::default().catch_up(CatchUp::All { max: 100 }),
+        )
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    scheduler
+        // On a task of its own: `run_until` polls its future between the loop's
+        // turns, which wait for the take.
+        .run_until(async move {
+            let operator = tokio::spawn(async move {
+                sleep(1_000).await;
+                s.pause(&ControlRequest::new("every1s", "ops"))
+                    .await
+                    .expect("pause");
+                // 100 ms after the third whole second from here. That tick's take is sent
+                // at its instant by the scheduler's estimate of the store's clock, which
+                // takes half of each take's 400 ms as the way there: 200 ms before it,
+                // reaching the store 200 ms after it, 100 ms after the resume.
+                let now = s.clock().now();
+                let resume_at = now.duration_trunc(TimeDelta::seconds(1)).expect("trunc")
+                    + TimeDelta::milliseconds(3_100);
+                sleep(u64::try_from((resume_at - now).num_milliseconds()).expect("ahead")).await;
+                s.resume(&ControlRequest::new("every1s", "ops"), true)
+                    .await
+                    .expect("resume");
+                sleep(3_000).await;
+            });
+            operator.await.expect("operator");
+        })
+        .await;
+    let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    // Every tick from the start to the end ran once: the paused-over ones caught up.
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(
+        i64::try_from(ticks.len()).expect("few"),
+        (last - first).num_seconds() + 1,
+        "a tick is missing: {ticks:?}"
+    );
+    assert!(
+        stats.count("every1s", Outcome::Backfilled) >= 3,
+        "the ticks paused over were not caught up: {ticks:?}"
+    );
+}
+
+/// A job paused before the scheduler started and resumed with a catch-up just after
+/// (a slow store: its start-up takes are answered after the resume) runs each tick
+/// once: start-up leaves the ticks paused over to the resume's catch-up, which the
+/// first poll of the controls runs. (Start-up ran them live and the catch-up again.)
+#[tokio::test(start_paused = true)]
+async fn a_resume_just_after_start_up_runs_each_tick_paused_over_once() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    store
+        .pause(&ControlRequest::new("every1s", "ops"))
+        .await
+        .expect("pause");
+    sleep(3_000).await;
+    store.set_take_delay(Duration::from_millis(400));
+    // Ticks to catch up at start-up: the first turn takes them (refused, paused)
+    // before it polls the controls.
+    let mut job = Probe::new("every1s", &store, &log);
+    job.catch_up = Some(Duration::from_secs(10));
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(job, Policy::default().catch_up(CatchUp::All { max: 100 }))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    let s = store.clone();
+    scheduler
+        // On a task of its own: `run_until` polls its future between the loop's
+        // turns, which wait for the take.
+        .run_until(async move {
+            let operator = tokio::spawn(async move {
+                sleep(100).await;
+                s.resume(&ControlRequest::new("every1s", "ops"), true)
+                    .await
+                    .expect("resume");
+                sleep(3_000).await;
+            });
+            operator.await.expect("operator");
+        })
+        .await;
+    let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(
+        i64::try_from(ticks.len()).expect("few"),
+        (last - first).num_seconds() + 1,
+        "a tick is missing: {ticks:?}"
+    );
+    assert!(
+        stats.count("every1s", Outcome::Backfilled) >= 3,
+        "the ticks paused over were not caught up: {ticks:?}"
+    );
+}
+
+/// A pause that ended with a catch-up while no scheduler ran (nobody caught it up)
+/// is caught up by the next scheduler to start, each tick once: start-up leaves the
+/// ticks it covered, within the catch-up window, to the first poll's catch-up.
+#[tokio::test(start_paused = true)]
+async fn a_resume_nobody_saw_is_caught_up_at_start_up_once() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    let ops = ControlRequest::new("every1s", "ops");
+    store.pause(&ops).await.expect("pause");
+    sleep(3_000).await;
+    store.resume(&ops, true).await.expect("resume");
+    sleep(1_000).await;
+    let mut job = Probe::new("every1s", &store, &log);
+    job.catch_up = Some(Duration::from_secs(10));
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(job, Policy::default().catch_up(CatchUp::All { max: 100 }))
+        .build()
+        .expect("build");
+    let stats = scheduler.stats();
+    scheduler.run_until(sleep(3_000)).await;
+    let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(
+        i64::try_from(ticks.len()).expect("few"),
+        (last - first).num_seconds() + 1,
+        "a tick is missing: {ticks:?}"
+    );
+    // The window's ten ticks before the start and the three after.
+    assert!(ticks.len() >= 12, "{ticks:?}");
+    assert_eq!(
+        stats.count("every1s", Outcome::Backfilled),
+        3,
+        "the three ticks paused over, caught up: {ticks:?}"
+    );
+}
+
 /// A dynamic schedule changed before its pause is caught up as it reads now: its
 /// new schedule's ticks, with its new arguments.
 #[tokio::test(start_paused = true)]

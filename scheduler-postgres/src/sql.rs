@@ -74,18 +74,22 @@ impl Sql {
         //
         // A request whose job is paused, everywhere (`node = ''`) or on the asking
         // node, is refused before anything else: it is neither inserted nor updated,
-        // and comes back as `paused` only, never as won or held. Each request looks
-        // its job up by the controls table's primary key (a subplan per request, not
-        // a join), and a request no pause applies to names the job `''`, which no
-        // pause names.
+        // and comes back as `paused` only, never as won or held. So is a request
+        // whose tick a resume's catch-up runs (`caught_up`, `$7`) when the tick lies
+        // within a pause that ended with a catch-up. Each request looks its job up
+        // by the controls table's primary key (a subplan per request, not a join),
+        // and a request no pause applies to names the job `''`, which no pause names.
         let take = format!(
             "WITH req AS ( \
                SELECT r.name, r.tick, r.holder, EXISTS ( \
                  SELECT 1 FROM {controls} c \
-                 WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) AND c.paused \
+                 WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) \
+                   AND (c.paused OR (r.caught_up AND c.catch_up \
+                        AND r.tick BETWEEN c.since AND c.resumed_at)) \
                ) AS paused \
-               FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[]) \
-                 AS r(name, tick, holder, job, node) \
+               FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[], \
+                           $7::bool[]) \
+                 AS r(name, tick, holder, job, node, caught_up) \
              ), won AS ( \
              INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
              SELECT req.name, req.holder, req.tick, 1, now(), \

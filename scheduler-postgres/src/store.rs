@@ -301,11 +301,15 @@ impl Store for PostgresStore {
             .map(|r| r.holder.as_str().to_owned())
             .collect();
         // `''` where no pause applies: no pause names the job `''`.
+        let mut caught_up = Vec::with_capacity(requests.len());
         let (jobs, nodes): (Vec<String>, Vec<String>) = requests
             .iter()
-            .map(|r| match &r.control {
-                Some(key) => (key.job.to_string(), key.node.to_string()),
-                None => (String::new(), String::new()),
+            .map(|r| {
+                caught_up.push(r.control.as_ref().is_some_and(|k| k.caught_up_on_resume));
+                match &r.control {
+                    Some(key) => (key.job.to_string(), key.node.to_string()),
+                    None => (String::new(), String::new()),
+                }
             })
             .unzip();
         let values = vec![
@@ -315,6 +319,7 @@ impl Store for PostgresStore {
             ttl.as_millis().into(),
             jobs.into(),
             nodes.into(),
+            caught_up.into(),
         ];
         let rows = self
             .session

@@ -253,20 +253,26 @@ async fn take_stays_linear_under_a_generic_plan() {
         let row = sqlx::query(
             "SELECT quote_literal(array_agg(now() + interval '1 hour')::text) AS ticks, \
                     quote_literal(array_agg('gp-new-' || n)::text) AS holders, \
-                    quote_literal(array_agg('node-' || n % 3)::text) AS nodes \
+                    quote_literal(array_agg('node-' || n % 3)::text) AS nodes, \
+                    quote_literal(array_agg(true)::text) AS caught_up \
              FROM generate_series(1, $1) AS n",
         )
         .bind(i32::try_from(NAMES).expect("count"))
         .fetch_one(&mut conn)
         .await
         .expect("arrays");
-        let (ticks, holders, nodes): (String, String, String) =
-            (row.get("ticks"), row.get("holders"), row.get("nodes"));
-        // Each request names its job (the lease's name) and its node: every one of
-        // them looks for a pause.
+        let (ticks, holders, nodes, caught_up): (String, String, String, String) = (
+            row.get("ticks"),
+            row.get("holders"),
+            row.get("nodes"),
+            row.get("caught_up"),
+        );
+        // Each request names its job (the lease's name) and its node, and leaves its
+        // tick to a resume's catch-up: every one of them looks for a pause, and for a
+        // pause that ended with a catch-up.
         let arguments = format!(
             "{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000, \
-             {names}::text[], {nodes}::text[]"
+             {names}::text[], {nodes}::text[], {caught_up}::bool[]"
         );
         // Every name held by another holder: the take wins nothing and writes nothing.
         failures.extend(
@@ -304,6 +310,23 @@ async fn take_stays_linear_under_a_generic_plan() {
                    (job, node, paused, since, actor, why, version) \
                  SELECT name, CASE WHEN right(name, 1) < '5' THEN '' ELSE 'node-1' END, \
                         true, now(), 'test', '', 1 \
+                 FROM scheduler_leases",
+            )
+            .await,
+        );
+        // Every lease expired and every job resumed with a catch-up from a pause
+        // that covers the tick: the take leaves all 1,000 to the catch-up.
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("take left to a catch up 1000, analyzed {analyzed:?}"),
+                take,
+                &arguments,
+                "UPDATE scheduler_leases SET expires_at = now() - interval '1 second'; \
+                 INSERT INTO scheduler_leases_controls \
+                   (job, node, paused, since, actor, why, resumed_at, catch_up, version) \
+                 SELECT name, '', false, now() - interval '1 hour', 'test', '', \
+                        now() + interval '2 hours', true, 1 \
                  FROM scheduler_leases",
             )
             .await,

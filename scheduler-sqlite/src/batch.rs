@@ -10,9 +10,11 @@ use std::fmt::Write as _;
 
 use scheduler_core::{LeaseKey, TakeRequest};
 
-/// `[["name","holder",tick_micros,"job","node"],…]` for a batch take; a request
-/// without a [control key](TakeRequest::control) leaves out job and node (read back
-/// as `NULL`, which no pause names).
+/// `[["name","holder",tick_micros,"job","node",caught_up],…]` for a batch take
+/// (`caught_up` 1 or 0: [`ControlKey::caught_up_on_resume`]
+/// (scheduler_core::ControlKey)); a request without a [control
+/// key](TakeRequest::control) leaves out job, node and `caught_up` (read back as
+/// `NULL`, which no pause names).
 pub(crate) fn takes(requests: &[TakeRequest]) -> String {
     rows(requests, |out, r| {
         string(out, r.name.as_str());
@@ -25,6 +27,11 @@ pub(crate) fn takes(requests: &[TakeRequest]) -> String {
             string(out, &control.job);
             out.push(',');
             string(out, &control.node);
+            out.push_str(if control.caught_up_on_resume {
+                ",1"
+            } else {
+                ",0"
+            });
         }
     })
 }
@@ -119,6 +126,11 @@ mod tests {
             r#"[["j:n","h",1000000]]"#
         );
         let request = request.controlled_by("j", "n\"");
-        assert_eq!(takes(&[request]), r#"[["j:n","h",1000000,"j","n\""]]"#);
+        assert_eq!(
+            takes(std::slice::from_ref(&request)),
+            r#"[["j:n","h",1000000,"j","n\"",0]]"#
+        );
+        let request = request.caught_up_on_resume();
+        assert_eq!(takes(&[request]), r#"[["j:n","h",1000000,"j","n\"",1]]"#);
     }
 }

@@ -54,13 +54,18 @@ impl Sql {
         };
         // A request whose job is paused, for every node (`node = ''`) or for the
         // asking node: two primary-key probes of the controls table. A request
-        // without a control key has no job (`NULL`), which no row names.
+        // without a control key has no job (`NULL`), which no row names. A request
+        // whose tick a resume's catch-up runs (`caught_up` 1) is refused as well when
+        // it lies within a pause that ended with a catch-up (times in microseconds).
         let paused = format!(
             "EXISTS (SELECT 1 FROM {controls} AS c \
-                     WHERE c.job = r.value ->> 3 AND c.node IN ('', r.value ->> 4) AND c.paused)",
+                     WHERE c.job = r.value ->> 3 AND c.node IN ('', r.value ->> 4) \
+                       AND (c.paused OR (r.value ->> 5 = 1 AND c.catch_up = 1 \
+                            AND r.value ->> 2 BETWEEN c.since AND c.resumed_at)))",
             controls = table.with_suffix("_controls"),
         );
-        // `?1` is the batch as JSON: `[["name","holder",tick_micros,"job","node"],…]`.
+        // `?1` is the batch as JSON:
+        // `[["name","holder",tick_micros,"job","node",caught_up],…]`.
         // A paused job's request writes nothing. (A `WHERE` also tells SQLite's parser
         // that `ON CONFLICT` belongs to the upsert, not to a join.)
         let take = format!(

@@ -47,6 +47,13 @@ async fn a_resume_ends_the_pause() {
 }
 
 #[tokio::test]
+async fn a_pause_caught_up_is_left_to_its_catch_up() {
+    let dir = TempDir::new("caught-up");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_pause_caught_up_is_left_to_its_catch_up(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn the_history_records_who_when_why() {
     let dir = TempDir::new("control-history");
     let s = instances(&dir.join("leases.db"), 1).await;

@@ -66,17 +66,25 @@ impl Tables {
         }
     }
 
-    /// Whether `req`'s job is paused for its node.
+    /// Whether `req`'s job is paused for its node, or its tick lies within a pause
+    /// that ended with a catch-up and the request says the catch-up runs it
+    /// ([`ControlKey::caught_up_on_resume`](crate::ControlKey)).
     pub(super) fn paused(&self, req: &TakeRequest) -> bool {
         let Some(key) = &req.control else {
             return false;
         };
+        let tick = req.tick.at();
         [String::new(), key.node.to_string()]
             .into_iter()
             .any(|node| {
                 self.controls
                     .get(&(key.job.to_string(), node))
-                    .is_some_and(|c| c.paused)
+                    .is_some_and(|c| {
+                        c.paused
+                            || (key.caught_up_on_resume
+                                && c.catch_up
+                                && c.resumed_at.is_some_and(|r| c.since <= tick && tick <= r))
+                    })
             })
     }
 

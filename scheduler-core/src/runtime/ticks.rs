@@ -277,6 +277,11 @@ pub(crate) struct JobTicks {
     /// then paused over, would run live and in the pause's catch-up too (whose
     /// range is the pause's, by tick instants).
     not_before_instant: bool,
+    /// The earliest instant whose ticks start-up caught up ([`CatchUp::All`]): the
+    /// start less the catch-up window. A resume whose pause reaches past it is
+    /// caught up by the first poll of the controls, since start-up left the ticks
+    /// that pause covered to it ([`catch_up_from`](Self::catch_up_from)).
+    catch_up_from: Option<DateTime<Utc>>,
 }
 
 /// A tick, the instant (store clock) it fires, and its window.
@@ -295,6 +300,10 @@ impl JobTicks {
             .next_after(now)
             .map(|t| cadence.window(t))
             .unwrap_or(TimeDelta::zero());
+        self.catch_up_from = self.not_before_instant.then(|| {
+            now.checked_sub_signed(window)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        });
         match cadence.policy.catch_up {
             CatchUp::Skip => {}
             CatchUp::All { max } => {
@@ -316,6 +325,19 @@ impl JobTicks {
             }
         }
         self.advance_from(cadence, now);
+    }
+
+    /// Whether a resume's catch-up runs each tick a pause covered, so that the take
+    /// must leave such a tick to it ([`ControlKey::caught_up_on_resume`]
+    /// (crate::ControlKey)): under [`CatchUp::All`], start-up's ticks too.
+    pub(crate) fn resume_catches_up(&self) -> bool {
+        self.catch_up_from.is_some()
+    }
+
+    /// The earliest instant whose ticks start-up caught up, under [`CatchUp::All`]:
+    /// a resume at or after it may cover ticks start-up left to it.
+    pub(crate) fn catch_up_from(&self) -> Option<DateTime<Utc>> {
+        self.catch_up_from
     }
 
     /// Starts the schedule of a dynamic schedule's row changed at `changed`: as

@@ -186,6 +186,82 @@ pub async fn node_pause_refuses_only_that_node(a: &SharedStore, b: &SharedStore)
     assert_eq!(taken.won.len(), 1, "resumed: {taken:?}");
 }
 
+/// A tick well inside a pause begun just before, some milliseconds before the
+/// resume to come: the store's times may carry more than the microseconds a tick
+/// keeps.
+async fn within_pause(store: &SharedStore) -> Tick {
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let at = Tick::new(store.now().await.expect("clock"));
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    at
+}
+
+/// A take that leaves its tick to a resume's catch-up
+/// ([`ControlKey::caught_up_on_resume`](scheduler_core::ControlKey)) is refused, as
+/// paused, for a tick within the job's last pause when that pause ended with a
+/// catch-up (`since ≤ tick ≤ resumed_at`): everywhere, or on the node the pause
+/// named. The same tick is taken by a request that does not leave it to the
+/// catch-up, a tick after the resume is taken, and so is a tick within a pause
+/// resumed without a catch-up or paused on another node.
+pub async fn a_pause_caught_up_is_left_to_its_catch_up(a: &SharedStore, b: &SharedStore) {
+    let c = controls(a);
+    let take = |lease: &str, job: &str, node: &str, t: Tick, caught_up: bool| {
+        let mut request = TakeRequest::new(name(lease), t).controlled_by(job, node);
+        if caught_up {
+            request = request.caught_up_on_resume();
+        }
+        async move { b.take(&[request], ttl(60_000)).await.expect("take") }
+    };
+    let won = |taken: &Taken| taken.paused.is_empty() && taken.won.len() == 1;
+
+    // Paused everywhere, resumed with a catch-up.
+    let job = "ctl-caught-up";
+    c.pause(&request(job, "alice")).await.expect("pause");
+    let inside = within_pause(a).await;
+    let resumed = c.resume(&request(job, "bob"), true).await.expect("resume");
+    let after = Tick::new(resumed.at + TimeDelta::seconds(1));
+    for node in ["n1", "n2"] {
+        let taken = take("ctl-caught-up-a", job, node, inside, true).await;
+        assert_eq!(taken.paused, vec![name("ctl-caught-up-a")], "{taken:?}");
+        assert!(taken.won.is_empty() && taken.held.is_empty(), "{taken:?}");
+    }
+    assert_eq!(
+        lease_row(b, &name("ctl-caught-up-a")).await,
+        None,
+        "a take refused as paused wrote a lease row"
+    );
+    let taken = take("ctl-caught-up-a", job, "n1", inside, false).await;
+    assert!(won(&taken), "not left to the catch-up: {taken:?}");
+    let taken = take("ctl-caught-up-b", job, "n1", after, true).await;
+    assert!(won(&taken), "a tick after the resume: {taken:?}");
+
+    // Paused on n1 only, resumed there with a catch-up: n2's tick is its own.
+    let job = "ctl-caught-up-node";
+    c.pause(&request(job, "alice").node("n1"))
+        .await
+        .expect("pause n1");
+    let inside = within_pause(a).await;
+    c.resume(&request(job, "bob").node("n1"), true)
+        .await
+        .expect("resume n1");
+    let taken = take("ctl-caught-up-node-n1", job, "n1", inside, true).await;
+    assert_eq!(
+        taken.paused,
+        vec![name("ctl-caught-up-node-n1")],
+        "{taken:?}"
+    );
+    let taken = take("ctl-caught-up-node-n2", job, "n2", inside, true).await;
+    assert!(won(&taken), "another node's tick: {taken:?}");
+
+    // Resumed without a catch-up: nothing runs the tick but its take.
+    let job = "ctl-not-caught-up";
+    c.pause(&request(job, "alice")).await.expect("pause");
+    let inside = within_pause(a).await;
+    c.resume(&request(job, "bob"), false).await.expect("resume");
+    let taken = take("ctl-not-caught-up", job, "n1", inside, true).await;
+    assert!(won(&taken), "resumed without a catch-up: {taken:?}");
+}
+
 /// Resuming ends a pause: a node's resume leaves the pause of every node in force;
 /// a resume without a node ends every pause of the job. Resumes are reported once
 /// by `poll` with whether to catch up; resuming a job that is not paused records
@@ -1391,6 +1467,7 @@ pub async fn all(stores: &[SharedStore]) {
     pause_refuses_the_take(a, b).await;
     node_pause_refuses_only_that_node(a, b).await;
     resume_ends_the_pause(a, b).await;
+    a_pause_caught_up_is_left_to_its_catch_up(a, b).await;
     history_records_who_when_why(a).await;
     trigger_is_claimed_exactly_once(stores).await;
     claim_waits_for_a_held_lease(a, b).await;

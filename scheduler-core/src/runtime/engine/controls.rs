@@ -53,6 +53,8 @@ pub(super) struct ControlLoop {
     failed: bool,
     /// The control version last read; `None` before the first read.
     version: Option<i64>,
+    /// When the jobs started (store clock): the resumes before it are start-up's.
+    pub(super) started: Option<chrono::DateTime<chrono::Utc>>,
     /// Triggers of jobs this instance runs, not yet claimed or ended, as last read.
     waiting: Vec<Trigger>,
     /// Ended triggered runs whose end is still to be recorded.
@@ -128,6 +130,7 @@ impl ControlLoop {
             seen: None,
             failed: false,
             version: None,
+            started: None,
             waiting: Vec::new(),
             to_finish: Vec::new(),
             finish_retry: retry,
@@ -246,32 +249,46 @@ impl Engine {
             ctl.version = Some(state.version);
         }
         self.apply_schedules(state.schedules);
-        // The first read returns every resume ever made: start-up applied the
-        // catch-up policy already.
-        if !first {
-            for resume in &state.resumed {
-                if !resume.catch_up {
-                    continue;
+        // The first read returns every resume ever made. Start-up applied the
+        // catch-up policy to those before it, except that under `CatchUp::All` it
+        // left the ticks a pause ended by a catch-up covered to that catch-up (which
+        // may never have run: every instance was down), within its window; a job
+        // paused at start-up had its ticks refused, and one resumed since is caught
+        // up here.
+        let started = self.ctl.as_ref().and_then(|c| c.started);
+        for resume in &state.resumed {
+            if !resume.catch_up {
+                continue;
+            }
+            if resume.node.as_deref().is_some_and(|n| n != &*self.s.node) {
+                continue;
+            }
+            let entries = self.entries_of(&resume.job);
+            let all = entries.first().and_then(|&slot0| {
+                match self.s.entries[slot0].job_policy.catch_up {
+                    CatchUp::All { max } => Some((slot0, max)),
+                    _ => None,
                 }
-                if resume.node.as_deref().is_some_and(|n| n != &*self.s.node) {
-                    continue;
-                }
-                let entries = self.entries_of(&resume.job);
-                // Every tick paused over (the most recent `max`): run like a
-                // backfill, each under a lease of its own, so a later tick that ran
-                // meanwhile does not shut them out.
-                if let Some(&first) = entries.first()
-                    && let CatchUp::All { max } = self.s.entries[first].job_policy.catch_up
-                {
-                    self.catch_up_all(first, resume.paused_since, resume.resumed_at, max);
-                    continue;
-                }
-                for i in entries {
-                    let e = &self.s.entries[i];
-                    info!(job = %e.name, paused_since = %resume.paused_since,
+            });
+            let since_start = match all {
+                Some((slot0, _)) => self.jobs[slot0].catch_up_from(),
+                None => started,
+            };
+            if first && since_start.is_none_or(|at| resume.resumed_at < at) {
+                continue;
+            }
+            // Every tick paused over (the most recent `max`): run like a
+            // backfill, each under a lease of its own, so a later tick that ran
+            // meanwhile does not shut them out.
+            if let Some((slot0, max)) = all {
+                self.catch_up_all(slot0, resume.paused_since, resume.resumed_at, max);
+                continue;
+            }
+            for i in entries {
+                let e = &self.s.entries[i];
+                info!(job = %e.name, paused_since = %resume.paused_since,
                         "job resumed: catching up the ticks paused over, as its catch-up policy says");
-                    self.jobs[i].on_resumed(&e.cadence, resume.paused_since, now);
-                }
+                self.jobs[i].on_resumed(&e.cadence, resume.paused_since, now);
             }
         }
         let waiting: Vec<Trigger> = state

@@ -276,6 +276,9 @@ impl Engine {
         for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
             job.start(&e.cadence, now);
         }
+        if let Some(ctl) = &mut self.ctl {
+            ctl.started = Some(now);
+        }
         // The store's announcements of control changes: each wakes the loop, whose
         // turn polls when the control loop's own receiver says so.
         let mut announced = None;

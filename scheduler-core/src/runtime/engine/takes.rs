@@ -31,6 +31,7 @@ impl Engine {
                     control: Some(ControlKey {
                         job: e.name.clone(),
                         node: self.s.node.clone(),
+                        caught_up_on_resume: job.resume_catches_up(),
                     }),
                 };
                 due.push((i, request));
