@@ -53,6 +53,25 @@ async fn assert_ended(store: &scheduler_core::MemoryStore, id: TriggerId, outcom
     );
 }
 
+/// Sorts `ticks` (of a job every second) and asserts that each second from the first
+/// to the last ran once: none twice, none missing.
+fn assert_each_tick_once(ticks: &mut [DateTime<Utc>]) {
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(
+        i64::try_from(ticks.len()).expect("few"),
+        (last - first).num_seconds() + 1,
+        "a tick is missing: {ticks:?}"
+    );
+}
+
 /// A tick is taken a little ahead of its instant. Refused then because the job is
 /// paused, it is asked again at its instant: the job resumed meanwhile runs it.
 #[tokio::test(start_paused = true)]
@@ -127,21 +146,7 @@ async fn a_tick_taken_ahead_of_a_pause_is_not_caught_up_again() {
         })
         .await;
     let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
-    ticks.sort();
-    let mut twice: Vec<_> = ticks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .collect();
-    twice.dedup();
-    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
-    // Every tick from the start to the end ran once: the paused-over ones caught up.
-    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
-    assert_eq!(
-        i64::try_from(ticks.len()).expect("few"),
-        (last - first).num_seconds() + 1,
-        "a tick is missing: {ticks:?}"
-    );
+    assert_each_tick_once(&mut ticks);
 }
 
 /// A tick just before a resume with a catch-up, whose take reaches the store just
@@ -189,21 +194,7 @@ async fn a_tick_taken_just_after_a_resume_runs_once_not_also_in_the_catch_up() {
         })
         .await;
     let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
-    ticks.sort();
-    let mut twice: Vec<_> = ticks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .collect();
-    twice.dedup();
-    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
-    // Every tick from the start to the end ran once: the paused-over ones caught up.
-    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
-    assert_eq!(
-        i64::try_from(ticks.len()).expect("few"),
-        (last - first).num_seconds() + 1,
-        "a tick is missing: {ticks:?}"
-    );
+    assert_each_tick_once(&mut ticks);
     assert!(
         stats.count("every1s", Outcome::Backfilled) >= 3,
         "the ticks paused over were not caught up: {ticks:?}"
@@ -250,20 +241,7 @@ async fn a_resume_just_after_start_up_runs_each_tick_paused_over_once() {
         })
         .await;
     let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
-    ticks.sort();
-    let mut twice: Vec<_> = ticks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .collect();
-    twice.dedup();
-    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
-    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
-    assert_eq!(
-        i64::try_from(ticks.len()).expect("few"),
-        (last - first).num_seconds() + 1,
-        "a tick is missing: {ticks:?}"
-    );
+    assert_each_tick_once(&mut ticks);
     assert!(
         stats.count("every1s", Outcome::Backfilled) >= 3,
         "the ticks paused over were not caught up: {ticks:?}"
@@ -292,20 +270,7 @@ async fn a_resume_nobody_saw_is_caught_up_at_start_up_once() {
     let stats = scheduler.stats();
     scheduler.run_until(sleep(3_000)).await;
     let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
-    ticks.sort();
-    let mut twice: Vec<_> = ticks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .collect();
-    twice.dedup();
-    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
-    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
-    assert_eq!(
-        i64::try_from(ticks.len()).expect("few"),
-        (last - first).num_seconds() + 1,
-        "a tick is missing: {ticks:?}"
-    );
+    assert_each_tick_once(&mut ticks);
     // The window's ten ticks before the start and the three after.
     assert!(ticks.len() >= 12, "{ticks:?}");
     assert_eq!(
