@@ -209,10 +209,11 @@ async fn a_tick_taken_just_after_a_resume_runs_once_not_also_in_the_catch_up() {
 async fn a_resume_just_after_start_up_runs_each_tick_paused_over_once() {
     let (store, log) = (store(), Log::default());
     mid_second(&store).await; // x.500
-    store
+    let since = store
         .pause(&ControlRequest::new("every1s", "ops"))
         .await
-        .expect("pause");
+        .expect("pause")
+        .at;
     sleep(3_000).await;
     store.set_take_delay(Duration::from_millis(400));
     // Ticks to catch up at start-up: the first turn takes them (refused, paused)
@@ -226,22 +227,47 @@ async fn a_resume_just_after_start_up_runs_each_tick_paused_over_once() {
         .expect("build");
     let stats = scheduler.stats();
     let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
     scheduler
         // On a task of its own: `run_until` polls its future between the loop's
         // turns, which wait for the take.
         .run_until(async move {
             let operator = tokio::spawn(async move {
                 sleep(100).await;
-                s.resume(&ControlRequest::new("every1s", "ops"), true)
+                let resumed = s
+                    .resume(&ControlRequest::new("every1s", "ops"), true)
                     .await
                     .expect("resume");
                 sleep(3_000).await;
+                resumed.at
             });
-            operator.await.expect("operator");
+            let _ = tx.send(operator.await.expect("operator"));
         })
         .await;
+    let resumed_at = rx.await.expect("resumed_at");
     let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
-    assert_each_tick_once(&mut ticks);
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    // Each tick paused over ran, in the catch-up. (Later ticks a slow store held up
+    // past their window may be missed: that is the catch-up policy, not this edge.)
+    let paused_over: Vec<_> = (1..=3)
+        .map(|s| {
+            since.duration_trunc(TimeDelta::seconds(1)).expect("trunc") + TimeDelta::seconds(s)
+        })
+        .collect();
+    assert!(paused_over.iter().all(|t| *t <= resumed_at));
+    for tick in &paused_over {
+        assert!(
+            ticks.contains(tick),
+            "{tick} paused over never ran: {ticks:?}"
+        );
+    }
     assert!(
         stats.count("every1s", Outcome::Backfilled) >= 3,
         "the ticks paused over were not caught up: {ticks:?}"
@@ -278,6 +304,126 @@ async fn a_resume_nobody_saw_is_caught_up_at_start_up_once() {
         3,
         "the three ticks paused over, caught up: {ticks:?}"
     );
+}
+
+/// Without control polling nothing catches a resume up, so no take leaves a tick to
+/// it: a tick from just before a resume whose take reaches the store just after it
+/// runs live. (It was refused as left to a catch-up that never came.)
+#[tokio::test(start_paused = true)]
+async fn without_control_polling_a_tick_just_before_a_resume_runs() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    store.set_take_delay(Duration::from_millis(400));
+    let scheduler = builder(&store)
+        .control_poll(None)
+        .job_with_policy(
+            Probe::new("every1s", &store, &log),
+            Policy::default().catch_up(CatchUp::All { max: 100 }),
+        )
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            let operator = tokio::spawn(async move {
+                sleep(1_000).await;
+                s.pause(&ControlRequest::new("every1s", "ops"))
+                    .await
+                    .expect("pause");
+                // As in the test above: the take of the tick 100 ms before the
+                // resume reaches the store 100 ms after it.
+                let now = s.clock().now();
+                let resume_at = now.duration_trunc(TimeDelta::seconds(1)).expect("trunc")
+                    + TimeDelta::milliseconds(3_100);
+                sleep(u64::try_from((resume_at - now).num_milliseconds()).expect("ahead")).await;
+                let resumed = s
+                    .resume(&ControlRequest::new("every1s", "ops"), true)
+                    .await
+                    .expect("resume");
+                sleep(2_000).await;
+                resumed.at
+            });
+            let _ = tx.send(operator.await.expect("operator"));
+        })
+        .await;
+    let resumed_at = rx.await.expect("resumed_at");
+    let just_before = resumed_at
+        .duration_trunc(TimeDelta::seconds(1))
+        .expect("trunc");
+    let ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    assert_eq!(
+        ticks.iter().filter(|t| **t == just_before).count(),
+        1,
+        "the tick at {just_before}, 100 ms before the resume at {resumed_at}: {ticks:?}"
+    );
+}
+
+/// A job of two concurrent slots keeps `max` ticks of each slot's share at start-up:
+/// the catch-up of a pause they lie in, resumed just after the start, runs all of
+/// them, not only the most recent `max`. (The older ones, left to it by start-up,
+/// were lost.)
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_runs_every_slots_ticks_left_by_start_up() {
+    let (store, log) = (store(), Log::default());
+    mid_second(&store).await; // x.500
+    let since = store
+        .pause(&ControlRequest::new("every1s", "ops"))
+        .await
+        .expect("pause")
+        .at;
+    sleep(6_000).await;
+    store.set_take_delay(Duration::from_millis(400));
+    let mut job = Probe::new("every1s", &store, &log);
+    job.catch_up = Some(Duration::from_secs(10));
+    let scheduler = builder(&store)
+        .control_poll(Some(POLL))
+        .job_with_policy(
+            job,
+            Policy::default()
+                .catch_up(CatchUp::All { max: 2 })
+                .overlap(scheduler_core::Overlap::Concurrent { max: 2 }),
+        )
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    scheduler
+        .run_until(async move {
+            let operator = tokio::spawn(async move {
+                sleep(100).await;
+                let resumed = s
+                    .resume(&ControlRequest::new("every1s", "ops"), true)
+                    .await
+                    .expect("resume");
+                sleep(3_000).await;
+                resumed.at
+            });
+            let _ = tx.send(operator.await.expect("operator"));
+        })
+        .await;
+    let resumed_at = rx.await.expect("resumed_at");
+    let mut ticks: Vec<_> = runs(&log, "every1s").iter().map(|r| r.tick).collect();
+    ticks.sort();
+    let mut twice: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?} of {ticks:?}");
+    // The four most recent ticks paused over: two of each slot's share.
+    let last = resumed_at
+        .duration_trunc(TimeDelta::seconds(1))
+        .expect("trunc");
+    for back in 0..4 {
+        let tick = last - TimeDelta::seconds(back);
+        assert!(tick > since);
+        assert!(
+            ticks.contains(&tick),
+            "{tick} paused over never ran: {ticks:?}"
+        );
+    }
 }
 
 /// A dynamic schedule changed before its pause is caught up as it reads now: its

@@ -282,6 +282,11 @@ pub(crate) struct JobTicks {
     /// caught up by the first poll of the controls, since start-up left the ticks
     /// that pause covered to it ([`catch_up_from`](Self::catch_up_from)).
     catch_up_from: Option<DateTime<Utc>>,
+    /// The ticks after this instant leave a pause ended by a catch-up to that catch-up
+    /// ([`CatchUp::All`]): all of them for a job started with the scheduler (whose
+    /// first poll catches up what start-up left), those after its start for a
+    /// dynamic schedule started later (whose start-up nothing catches up after).
+    leave_after: Option<DateTime<Utc>>,
 }
 
 /// A tick, the instant (store clock) it fires, and its window.
@@ -304,6 +309,7 @@ impl JobTicks {
             now.checked_sub_signed(window)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC)
         });
+        self.leave_after = self.not_before_instant.then_some(DateTime::<Utc>::MIN_UTC);
         match cadence.policy.catch_up {
             CatchUp::Skip => {}
             CatchUp::All { max } => {
@@ -327,11 +333,13 @@ impl JobTicks {
         self.advance_from(cadence, now);
     }
 
-    /// Whether a resume's catch-up runs each tick a pause covered, so that the take
-    /// must leave such a tick to it ([`ControlKey::caught_up_on_resume`]
-    /// (crate::ControlKey)): under [`CatchUp::All`], start-up's ticks too.
-    pub(crate) fn resume_catches_up(&self) -> bool {
-        self.catch_up_from.is_some()
+    /// Whether a resume's catch-up runs `tick` if a pause covered it, so that the take
+    /// must leave it to that catch-up ([`ControlKey::caught_up_on_resume`]
+    /// (crate::ControlKey)): under [`CatchUp::All`], start-up's ticks too, except a
+    /// dynamic schedule's started after the first poll ([`leave_after`]
+    /// (Self::leave_after)).
+    pub(crate) fn resume_catches_up(&self, tick: Tick) -> bool {
+        self.leave_after.is_some_and(|after| tick.at() > after)
     }
 
     /// The earliest instant whose ticks start-up caught up, under [`CatchUp::All`]:
@@ -350,6 +358,9 @@ impl JobTicks {
         now: DateTime<Utc>,
     ) {
         self.start(cadence, now);
+        if self.leave_after.is_some() {
+            self.leave_after = Some(now);
+        }
         let Some(changed) = changed else {
             return;
         };

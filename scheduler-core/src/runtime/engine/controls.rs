@@ -55,6 +55,9 @@ pub(super) struct ControlLoop {
     version: Option<i64>,
     /// When the jobs started (store clock): the resumes before it are start-up's.
     pub(super) started: Option<chrono::DateTime<chrono::Utc>>,
+    /// Whether a poll was applied since start-up: a read from scratch after that
+    /// (the store's version went back) catches up no resume.
+    applied: bool,
     /// Triggers of jobs this instance runs, not yet claimed or ended, as last read.
     waiting: Vec<Trigger>,
     /// Ended triggered runs whose end is still to be recorded.
@@ -131,6 +134,7 @@ impl ControlLoop {
             failed: false,
             version: None,
             started: None,
+            applied: false,
             waiting: Vec::new(),
             to_finish: Vec::new(),
             finish_retry: retry,
@@ -256,6 +260,10 @@ impl Engine {
         // paused at start-up had its ticks refused, and one resumed since is caught
         // up here.
         let started = self.ctl.as_ref().and_then(|c| c.started);
+        let initial = self
+            .ctl
+            .as_mut()
+            .is_some_and(|c| !std::mem::replace(&mut c.applied, true));
         for resume in &state.resumed {
             if !resume.catch_up {
                 continue;
@@ -274,14 +282,17 @@ impl Engine {
                 Some((slot0, _)) => self.jobs[slot0].catch_up_from(),
                 None => started,
             };
-            if first && since_start.is_none_or(|at| resume.resumed_at < at) {
+            if first && (!initial || since_start.is_none_or(|at| resume.resumed_at < at)) {
                 continue;
             }
             // Every tick paused over (the most recent `max`): run like a
             // backfill, each under a lease of its own, so a later tick that ran
             // meanwhile does not shut them out.
             if let Some((slot0, max)) = all {
-                self.catch_up_all(slot0, resume.paused_since, resume.resumed_at, max);
+                // Each slot's share of the ticks: start-up keeps `max` of each.
+                let slots = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+                let keep = max.saturating_mul(slots);
+                self.catch_up_all(slot0, resume.paused_since, resume.resumed_at, keep);
                 continue;
             }
             for i in entries {
@@ -320,9 +331,8 @@ impl Engine {
         max: u32,
     ) {
         let e = &self.s.entries[i];
-        let keep = usize::try_from(max)
-            .unwrap_or(usize::MAX)
-            .min(BackfillOptions::default().max_ticks);
+        // As many as start-up may have left to it (`max` a slot), not capped lower.
+        let keep = usize::try_from(max).unwrap_or(usize::MAX);
         let ticks = e.schedule.latest_ticks(since, until, keep);
         let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
             return;
@@ -331,7 +341,9 @@ impl Engine {
         info!(job = %job, paused_since = %since, ticks = ticks.len(),
             "job resumed: catching up every tick paused over, each under a lease of its own");
         let backfiller = self.s.backfiller_of(i);
-        let options = BackfillOptions::default().concurrency(1);
+        let options = BackfillOptions::default()
+            .concurrency(1)
+            .max_ticks(ticks.len().max(1));
         let task = tokio::spawn(async move {
             match backfiller.backfill(&job, from, to, options).await {
                 Ok(report) => {

@@ -22,6 +22,8 @@ impl Engine {
         let now = self.db_now();
         let mut due = Vec::new();
         let mut events = Vec::new();
+        // Only an instance that polls the controls catches up a resume.
+        let polls = self.ctl.is_some();
         for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
             if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
                 let request = TakeRequest {
@@ -31,7 +33,7 @@ impl Engine {
                     control: Some(ControlKey {
                         job: e.name.clone(),
                         node: self.s.node.clone(),
-                        caught_up_on_resume: job.resume_catches_up(),
+                        caught_up_on_resume: polls && job.resume_catches_up(tick),
                     }),
                 };
                 due.push((i, request));
