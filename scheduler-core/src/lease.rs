@@ -131,7 +131,7 @@ impl Holder {
     /// [`Holder::prefix`]): `prefix:random`. The scheduler's holders name its node
     /// id, so an operator reading a lease sees which instance holds it.
     pub fn generate_on(prefix: &str) -> Self {
-        let bits: u64 = rand::random();
+        let bits = crate::random::bits();
         Self(format!("{prefix}:{bits:016x}"))
     }
 

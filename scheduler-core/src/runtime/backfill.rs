@@ -33,7 +33,7 @@ use super::calls::Gate;
 use super::observe::Observer;
 use crate::error::{BoxError, Error, Result};
 use crate::job::{Duplicate, Idempotent, Interrupted, JobContext, State};
-use crate::lease::{Holder, Lease, LeaseKey, LeaseName, Release, TakeRequest, Tick};
+use crate::lease::{ControlKey, Holder, Lease, LeaseKey, LeaseName, Release, TakeRequest, Tick};
 use crate::policy::Policy;
 use crate::schedule::Compiled;
 use crate::store::Store;
@@ -88,7 +88,7 @@ impl BackfillOptions {
 }
 
 /// What a backfill did: each tick of the range is counted once, as `ran`,
-/// `already_done` or `failed` (`ran + already_done + failed == ticks`).
+/// `already_done`, `failed` or `paused` (`ran + already_done + failed + paused == ticks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub struct BackfillReport {
@@ -102,6 +102,9 @@ pub struct BackfillReport {
     /// Ticks this call ran whose every attempt failed (or that were interrupted):
     /// released as not completed, so that running the backfill again retries them.
     pub failed: usize,
+    /// Ticks not run because the job was paused when they were asked for: only a
+    /// resume's catch-up honours a pause (an operator's backfill runs regardless).
+    pub paused: usize,
 }
 
 /// A handle that runs backfills of a scheduler's jobs
@@ -120,6 +123,9 @@ struct Inner {
     settings: Settings,
     state: State,
     jobs: Vec<Job>,
+    /// The takes carry the job's pause condition: a resume's catch-up stops at a
+    /// pause, as live ticks do; an operator's backfill does not.
+    honours_pauses: bool,
 }
 
 /// What a backfill needs of a registered job.
@@ -162,17 +168,18 @@ impl Scheduler {
     /// task) before [`run_until`](Self::run_until) takes the scheduler: backfills then
     /// run beside the live schedule.
     pub fn backfiller(&self) -> Backfiller {
-        self.backfiller_with(self.entries.iter().map(Job::of).collect())
+        self.backfiller_with(self.entries.iter().map(Job::of).collect(), false)
     }
 
     /// A backfiller of entry `i`'s job alone, as that entry reads now: what the
     /// engine catches a resumed job up with (by name, a dynamic schedule changed or
     /// removed and added again would find the entry it replaced).
     pub(crate) fn backfiller_of(&self, i: usize) -> Backfiller {
-        self.backfiller_with(self.entries.get(i).map(Job::of).into_iter().collect())
+        let jobs = self.entries.get(i).map(Job::of).into_iter().collect();
+        self.backfiller_with(jobs, true)
     }
 
-    fn backfiller_with(&self, jobs: Vec<Job>) -> Backfiller {
+    fn backfiller_with(&self, jobs: Vec<Job>, honours_pauses: bool) -> Backfiller {
         Backfiller {
             inner: Arc::new(Inner {
                 store: self.store.clone(),
@@ -181,6 +188,7 @@ impl Scheduler {
                 settings: self.settings.clone(),
                 state: self.state.clone(),
                 jobs,
+                honours_pauses,
             }),
         }
     }
@@ -492,6 +500,7 @@ impl<'a> Run<'a> {
             }
             let wake = self.next_wake();
             tokio::select! {
+                biased;
                 () = tokio::time::sleep_until(wake) => {}
                 Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.finished(done);
@@ -507,6 +516,7 @@ impl<'a> Run<'a> {
             ran = r.ran,
             already_done = r.already_done,
             failed = r.failed,
+            paused = r.paused,
             "backfill finished"
         );
         Ok(r)
@@ -608,8 +618,13 @@ impl<'a> Run<'a> {
                     name: self.names[i].clone(),
                     tick: self.ticks[i],
                     holder: self.holders[i].clone(),
-                    // A backfill is asked for by an operator: a pause does not stop it.
-                    control: None,
+                    // A backfill is asked for by an operator: a pause does not stop
+                    // it. A resume's catch-up stops at a pause, as live ticks do.
+                    control: self.inner.honours_pauses.then(|| ControlKey {
+                        job: self.job.name.clone(),
+                        node: self.inner.node.clone(),
+                        caught_up_on_resume: false,
+                    }),
                 })
                 .collect();
             let ttl = self.inner.settings.ttl;
@@ -623,6 +638,14 @@ impl<'a> Run<'a> {
                     let asked = Instant::now();
                     let poll = POLL.min(self.inner.settings.renew_every);
                     let mut answered = vec![false; chunk.len()];
+                    for name in &taken.paused {
+                        let Some(k) = chunk.iter().position(|&i| self.names[i] == *name) else {
+                            continue;
+                        };
+                        answered[k] = true;
+                        debug!(tick = %self.ticks[chunk[k]], "job paused: tick not caught up");
+                        self.report.paused += 1;
+                    }
                     for lease in taken.won {
                         let Some(k) = chunk.iter().position(|&i| self.names[i] == lease.name)
                         else {

@@ -33,7 +33,7 @@ impl Backoff {
         self.failures = self.failures.saturating_add(1);
         let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
         // Never zero: at least a millisecond, so a retry loop always yields.
-        Duration::from_millis(rand::random_range(1..=ms.max(1)))
+        Duration::from_millis(crate::random::range(1..=ms.max(1)))
     }
 
     /// Records a success.

@@ -588,8 +588,9 @@ pub(crate) async fn run_attempt(
 ) -> std::result::Result<(), crate::BoxError> {
     if begin_at > tokio::time::Instant::now() {
         tokio::select! {
-            () = tokio::time::sleep_until(begin_at) => {}
+            biased;
             () = ctx.cancel.cancelled() => return Err(crate::Interrupted.into()),
+            () = tokio::time::sleep_until(begin_at) => {}
         }
     }
     let attempt_cancel = ctx.cancel.clone();

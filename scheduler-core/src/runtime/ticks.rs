@@ -54,7 +54,7 @@ impl Cadence {
         if bound == 0 {
             return tick.at();
         }
-        let ms = i64::try_from(rand::random_range(0..=bound)).unwrap_or(0);
+        let ms = i64::try_from(crate::random::range(0..=bound)).unwrap_or(0);
         tick.at()
             .checked_add_signed(TimeDelta::milliseconds(ms))
             .unwrap_or(DateTime::<Utc>::MAX_UTC)

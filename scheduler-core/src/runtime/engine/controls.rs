@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 use super::Engine;
 use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId, TriggerState};
 use crate::error::Error;
+use crate::job::Scope;
 use crate::lease::{Holder, Lease, Tick};
 use crate::policy::{CatchUp, Overlap};
 use crate::runtime::BackfillOptions;
@@ -289,6 +290,12 @@ impl Engine {
             // backfill, each under a lease of its own, so a later tick that ran
             // meanwhile does not shut them out.
             if let Some((slot0, max)) = all {
+                // A pause on one node kept only this node from taking a cluster
+                // job: the rest of the cluster ran its ticks meanwhile, and a
+                // backfill's leases of their own would run them again.
+                if resume.node.is_some() && self.s.entries[slot0].scope == Scope::Cluster {
+                    continue;
+                }
                 // Each slot's share of the ticks: start-up keeps `max` of each.
                 let slots = u32::try_from(entries.len()).unwrap_or(u32::MAX);
                 let keep = max.saturating_mul(slots);
@@ -348,7 +355,7 @@ impl Engine {
             match backfiller.backfill(&job, from, to, options).await {
                 Ok(report) => {
                     info!(job = %job, ran = report.ran, already_done = report.already_done,
-                    failed = report.failed, "ticks paused over caught up")
+                    failed = report.failed, paused_again = report.paused, "ticks paused over caught up")
                 }
                 Err(err) => {
                     warn!(job = %job, error = %err, "catching up the ticks paused over failed")

@@ -267,8 +267,9 @@ impl Engine {
             let wait = startup.next_delay();
             warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                biased;
                 () = &mut shutdown => return,
+                () = tokio::time::sleep(wait) => {}
             }
         }
         self.store_ok();
@@ -294,7 +295,12 @@ impl Engine {
             // looks at every job: at 10,000 jobs a turn per few ended runs held up
             // the start of the runs still to begin at the same instant).
             loop {
+                // Biased, so that a seeded simulation replays exactly; the shutdown
+                // first, so that a loop always due (a store slow to answer) still
+                // hears it.
                 tokio::select! {
+                    biased;
+                    () = &mut shutdown => break 'turns,
                     () = tokio::time::sleep_until(wake) => break,
                     Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                         let mut ended = Vec::new();
@@ -321,7 +327,6 @@ impl Engine {
                         }
                         break;
                     }
-                    () = &mut shutdown => break 'turns,
                 }
             }
         }

@@ -278,6 +278,7 @@ impl Watchdog {
                     }
                 };
                 tokio::select! {
+                    biased;
                     () = expired => {
                         self.expired.store(true, Ordering::Relaxed);
                         self.cancel.cancel();

@@ -24,6 +24,7 @@ impl Engine {
                 wake = wake.min(at);
             }
             tokio::select! {
+                biased;
                 Some(done) = self.tasks.join_next_with_id() => {
                     self.finished(done);
                 }
@@ -49,6 +50,7 @@ impl Engine {
         tokio::pin!(notice);
         while !self.tasks.is_empty() {
             tokio::select! {
+                biased;
                 Some(done) = self.tasks.join_next_with_id() => {
                     self.finished(done);
                 }

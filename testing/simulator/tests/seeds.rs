@@ -1,0 +1,90 @@
+//! The simulator's budget of seeds in `cargo test`, the seeds that once found a
+//! defect (kept as regressions), exact replay, and the healthy cluster's takes.
+//!
+//! `SIM_SEEDS=N` runs N seeds instead of the budget; `SIM_SEED=S` replays one seed
+//! and prints its whole report.
+
+use std::time::Duration;
+
+use scheduler_simulator::{Options, Report, simulate};
+
+/// Seeds that found a defect once, each named in the commit that fixed it.
+const REGRESSIONS: &[u64] = &[];
+
+/// Seeds run by `cargo test` (a few simulated cluster-hours; well under two minutes
+/// on two cores).
+const BUDGET: u64 = 24;
+
+fn run_seeds(seeds: Vec<u64>, options: Options) -> Vec<Report> {
+    let threads = 2;
+    let chunks: Vec<Vec<u64>> = (0..threads)
+        .map(|t| seeds.iter().copied().skip(t).step_by(threads).collect())
+        .collect();
+    let handles: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            std::thread::spawn(move || {
+                chunk
+                    .into_iter()
+                    .map(|seed| simulate(seed, options))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
+}
+
+#[test]
+fn every_seed_of_the_budget_keeps_the_promise() {
+    if let Ok(seed) = std::env::var("SIM_SEED") {
+        let seed: u64 = seed.parse().expect("SIM_SEED is a number");
+        let report = simulate(seed, Options::default());
+        eprintln!("{report:#?}");
+        report.assert_ok();
+        return;
+    }
+    let count = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(BUDGET);
+    let began = std::time::Instant::now();
+    let reports = run_seeds((1..=count).collect(), Options::default());
+    let simulated: Duration = reports.iter().map(|r| r.simulated).sum();
+    let checked: u64 = reports.iter().map(|r| r.liveness_checked).sum();
+    let attempts: usize = reports.iter().map(|r| r.attempts).sum();
+    eprintln!(
+        "{count} seeds: {:.2} simulated cluster-hours in {:.1} s of wall time, {attempts} runs, \
+         {checked} ticks checked for liveness",
+        simulated.as_secs_f64() / 3600.0,
+        began.elapsed().as_secs_f64()
+    );
+    assert!(checked > 0, "the liveness check checked nothing");
+    for report in &reports {
+        report.assert_ok();
+    }
+}
+
+#[test]
+fn the_seeds_that_found_defects_keep_the_promise() {
+    for report in run_seeds(REGRESSIONS.to_vec(), Options::default()) {
+        report.assert_ok();
+    }
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let options = Options {
+        chaos: Duration::from_secs(60),
+        quiet: Duration::from_secs(10),
+    };
+    let first = simulate(7, options);
+    let again = simulate(7, options);
+    assert!(first.attempts > 0);
+    assert_eq!(
+        first.digest, again.digest,
+        "seed 7 did not replay the same run"
+    );
+}
