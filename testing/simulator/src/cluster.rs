@@ -40,6 +40,8 @@ pub(crate) struct Cluster {
     pub(crate) store: Arc<MemoryStore>,
     pub(crate) world: Arc<Mutex<World>>,
     instances: Vec<Instance>,
+    /// Starts so far, all instances together.
+    starts: usize,
 }
 
 impl Cluster {
@@ -58,6 +60,7 @@ impl Cluster {
             store,
             world,
             instances,
+            starts: 0,
         }
     }
 
@@ -84,9 +87,12 @@ impl Cluster {
             let _ = task.await;
         }
         let faults = Faults::new();
+        self.starts += 1;
+        let incarnation = self.starts;
         let sim = SimStore {
             inner: self.store.clone(),
             inst: i,
+            incarnation,
             faults: faults.clone(),
             world: self.world.clone(),
         };
@@ -103,6 +109,7 @@ impl Cluster {
             builder = builder.job(SimJob {
                 spec: spec.clone(),
                 inst: i,
+                incarnation,
                 seed: self.setup.seed,
                 store: self.store.clone(),
                 faults: faults.clone(),
@@ -308,8 +315,13 @@ impl Cluster {
         }
     }
 
-    /// Asks for one run of `job` now.
+    /// Asks for one run of `job` now (off the whole second: a trigger's run has
+    /// the instant it was asked for as its tick, which the model must tell apart
+    /// from the job's own ticks).
     pub(crate) async fn trigger(&mut self, job: &str) {
+        if self.now().timestamp_subsec_millis() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         if let Ok(t) = self
             .store
             .trigger(&ControlRequest::new(job, "simulator"))

@@ -32,6 +32,8 @@ pub(crate) struct Spec {
 pub(crate) struct SimJob {
     pub(crate) spec: Spec,
     pub(crate) inst: usize,
+    /// Which start of the instance runs it.
+    pub(crate) incarnation: usize,
     pub(crate) seed: u64,
     pub(crate) store: Arc<MemoryStore>,
     pub(crate) faults: Arc<Faults>,
@@ -91,7 +93,7 @@ impl Idempotent for SimJob {
         let started = self.store.clock().now();
         self.world().began(
             &key,
-            self.inst,
+            (self.inst, self.incarnation),
             ctx.node(),
             &lease,
             ctx.holder().as_str(),

@@ -238,23 +238,69 @@ fn script(setup: &Setup, chaos: Duration, rng: &mut StdRng) -> Vec<(u64, Action)
 
 /// Simulates the cluster of `seed` for `options`' time.
 pub fn simulate(seed: u64, options: Options) -> Report {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let setup = setup(seed, &mut rng);
+    let script = script(&setup, options.chaos, &mut rng);
+    on_paused_time(seed, run(setup, script, options, rng))
+}
+
+/// A healthy cluster, nothing happening to it: `instances` instances (one node
+/// each) running `jobs` cluster jobs every `every`, whose runs work for up to
+/// `work`, with leases of `ttl`, for `options.chaos + options.quiet`.
+pub fn healthy(
+    seed: u64,
+    instances: usize,
+    jobs: usize,
+    every: Duration,
+    work: Duration,
+    ttl: Duration,
+    options: Options,
+) -> Report {
+    let setup = Setup {
+        seed,
+        ttl,
+        control_poll: Some(Duration::from_secs(5)),
+        nodes: (0..instances).map(|i| format!("n{i}")).collect(),
+        skews_ms: vec![0; instances],
+        jobs: (0..jobs)
+            .map(|k| Spec {
+                name: format!("job{k}"),
+                every,
+                scope: Scope::Cluster,
+                duplicate: Duplicate::Harmless,
+                policy: Policy::default(),
+                work,
+                fail_percent: 0,
+            })
+            .collect(),
+    };
+    let rng = StdRng::seed_from_u64(seed);
+    on_paused_time(seed, run(setup, Vec::new(), options, rng))
+}
+
+/// Runs `simulation` on a runtime of this thread, under paused time, with the
+/// runtime's randomness drawn from `seed`.
+fn on_paused_time(seed: u64, simulation: impl std::future::Future<Output = Report>) -> Report {
     scheduler_core::seed_thread_rng(Some(seed));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build();
     let report = match runtime {
-        Ok(rt) => rt.block_on(run(seed, options)),
+        Ok(rt) => rt.block_on(simulation),
         Err(err) => panic!("no tokio runtime: {err}"),
     };
     scheduler_core::seed_thread_rng(None);
     report
 }
 
-async fn run(seed: u64, options: Options) -> Report {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let setup = setup(seed, &mut rng);
-    let script = script(&setup, options.chaos, &mut rng);
+async fn run(
+    setup: Setup,
+    script: Vec<(u64, Action)>,
+    options: Options,
+    mut rng: StdRng,
+) -> Report {
+    let seed = setup.seed;
     let described = format!("{setup:?}");
     // A fixed start, off the whole second by a drawn amount.
     let t0 = DateTime::<Utc>::from_timestamp(1_893_456_000, 0).unwrap_or_default()

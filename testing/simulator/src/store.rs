@@ -56,6 +56,8 @@ impl Faults {
 pub(crate) struct SimStore {
     pub(crate) inner: Arc<MemoryStore>,
     pub(crate) inst: usize,
+    /// Which start of the instance this is (a new one per start, in the cluster).
+    pub(crate) incarnation: usize,
     pub(crate) faults: Arc<Faults>,
     pub(crate) world: Arc<Mutex<World>>,
 }
@@ -107,14 +109,6 @@ impl Store for SimStore {
             let mut w = self.world();
             w.takes.push((self.inst, now, requests.len()));
             if let Ok(taken) = &taken {
-                for name in &taken.paused {
-                    if let Some(r) = requests.iter().find(|r| r.name == *name)
-                        && r.tick.at() <= now
-                    {
-                        w.refused_paused
-                            .insert((self.inst, name.as_str().to_owned(), r.tick.at()));
-                    }
-                }
                 for lease in &taken.won {
                     w.granted(
                         self.inst,
@@ -127,7 +121,21 @@ impl Store for SimStore {
                 }
             }
         }
-        self.answer(taken).await
+        let taken = self.answer(taken).await;
+        // A refusal the instance heard: it drops a tick refused at or after its
+        // instant.
+        if let Ok(taken) = &taken {
+            let mut w = self.world();
+            for name in &taken.paused {
+                if let Some(r) = requests.iter().find(|r| r.name == *name)
+                    && r.tick.at() <= now
+                {
+                    w.refused_paused
+                        .insert((self.incarnation, name.as_str().to_owned(), r.tick.at()));
+                }
+            }
+        }
+        taken
     }
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> Result<Vec<Renewed>> {

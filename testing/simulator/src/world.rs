@@ -71,8 +71,8 @@ pub(crate) struct World {
     /// Takes sent, per instance: (instant, names asked).
     pub(crate) takes: Vec<(usize, DateTime<Utc>, usize)>,
     pub(crate) jobs: Vec<JobModel>,
-    /// The ticks (instance, lease, tick) whose take was refused as paused at or
-    /// after their instant.
+    /// The ticks (incarnation of an instance, lease, tick) whose take was refused
+    /// as paused at or after their instant.
     pub(crate) refused_paused: std::collections::HashSet<(usize, String, DateTime<Utc>)>,
     /// Print the trace as it is written (`SIM_LIVE`).
     pub(crate) live: bool,
@@ -141,7 +141,7 @@ impl World {
     pub(crate) fn began(
         &mut self,
         key: &Key,
-        inst: usize,
+        (inst, incarnation): (usize, usize),
         node: &str,
         lease: &str,
         holder: &str,
@@ -187,12 +187,13 @@ impl World {
         // A resume without catch-up drops the ticks paused over: an instance whose
         // take of a tick was refused as paused at or after its instant never runs
         // it. (A pause is a condition of the take: a tick whose take first reaches
-        // the store after the resume runs, on another instance or on one starting.)
+        // the store after the resume runs, on another instance or on a new start
+        // of this one.)
         if let Some(g) = granted
             && !trigger
             && self
                 .refused_paused
-                .contains(&(inst, lease.to_owned(), *tick))
+                .contains(&(incarnation, lease.to_owned(), *tick))
         {
             let dropped = self.pauses.iter().find(|p| {
                 p.job == job_name
