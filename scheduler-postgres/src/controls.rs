@@ -7,17 +7,25 @@
 //! transaction of their own behind a transaction pooler). A poll that finds the
 //! version changed reads the state in one `REPEATABLE READ` transaction, so the
 //! version it reports and the rows it returns are one snapshot.
+//!
+//! The rows are decoded in `rows`; the poll's snapshot read is in `state`.
+
+mod rows;
+mod state;
 
 use async_trait::async_trait;
 use scheduler_core::{
-    ControlAction, ControlRecord, ControlRequest, ControlState, Controls, FencingToken, Holder,
-    Lease, LeaseName, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Scope, Tick, Trigger,
-    TriggerId, TriggerState, Ttl,
+    ControlRecord, ControlRequest, ControlState, Controls, FencingToken, Holder, Lease, LeaseName,
+    LeaseRow, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
 };
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
+use sea_orm::Value;
 
-use crate::error::{Error, Result, describe, sqlstate};
-use crate::row::{get, name_from_row, optional_time, time};
+use self::rows::{
+    all, lease_row_from_row, one_row, pause_from_row, record_from_row, run_from_row,
+    schedule_from_row, trigger_from_row,
+};
+use crate::error::{Error, describe, sqlstate};
+use crate::row::{get, name_from_row, time};
 use crate::store::PostgresStore;
 
 /// A core error for input the store refuses before asking the database.
@@ -61,228 +69,6 @@ fn page_values(page: Page) -> (Value, Value) {
         page.before.unwrap_or(i64::MAX).into(),
         i64::from(page.limit).into(),
     )
-}
-
-/// A bad row of `operation`, in words.
-fn bad_row(operation: &'static str, what: String) -> Error {
-    Error::BadRow {
-        operation,
-        cause: DbErr::Custom(what),
-    }
-}
-
-/// The one row a statement must return.
-fn one_row(rows: Vec<QueryResult>, operation: &'static str) -> Result<QueryResult> {
-    rows.into_iter().next().ok_or_else(|| {
-        bad_row(
-            operation,
-            "no row returned (is the version row of the controls missing?)".to_owned(),
-        )
-    })
-}
-
-/// An audit row.
-fn record_from_row(row: &QueryResult, operation: &'static str) -> Result<ControlRecord> {
-    let action: String = get(row, "action", operation)?;
-    let action = ControlAction::parse(&action)
-        .ok_or_else(|| bad_row(operation, format!("unknown control action {action:?}")))?;
-    Ok(ControlRecord {
-        id: get(row, "id", operation)?,
-        at: time(row, "at", operation)?,
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        action,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        detail: get(row, "detail", operation)?,
-    })
-}
-
-/// A trigger row.
-fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Result<Trigger> {
-    let id: i64 = get(row, "id", operation)?;
-    let state: String = get(row, "state", operation)?;
-    let state = match state.as_str() {
-        "pending" => TriggerState::Pending,
-        "running" => {
-            let holder: Option<String> = get(row, "holder", operation)?;
-            let started_at = optional_time(row, "started_at", operation)?;
-            let (Some(holder), Some(started_at)) = (holder, started_at) else {
-                return Err(bad_row(
-                    operation,
-                    format!("trigger {id} is running without a holder or a start"),
-                ));
-            };
-            TriggerState::Running {
-                holder: Holder::from_stored(holder),
-                started_at,
-            }
-        }
-        "done" => {
-            let outcome: Option<String> = get(row, "outcome", operation)?;
-            let finished_at = optional_time(row, "finished_at", operation)?;
-            let (Some(outcome), Some(finished_at)) = (outcome, finished_at) else {
-                return Err(bad_row(
-                    operation,
-                    format!("trigger {id} is done without an outcome or an end"),
-                ));
-            };
-            TriggerState::Done {
-                outcome,
-                error: get(row, "error", operation)?,
-                finished_at,
-            }
-        }
-        other => {
-            return Err(bad_row(
-                operation,
-                format!("trigger {id} is in an unknown state {other:?}"),
-            ));
-        }
-    };
-    Ok(Trigger {
-        id: TriggerId(id),
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        requested_at: time(row, "requested_at", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        state,
-    })
-}
-
-/// A schedule row.
-fn schedule_from_row(row: &QueryResult, operation: &'static str) -> Result<ScheduleRow> {
-    let scope: String = get(row, "scope", operation)?;
-    let scope = match scope.as_str() {
-        "cluster" => Scope::Cluster,
-        "node" => Scope::Node,
-        other => return Err(bad_row(operation, format!("unknown scope {other:?}"))),
-    };
-    Ok(ScheduleRow {
-        name: get(row, "name", operation)?,
-        handler: get(row, "handler", operation)?,
-        schedule: get(row, "schedule", operation)?,
-        zone: get(row, "zone", operation)?,
-        scope,
-        policy: get(row, "policy", operation)?,
-        args: get(row, "args", operation)?,
-        enabled: get(row, "enabled", operation)?,
-        version: get(row, "version", operation)?,
-        updated_at: Some(time(row, "updated_at", operation)?),
-        removed: get(row, "removed", operation)?,
-    })
-}
-
-/// A node as stored (`''`: every node) as the API says it.
-fn node_from_key(node: String) -> Option<String> {
-    (!node.is_empty()).then_some(node)
-}
-
-/// Every row of `rows` through `decode`.
-fn all<T>(
-    rows: &[QueryResult],
-    operation: &'static str,
-    decode: fn(&QueryResult, &'static str) -> Result<T>,
-) -> Result<Vec<T>> {
-    rows.iter().map(|row| decode(row, operation)).collect()
-}
-
-fn pause_from_row(row: &QueryResult, operation: &'static str) -> Result<Pause> {
-    Ok(Pause {
-        job: get(row, "job", operation)?,
-        node: node_from_key(get(row, "node", operation)?),
-        since: time(row, "since", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-    })
-}
-
-fn resume_from_row(row: &QueryResult, operation: &'static str) -> Result<Resume> {
-    Ok(Resume {
-        job: get(row, "job", operation)?,
-        node: node_from_key(get(row, "node", operation)?),
-        paused_since: time(row, "since", operation)?,
-        resumed_at: time(row, "resumed_at", operation)?,
-        catch_up: get::<Option<bool>>(row, "catch_up", operation)?.unwrap_or(true),
-        version: get(row, "version", operation)?,
-    })
-}
-
-fn run_from_row(row: &QueryResult, operation: &'static str) -> Result<RunRow> {
-    let attempt: i32 = get(row, "attempt", operation)?;
-    Ok(RunRow {
-        id: get(row, "id", operation)?,
-        job: get(row, "job", operation)?,
-        tick: time(row, "tick", operation)?,
-        node: get(row, "node", operation)?,
-        token: get(row, "token", operation)?,
-        started: time(row, "started", operation)?,
-        finished: time(row, "finished", operation)?,
-        outcome: get(row, "outcome", operation)?,
-        error: get(row, "error", operation)?,
-        attempt: u32::try_from(attempt)
-            .map_err(|_| bad_row(operation, format!("attempt {attempt} is negative")))?,
-    })
-}
-
-fn lease_row_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseRow> {
-    Ok(LeaseRow {
-        name: get(row, "name", operation)?,
-        holder: get(row, "holder", operation)?,
-        tick: time(row, "tick", operation)?,
-        token: get(row, "token", operation)?,
-        expires_at: time(row, "expires_at", operation)?,
-        released_at: optional_time(row, "released_at", operation)?,
-    })
-}
-
-impl PostgresStore {
-    /// Reads the whole control state in one `REPEATABLE READ` snapshot: the version,
-    /// every pause, the resumes and the schedules changed after `since` (removed ones
-    /// included; for `None`, every schedule not removed), the open triggers.
-    async fn control_state(&self, since: Option<i64>) -> Result<ControlState> {
-        const OP: &str = "read the controls";
-        let fail = |cause| Error::statement(OP, cause);
-        let sql = self.control_sql();
-        let txn = self.session().begin_repeatable_read().await.map_err(fail)?;
-        let read = |sql: &str, values: Vec<Value>| {
-            txn.query_all_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                sql,
-                values,
-            ))
-        };
-        let version_rows = read(&sql.version, Vec::new()).await.map_err(fail)?;
-        let version: i64 = get(&one_row(version_rows, OP)?, "version", OP)?;
-        let paused = read(&sql.paused, Vec::new()).await.map_err(fail)?;
-        let resumed = read(&sql.resumed, vec![since.unwrap_or(i64::MIN).into()])
-            .await
-            .map_err(fail)?;
-        let triggers = read(&sql.open_triggers, Vec::new()).await.map_err(fail)?;
-        let schedules = match since {
-            Some(since) => read(&sql.changed_schedules, vec![since.into()]).await,
-            None => read(&sql.schedules, Vec::new()).await,
-        }
-        .map_err(fail)?;
-        txn.commit().await.map_err(fail)?;
-        Ok(ControlState {
-            version,
-            paused: all(&paused, OP, pause_from_row)?,
-            resumed: all(&resumed, OP, resume_from_row)?,
-            triggers: all(&triggers, OP, trigger_from_row)?,
-            schedules: all(&schedules, OP, schedule_from_row)?,
-        })
-    }
-
-    /// The handlers registered, by name.
-    async fn registered_handlers(&self) -> Result<Vec<String>> {
-        const OP: &str = "read the registered handlers";
-        let rows = self
-            .query(OP, &self.control_sql().handlers, Vec::new())
-            .await?;
-        rows.iter().map(|row| get(row, "handler", OP)).collect()
-    }
 }
 
 #[async_trait]

@@ -99,7 +99,7 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "run_columns",
         "controls_sql.rs: the run history's column list, a literal",
     ),
-    ("STRIPE_LOCK_CLASS", "keyed.rs: an integer constant"),
+    ("STRIPE_LOCK_CLASS", "keyed/locks.rs: an integer constant"),
     (
         "idle_ms",
         "session.rs: an integer of milliseconds from PostgresOptions' Duration",
@@ -118,11 +118,11 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
     ),
     (
         "LEASE_COLUMNS",
-        "diagnostics.rs: the lease columns the status reads, a literal constant",
+        "diagnostics/status.rs: the lease columns the status reads, a literal constant",
     ),
     (
         "runs",
-        "diagnostics.rs, controls_sql.rs: HistoryTable::quoted(), a validated identifier",
+        "diagnostics/status.rs, controls_sql.rs: HistoryTable::quoted(), a validated identifier",
     ),
     ("self.table().quoted()", "fenced.rs: TableName::quoted()"),
     // Hints: text shown to a person, naming the grant to run; never executed.
@@ -261,11 +261,19 @@ fn interpolations(text: &str, args: &[String]) -> Vec<String> {
 fn sql_is_only_ever_formatted_with_identifiers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut checked = 0;
-    let mut files: Vec<_> = std::fs::read_dir(&src)
-        .expect("src")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
+    // Every module, in folders too (`keyed/`, `controls/`, …).
+    let mut files = Vec::new();
+    let mut dirs = vec![src];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
     files.sort();
     assert!(files.len() >= 6, "{files:?}");
     for file in files {

@@ -7,64 +7,35 @@
 //! bump the version too (the open triggers change), without an audit row. Polling an
 //! unchanged version is one read of the version row; a changed one is read in one
 //! read transaction, so its parts agree.
+//!
+//! The statements are in `sql`; running them and decoding their rows in `rows`; the
+//! version bump and audit row every control writes in `audit`; the dynamic
+//! schedules' writes in `schedules`.
 
+mod audit;
+mod rows;
+mod schedules;
 mod sql;
 
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, Controls, LeaseRow, Page, Pause,
-    Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+    Resume, RunRow, ScheduleRow, Trigger, TriggerId,
 };
-use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Scope, Tick, Ttl};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, TransactionTrait, Value};
+use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
+use sea_orm::{TransactionTrait, Value};
 
+use self::rows::{
+    bad_row, node_of, one, optional_time, pause_from_row, record_from_row, rows, schedule_from_row,
+    trigger_from_row,
+};
 pub(crate) use self::sql::ControlSql;
 use crate::batch;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::row::{get, name_from_row, time};
 use crate::store::SqliteStore;
-
-/// Runs `sql` on `conn` (the pool or an open transaction) and returns every row.
-async fn rows(
-    store: &SqliteStore,
-    conn: &impl ConnectionTrait,
-    operation: &'static str,
-    sql: &str,
-    values: Vec<Value>,
-) -> Result<Vec<QueryResult>> {
-    conn.query_all_raw(Statement::from_sql_and_values(
-        DbBackend::Sqlite,
-        sql,
-        values,
-    ))
-    .await
-    .map_err(|source| store.origin.statement_error(operation, source))
-}
-
-/// The one row `sql` must return.
-async fn one(
-    store: &SqliteStore,
-    conn: &impl ConnectionTrait,
-    operation: &'static str,
-    sql: &str,
-    values: Vec<Value>,
-) -> Result<QueryResult> {
-    rows(store, conn, operation, sql, values)
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| bad_row(operation, "no row returned".to_owned()))
-}
-
-fn bad_row(operation: &'static str, what: String) -> Error {
-    Error::BadRow {
-        operation,
-        cause: DbErr::Custom(what),
-    }
-}
 
 /// A job or node name, checked as lease names are.
 fn check_name(name: &str) -> Result<()> {
@@ -78,212 +49,6 @@ fn check_request(req: &ControlRequest) -> Result<()> {
         check_name(node)?;
     }
     Ok(())
-}
-
-fn flag(row: &QueryResult, col: &str, operation: &'static str) -> Result<bool> {
-    Ok(get::<i64>(row, col, operation)? != 0)
-}
-
-fn optional_time(
-    row: &QueryResult,
-    col: &str,
-    operation: &'static str,
-) -> Result<Option<DateTime<Utc>>> {
-    match get::<Option<i64>>(row, col, operation)? {
-        None => Ok(None),
-        Some(_) => time(row, col, operation).map(Some),
-    }
-}
-
-/// `''` (every node) as `None`.
-fn node_of(node: String) -> Option<String> {
-    Some(node).filter(|n| !n.is_empty())
-}
-
-fn page_values(page: Page) -> [Value; 2] {
-    [page.before.into(), i64::from(page.limit).into()]
-}
-
-fn pause_from_row(row: &QueryResult, operation: &'static str) -> Result<Pause> {
-    Ok(Pause {
-        job: get(row, "job", operation)?,
-        node: node_of(get(row, "node", operation)?),
-        since: time(row, "since", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-    })
-}
-
-fn record_from_row(row: &QueryResult, operation: &'static str) -> Result<ControlRecord> {
-    let action: String = get(row, "action", operation)?;
-    Ok(ControlRecord {
-        id: get(row, "id", operation)?,
-        at: time(row, "at", operation)?,
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        action: ControlAction::parse(&action)
-            .ok_or_else(|| bad_row(operation, format!("unknown control action {action:?}")))?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        detail: get(row, "detail", operation)?,
-    })
-}
-
-fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Result<Trigger> {
-    let state: String = get(row, "state", operation)?;
-    let missing = |col: &str| bad_row(operation, format!("a {state} trigger without {col}"));
-    let state = match state.as_str() {
-        "pending" => TriggerState::Pending,
-        "running" => TriggerState::Running {
-            holder: Holder::from_stored(
-                get::<Option<String>>(row, "holder", operation)?
-                    .ok_or_else(|| missing("holder"))?,
-            ),
-            started_at: optional_time(row, "started_at", operation)?
-                .ok_or_else(|| missing("started_at"))?,
-        },
-        "done" => TriggerState::Done {
-            outcome: get::<Option<String>>(row, "outcome", operation)?
-                .ok_or_else(|| missing("outcome"))?,
-            error: get(row, "error", operation)?,
-            finished_at: optional_time(row, "finished_at", operation)?
-                .ok_or_else(|| missing("finished_at"))?,
-        },
-        other => {
-            return Err(bad_row(
-                operation,
-                format!("unknown trigger state {other:?}"),
-            ));
-        }
-    };
-    Ok(Trigger {
-        id: TriggerId(get(row, "id", operation)?),
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        requested_at: time(row, "requested_at", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        state,
-    })
-}
-
-fn schedule_from_row(row: &QueryResult, operation: &'static str) -> Result<ScheduleRow> {
-    let scope: String = get(row, "scope", operation)?;
-    Ok(ScheduleRow {
-        name: get(row, "name", operation)?,
-        handler: get(row, "handler", operation)?,
-        schedule: get(row, "schedule", operation)?,
-        zone: get(row, "zone", operation)?,
-        scope: match scope.as_str() {
-            "cluster" => Scope::Cluster,
-            "node" => Scope::Node,
-            other => return Err(bad_row(operation, format!("unknown scope {other:?}"))),
-        },
-        policy: get(row, "policy", operation)?,
-        args: get(row, "args", operation)?,
-        enabled: flag(row, "enabled", operation)?,
-        version: get(row, "version", operation)?,
-        updated_at: optional_time(row, "updated_at", operation)?,
-        removed: flag(row, "removed", operation)?,
-    })
-}
-
-/// What a schedule's audit row keeps of it: the row as JSON (its arguments are JSON
-/// already, checked before).
-fn schedule_detail(row: &ScheduleRow) -> String {
-    let mut out = String::from("{\"handler\":");
-    batch::string(&mut out, &row.handler);
-    out.push_str(",\"schedule\":");
-    batch::string(&mut out, &row.schedule);
-    out.push_str(",\"zone\":");
-    match &row.zone {
-        Some(zone) => batch::string(&mut out, zone),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"scope\":");
-    batch::string(&mut out, &row.scope.to_string());
-    out.push_str(",\"policy\":");
-    batch::string(&mut out, &row.policy);
-    out.push_str(",\"args\":");
-    out.push_str(&row.args);
-    out.push_str(",\"enabled\":");
-    out.push_str(if row.enabled { "true" } else { "false" });
-    out.push('}');
-    out
-}
-
-/// A control's version and instant.
-struct Bumped {
-    version: i64,
-    now: i64,
-}
-
-impl SqliteStore {
-    /// Bumps the control version in `txn`; returns the new version and the instant
-    /// (microseconds) the control's rows are stamped with.
-    async fn bump(&self, txn: &impl ConnectionTrait, operation: &'static str) -> Result<Bumped> {
-        let row = one(self, txn, operation, &self.control.bump, Vec::new()).await?;
-        Ok(Bumped {
-            version: get(&row, "version", operation)?,
-            now: get(&row, "now", operation)?,
-        })
-    }
-
-    /// Appends the audit row of `action` in `txn`.
-    #[allow(clippy::too_many_arguments)]
-    async fn audit(
-        &self,
-        txn: &impl ConnectionTrait,
-        operation: &'static str,
-        at: &Bumped,
-        job: &str,
-        node: Option<&str>,
-        action: ControlAction,
-        by: &str,
-        why: &str,
-        detail: String,
-    ) -> Result<ControlRecord> {
-        let values = vec![
-            job.to_owned().into(),
-            node.map(str::to_owned).into(),
-            action.as_str().into(),
-            by.to_owned().into(),
-            why.to_owned().into(),
-            detail.into(),
-            at.now.into(),
-        ];
-        let row = one(self, txn, operation, &self.control.audit, values).await?;
-        record_from_row(&row, operation)
-    }
-
-    /// One page of rows, of job `job` (`of_job`: the job, then the page's values)
-    /// or of every job (`all`: the page's values).
-    async fn paged(
-        &self,
-        operation: &'static str,
-        job: Option<&str>,
-        page: Page,
-        of_job: &str,
-        all: &str,
-    ) -> Result<Vec<QueryResult>> {
-        let mut values: Vec<Value> = job.map(|j| j.to_owned().into()).into_iter().collect();
-        values.extend(page_values(page));
-        let sql = if job.is_some() { of_job } else { all };
-        rows(self, &self.db, operation, sql, values).await
-    }
-
-    async fn history_exists(&self) -> Result<bool> {
-        const OP: &str = "look for the run history table";
-        let found = rows(
-            self,
-            &self.db,
-            OP,
-            &self.control.history_table,
-            vec![self.control.history_name.clone().into()],
-        )
-        .await?;
-        Ok(!found.is_empty())
-    }
 }
 
 #[async_trait]
@@ -609,73 +374,7 @@ impl Controls for SqliteStore {
         by: &str,
         why: &str,
     ) -> scheduler_core::Result<ControlRecord> {
-        const OP: &str = "store a dynamic schedule";
-        row.check()?;
-        let valid = one(
-            self,
-            &self.db,
-            OP,
-            &self.control.json_valid,
-            vec![row.args.clone().into()],
-        )
-        .await?;
-        if !flag(&valid, "valid", OP)? {
-            return Err(scheduler_core::Error::InvalidControl {
-                reason: format!(
-                    "schedule {:?}: its arguments are not JSON: {:?}",
-                    row.name,
-                    row.args.chars().take(64).collect::<String>()
-                ),
-            });
-        }
-        let (_turn, txn) = self.begin_write(OP).await?;
-        let known: Vec<String> = rows(self, &txn, OP, &self.control.handlers, Vec::new())
-            .await?
-            .iter()
-            .map(|r| get(r, "handler", OP))
-            .collect::<Result<_>>()?;
-        if !known.contains(&row.handler) {
-            return Err(scheduler_core::Error::UnknownHandler {
-                handler: row.handler.clone(),
-                known: if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                },
-            });
-        }
-        let at = self.bump(&txn, OP).await?;
-        let values = vec![
-            row.name.clone().into(),
-            row.handler.clone().into(),
-            row.schedule.clone().into(),
-            row.zone.clone().into(),
-            row.scope.to_string().into(),
-            row.policy.clone().into(),
-            row.args.clone().into(),
-            row.enabled.into(),
-            at.version.into(),
-            by.to_owned().into(),
-            at.now.into(),
-        ];
-        rows(self, &txn, OP, &self.control.put_schedule, values).await?;
-        let record = self
-            .audit(
-                &txn,
-                OP,
-                &at,
-                &row.name,
-                None,
-                ControlAction::SchedulePut,
-                by,
-                why,
-                schedule_detail(row),
-            )
-            .await?;
-        txn.commit()
-            .await
-            .map_err(|source| self.origin.statement_error(OP, source))?;
-        Ok(record)
+        self.put_dynamic_schedule(row, by, why).await
     }
 
     async fn remove_schedule(
@@ -684,38 +383,7 @@ impl Controls for SqliteStore {
         by: &str,
         why: &str,
     ) -> scheduler_core::Result<Option<ControlRecord>> {
-        const OP: &str = "remove a dynamic schedule";
-        let (_turn, txn) = self.begin_write(OP).await?;
-        let at = self.bump(&txn, OP).await?;
-        let values = vec![
-            name.to_owned().into(),
-            at.version.into(),
-            by.to_owned().into(),
-            at.now.into(),
-        ];
-        let removed = rows(self, &txn, OP, &self.control.remove_schedule, values).await?;
-        let Some(row) = removed.first() else {
-            // Nothing to remove: the bump is rolled back with the transaction.
-            return Ok(None);
-        };
-        let detail = schedule_detail(&schedule_from_row(row, OP)?);
-        let record = self
-            .audit(
-                &txn,
-                OP,
-                &at,
-                name,
-                None,
-                ControlAction::ScheduleRemove,
-                by,
-                why,
-                detail,
-            )
-            .await?;
-        txn.commit()
-            .await
-            .map_err(|source| self.origin.statement_error(OP, source))?;
-        Ok(Some(record))
+        self.remove_dynamic_schedule(name, by, why).await
     }
 
     async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
@@ -840,20 +508,5 @@ impl Controls for SqliteStore {
                 })
             })
             .collect::<Result<_>>()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_schedule_detail_is_its_row_as_json() {
-        let mut row = ScheduleRow::new("r", "h\"x", "every 30s");
-        row.args = r#"{"a": [1, 2]}"#.to_owned();
-        assert_eq!(
-            schedule_detail(&row),
-            r#"{"handler":"h\"x","schedule":"every 30s","zone":null,"scope":"cluster","policy":"","args":{"a": [1, 2]},"enabled":true}"#
-        );
     }
 }

@@ -1,0 +1,68 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::policy::{CatchUp, Overlap};
+
+#[test]
+fn policies_read_the_macro_keys() {
+    let p = policy_from_spec(
+        r#"catch_up = "all", catch_up_max = 3, overlap = concurrent, max_concurrent = 2, retry = 2, retry_backoff = "5s", timeout = 1m"#,
+    )
+    .unwrap();
+    assert_eq!(p.catch_up, CatchUp::All { max: 3 });
+    assert_eq!(p.overlap, Overlap::Concurrent { max: 2 });
+    assert_eq!(p.retry.unwrap().attempts, 2);
+    assert_eq!(p.timeout, Some(std::time::Duration::from_secs(60)));
+    assert_eq!(policy_from_spec("").unwrap(), crate::Policy::default());
+    assert!(policy_from_spec("overlap = sometimes").is_err());
+    assert!(policy_from_spec("catch_up_max = 2").is_err());
+    assert!(policy_from_spec("retry_backoff = 1s").is_err());
+    assert!(policy_from_spec("colour = blue").is_err());
+}
+
+/// `catch_up = "all"` without a `max` means what it means in `#[job]` (10), not
+/// "every tick" (which kept up to four billion ticks at start-up); and what
+/// `build()` refuses in a job's timing is refused when the schedule is stored.
+#[test]
+fn policies_are_bounded_like_the_macros() {
+    assert_eq!(
+        policy_from_spec("catch_up = all").unwrap().catch_up,
+        CatchUp::All { max: 10 }
+    );
+    for wrong in [
+        "catch_up = all, catch_up_max = 0",
+        "catch_up = all, catch_up_max = 100001",
+        "timeout = 0s",
+        "retry = 0",
+        "retry = 2, retry_backoff = 0s",
+        "overlap = concurrent, max_concurrent = 0",
+    ] {
+        let err = policy_from_spec(wrong).err();
+        assert!(err.is_some(), "{wrong}");
+        let mut row = ScheduleRow::new("r", "h", "every 30s");
+        row.policy = wrong.into();
+        assert!(row.check().is_err(), "{wrong}");
+    }
+    assert_eq!(
+        policy_from_spec("catch_up = all, catch_up_max = 100000")
+            .unwrap()
+            .catch_up,
+        CatchUp::All { max: 100_000 }
+    );
+}
+
+#[test]
+fn rows_are_checked() {
+    assert!(ScheduleRow::new("r", "h", "every 30s").check().is_ok());
+    assert!(
+        ScheduleRow::new("r", "h", "0 0 9 * * Mon-Fri")
+            .check()
+            .is_ok()
+    );
+    assert!(ScheduleRow::new("r", "h", "every soon").check().is_err());
+    assert!(ScheduleRow::new("r", "h", "not cron").check().is_err());
+    assert!(ScheduleRow::new("", "h", "every 1s").check().is_err());
+    let mut zoned = ScheduleRow::new("r", "h", "0 0 9 * * *");
+    zoned.zone = Some("Mars/Olympus".into());
+    assert!(zoned.check().is_err());
+}

@@ -1,0 +1,425 @@
+//! [`Controls`] for [`MemoryStore`]: the operations on the control tables.
+
+use std::ops::Bound;
+
+use async_trait::async_trait;
+use chrono::DateTime;
+
+use super::{ControlRow, TriggerRow, node_key, none_if_empty};
+use crate::control::{
+    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow,
+    Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+};
+use crate::error::{Error, Result};
+use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
+use crate::memory::{MemoryStore, Row, delta, lease};
+
+#[async_trait]
+impl Controls for MemoryStore {
+    async fn pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        let key = (req.job.clone(), node_key(req.node.as_ref()));
+        let version = t.version + 1;
+        let row = t.controls.entry(key).or_insert_with(|| ControlRow {
+            paused: false,
+            since: now,
+            by: String::new(),
+            why: String::new(),
+            resumed_at: None,
+            catch_up: false,
+            version,
+        });
+        if !row.paused {
+            *row = ControlRow {
+                paused: true,
+                since: now,
+                by: req.by.clone(),
+                why: req.why.clone(),
+                resumed_at: None,
+                catch_up: false,
+                version,
+            };
+        }
+        Ok(t.record(now, req, ControlAction::Pause, String::new()))
+    }
+
+    async fn resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        let version = t.version + 1;
+        // Without a node, every pause of the job ends; with one, that node's only.
+        let node = node_key(req.node.as_ref());
+        for ((job, n), row) in t.controls.iter_mut() {
+            if *job == req.job && (req.node.is_none() || *n == node) && row.paused {
+                row.paused = false;
+                row.resumed_at = Some(now);
+                row.catch_up = catch_up;
+                row.version = version;
+            }
+        }
+        let action = if catch_up {
+            ControlAction::Resume
+        } else {
+            ControlAction::ResumeWithoutCatchUp
+        };
+        Ok(t.record(now, req, action, String::new()))
+    }
+
+    async fn trigger(&self, req: &ControlRequest) -> Result<Trigger> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        let trigger = Trigger {
+            id: TriggerId(i64::try_from(t.triggers.len()).unwrap_or(i64::MAX) + 1),
+            job: req.job.clone(),
+            node: req.node.clone(),
+            // Microseconds, as a tick (and a SQL store) keeps time.
+            requested_at: Tick::new(now).at(),
+            by: req.by.clone(),
+            why: req.why.clone(),
+            state: TriggerState::Pending,
+        };
+        t.triggers.push(TriggerRow {
+            trigger: trigger.clone(),
+            lease: None,
+            prev_completed: false,
+        });
+        t.record(now, req, ControlAction::Trigger, trigger.id.to_string());
+        Ok(trigger)
+    }
+
+    async fn trigger_status(&self, id: TriggerId) -> Result<Option<Trigger>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.triggers
+            .iter()
+            .find(|r| r.trigger.id == id)
+            .map(|r| r.trigger.clone()))
+    }
+
+    async fn claim_trigger(
+        &self,
+        id: TriggerId,
+        lease_name: &LeaseName,
+        holder: &Holder,
+        ttl: Ttl,
+    ) -> Result<Option<Lease>> {
+        let now = self.call()?;
+        let mut rows = self.lock();
+        let mut t = self.tables();
+        let Some(trigger) = t.triggers.iter_mut().find(|r| r.trigger.id == id) else {
+            return Ok(None);
+        };
+        // Pending, or running under this very lease while its claimant no longer
+        // holds it (expired unreleased, or taken since by another holder).
+        let claimable = match &trigger.trigger.state {
+            TriggerState::Pending => true,
+            TriggerState::Running { holder: was, .. } => {
+                trigger.lease.as_ref() == Some(lease_name)
+                    && rows.get(lease_name).is_none_or(|row| {
+                        row.holder != *was || (row.expires_at <= now && !row.completed)
+                    })
+            }
+            _ => false,
+        };
+        if !claimable {
+            return Ok(None);
+        }
+        let (row, prev_completed) = match rows.get(lease_name) {
+            Some(row) if row.expires_at > now => return Ok(None),
+            Some(row) => {
+                // The row's completion before this claim; while the row is still the
+                // vanished claimant's acquisition, the completion from before its claim.
+                let prev = match &trigger.trigger.state {
+                    TriggerState::Running { holder: was, .. } if row.holder == *was => {
+                        trigger.prev_completed
+                    }
+                    _ => row.completed,
+                };
+                let requested = Tick::new(trigger.trigger.requested_at);
+                let row = Row {
+                    holder: holder.clone(),
+                    // The scheduled tick is the row's, untouched.
+                    tick: row.tick,
+                    token: FencingToken::new(row.token.get() + 1),
+                    expires_at: now + delta(ttl),
+                    completed: false,
+                    // A request to stop from a tick no later than the trigger's instant
+                    // (the trigger's own, to the run before it) is not this run's.
+                    cancel_tick: row.cancel_tick.filter(|t| *t > requested),
+                };
+                (row, prev)
+            }
+            None => {
+                let row = Row {
+                    holder: holder.clone(),
+                    // Earlier than any real tick.
+                    tick: Tick::new(DateTime::UNIX_EPOCH),
+                    token: FencingToken::new(1),
+                    expires_at: now + delta(ttl),
+                    completed: false,
+                    cancel_tick: None,
+                };
+                (row, false)
+            }
+        };
+        let granted = lease(lease_name, &row);
+        rows.insert(lease_name.clone(), row);
+        trigger.trigger.state = TriggerState::Running {
+            holder: holder.clone(),
+            started_at: now,
+        };
+        trigger.lease = Some(lease_name.clone());
+        trigger.prev_completed = prev_completed;
+        t.bump();
+        Ok(Some(granted))
+    }
+
+    async fn finish_trigger(
+        &self,
+        id: TriggerId,
+        holder: Option<&Holder>,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> Result<bool> {
+        let now = self.call()?;
+        let mut rows = self.lock();
+        let mut t = self.tables();
+        let Some(trigger) = t.triggers.iter_mut().find(|r| r.trigger.id == id) else {
+            return Ok(false);
+        };
+        let mine = match (&trigger.trigger.state, holder) {
+            (TriggerState::Pending, None) => true,
+            (TriggerState::Running { holder: was, .. }, Some(h)) => was == h,
+            _ => false,
+        };
+        if !mine {
+            return Ok(false);
+        }
+        trigger.trigger.state = TriggerState::Done {
+            outcome: outcome.to_owned(),
+            error: error.map(str::to_owned),
+            finished_at: now,
+        };
+        // The claimant's lease, if it still holds it, given back as the claim found it.
+        if let (Some(h), Some(name)) = (holder, &trigger.lease)
+            && let Some(row) = rows.get_mut(name)
+            && row.holder == *h
+        {
+            row.completed = trigger.prev_completed;
+            row.expires_at = row.expires_at.min(now);
+        }
+        t.bump();
+        Ok(true)
+    }
+
+    async fn control_history(&self, job: Option<&str>, page: Page) -> Result<Vec<ControlRecord>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.audit
+            .iter()
+            .rev()
+            .filter(|r| job.is_none_or(|j| r.job == j))
+            .filter(|r| page.before.is_none_or(|b| r.id < b))
+            .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
+            .cloned()
+            .collect())
+    }
+
+    async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        self.call()?;
+        let mut t = self.tables();
+        t.polls += 1;
+        if since == Some(t.version) {
+            return Ok(None);
+        }
+        let after = since.unwrap_or(i64::MIN);
+        Ok(Some(ControlState {
+            version: t.version,
+            paused: t.paused_now(),
+            resumed: t
+                .controls
+                .iter()
+                .filter(|(_, c)| !c.paused && c.version > after)
+                .filter_map(|((job, node), c)| {
+                    Some(Resume {
+                        job: job.clone(),
+                        node: none_if_empty(node),
+                        paused_since: c.since,
+                        resumed_at: c.resumed_at?,
+                        catch_up: c.catch_up,
+                        version: c.version,
+                    })
+                })
+                .collect(),
+            triggers: t.open_triggers(),
+            schedules: t
+                .schedules
+                .values()
+                .filter(|s| s.version > after)
+                // Asked about no version: the live schedules only.
+                .filter(|s| since.is_some() || !s.removed)
+                .cloned()
+                .collect(),
+        }))
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.paused_now())
+    }
+
+    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.open_triggers())
+    }
+
+    async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
+        row.check()?;
+        let now = self.call()?;
+        let mut t = self.tables();
+        let known: Vec<&str> = t.handlers.keys().map(|(h, _)| h.as_str()).collect();
+        if !known.contains(&row.handler.as_str()) {
+            let mut known: Vec<&str> = known;
+            known.dedup();
+            return Err(Error::UnknownHandler {
+                handler: row.handler.clone(),
+                known: if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                },
+            });
+        }
+        if !looks_like_json(&row.args) {
+            return Err(Error::InvalidControl {
+                reason: format!(
+                    "schedule {:?}: its arguments are not JSON: {:?}",
+                    row.name, row.args
+                ),
+            });
+        }
+        let req = ControlRequest::new(&row.name, by).why(why);
+        let record = t.record(now, &req, ControlAction::SchedulePut, row.schedule.clone());
+        let stored = ScheduleRow {
+            version: t.version,
+            updated_at: Some(now),
+            removed: false,
+            ..row.clone()
+        };
+        t.schedules.insert(row.name.clone(), stored);
+        Ok(record)
+    }
+
+    async fn remove_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        if t.schedules.get(name).is_none_or(|s| s.removed) {
+            return Ok(None);
+        }
+        let req = ControlRequest::new(name, by).why(why);
+        let record = t.record(now, &req, ControlAction::ScheduleRemove, String::new());
+        let version = t.version;
+        if let Some(s) = t.schedules.get_mut(name) {
+            s.removed = true;
+            s.enabled = false;
+            s.version = version;
+            s.updated_at = Some(now);
+        }
+        Ok(Some(record))
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.schedules
+            .values()
+            .filter(|s| !s.removed)
+            .cloned()
+            .collect())
+    }
+
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        Ok(t.schedules.get(name).filter(|s| !s.removed).cloned())
+    }
+
+    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        let from = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        Ok(t.schedules
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, s)| s)
+            .filter(|s| !s.removed)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .cloned()
+            .collect())
+    }
+
+    async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        for name in names {
+            t.handlers.insert((name.clone(), node.to_owned()), now);
+        }
+        Ok(())
+    }
+
+    async fn handlers(&self) -> Result<Vec<String>> {
+        self.call()?;
+        let t = self.tables();
+        let mut names: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>> {
+        self.call()?;
+        let rows = self.lock();
+        Ok(rows
+            .iter()
+            .map(|(name, row)| LeaseRow {
+                name: name.to_string(),
+                holder: Some(row.holder.to_string()),
+                tick: row.tick.at(),
+                token: row.token.get(),
+                expires_at: row.expires_at,
+                released_at: row.completed.then_some(row.expires_at),
+            })
+            .collect())
+    }
+
+    async fn runs(&self, _job: Option<&str>, _page: Page) -> Result<Vec<RunRow>> {
+        // The memory store keeps no run history.
+        self.call()?;
+        Ok(Vec::new())
+    }
+
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+        self.tables().announce.as_ref().map(|tx| tx.subscribe())
+    }
+}
+
+/// A rough check that `text` is a JSON value (the SQL stores ask their database):
+/// enough for unit tests.
+fn looks_like_json(text: &str) -> bool {
+    let t = text.trim();
+    let balanced = |open: char, close: char| t.starts_with(open) && t.ends_with(close);
+    balanced('{', '}')
+        || balanced('[', ']')
+        || balanced('"', '"')
+        || t.parse::<f64>().is_ok()
+        || matches!(t, "true" | "false" | "null")
+}

@@ -1,0 +1,168 @@
+//! Writing dynamic schedules: `put_schedule` and `remove_schedule`, each with its
+//! audit row, which keeps the schedule as JSON.
+
+use scheduler_core::control::{ControlAction, ControlRecord, ScheduleRow};
+
+use super::rows::{flag, one, rows, schedule_from_row};
+use crate::batch;
+use crate::error::Result;
+use crate::row::get;
+use crate::store::SqliteStore;
+
+/// What a schedule's audit row keeps of it: the row as JSON (its arguments are JSON
+/// already, checked before).
+fn schedule_detail(row: &ScheduleRow) -> String {
+    let mut out = String::from("{\"handler\":");
+    batch::string(&mut out, &row.handler);
+    out.push_str(",\"schedule\":");
+    batch::string(&mut out, &row.schedule);
+    out.push_str(",\"zone\":");
+    match &row.zone {
+        Some(zone) => batch::string(&mut out, zone),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"scope\":");
+    batch::string(&mut out, &row.scope.to_string());
+    out.push_str(",\"policy\":");
+    batch::string(&mut out, &row.policy);
+    out.push_str(",\"args\":");
+    out.push_str(&row.args);
+    out.push_str(",\"enabled\":");
+    out.push_str(if row.enabled { "true" } else { "false" });
+    out.push('}');
+    out
+}
+
+impl SqliteStore {
+    /// [`Controls::put_schedule`](scheduler_core::control::Controls::put_schedule).
+    pub(super) async fn put_dynamic_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<ControlRecord> {
+        const OP: &str = "store a dynamic schedule";
+        row.check()?;
+        let valid = one(
+            self,
+            &self.db,
+            OP,
+            &self.control.json_valid,
+            vec![row.args.clone().into()],
+        )
+        .await?;
+        if !flag(&valid, "valid", OP)? {
+            return Err(scheduler_core::Error::InvalidControl {
+                reason: format!(
+                    "schedule {:?}: its arguments are not JSON: {:?}",
+                    row.name,
+                    row.args.chars().take(64).collect::<String>()
+                ),
+            });
+        }
+        let (_turn, txn) = self.begin_write(OP).await?;
+        let known: Vec<String> = rows(self, &txn, OP, &self.control.handlers, Vec::new())
+            .await?
+            .iter()
+            .map(|r| get(r, "handler", OP))
+            .collect::<Result<_>>()?;
+        if !known.contains(&row.handler) {
+            return Err(scheduler_core::Error::UnknownHandler {
+                handler: row.handler.clone(),
+                known: if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                },
+            });
+        }
+        let at = self.bump(&txn, OP).await?;
+        let values = vec![
+            row.name.clone().into(),
+            row.handler.clone().into(),
+            row.schedule.clone().into(),
+            row.zone.clone().into(),
+            row.scope.to_string().into(),
+            row.policy.clone().into(),
+            row.args.clone().into(),
+            row.enabled.into(),
+            at.version.into(),
+            by.to_owned().into(),
+            at.now.into(),
+        ];
+        rows(self, &txn, OP, &self.control.put_schedule, values).await?;
+        let record = self
+            .audit(
+                &txn,
+                OP,
+                &at,
+                &row.name,
+                None,
+                ControlAction::SchedulePut,
+                by,
+                why,
+                schedule_detail(row),
+            )
+            .await?;
+        txn.commit()
+            .await
+            .map_err(|source| self.origin.statement_error(OP, source))?;
+        Ok(record)
+    }
+
+    /// [`Controls::remove_schedule`](scheduler_core::control::Controls::remove_schedule).
+    pub(super) async fn remove_dynamic_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<Option<ControlRecord>> {
+        const OP: &str = "remove a dynamic schedule";
+        let (_turn, txn) = self.begin_write(OP).await?;
+        let at = self.bump(&txn, OP).await?;
+        let values = vec![
+            name.to_owned().into(),
+            at.version.into(),
+            by.to_owned().into(),
+            at.now.into(),
+        ];
+        let removed = rows(self, &txn, OP, &self.control.remove_schedule, values).await?;
+        let Some(row) = removed.first() else {
+            // Nothing to remove: the bump is rolled back with the transaction.
+            return Ok(None);
+        };
+        let detail = schedule_detail(&schedule_from_row(row, OP)?);
+        let record = self
+            .audit(
+                &txn,
+                OP,
+                &at,
+                name,
+                None,
+                ControlAction::ScheduleRemove,
+                by,
+                why,
+                detail,
+            )
+            .await?;
+        txn.commit()
+            .await
+            .map_err(|source| self.origin.statement_error(OP, source))?;
+        Ok(Some(record))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_detail_is_its_row_as_json() {
+        let mut row = ScheduleRow::new("r", "h\"x", "every 30s");
+        row.args = r#"{"a": [1, 2]}"#.to_owned();
+        assert_eq!(
+            schedule_detail(&row),
+            r#"{"handler":"h\"x","schedule":"every 30s","zone":null,"scope":"cluster","policy":"","args":{"a": [1, 2]},"enabled":true}"#
+        );
+    }
+}
