@@ -130,8 +130,11 @@ impl Store for SimStore {
                 if let Some(r) = requests.iter().find(|r| r.name == *name)
                     && r.tick.at() <= now
                 {
-                    w.refused_paused
-                        .insert((self.incarnation, name.as_str().to_owned(), r.tick.at()));
+                    w.refused_paused.insert((
+                        self.incarnation,
+                        name.as_str().to_owned(),
+                        r.tick.at(),
+                    ));
                 }
             }
         }
