@@ -25,6 +25,7 @@
 
 mod cluster;
 mod job;
+mod scenario;
 mod store;
 mod world;
 
@@ -39,6 +40,8 @@ use scheduler_core::{CatchUp, Duplicate, LocalClock, MemoryStore, Overlap, Polic
 use cluster::{Cluster, Fault, Setup};
 use job::Spec;
 use world::World;
+
+pub use scenario::{Act, Job, Scenario, scenario};
 
 /// How much to simulate per seed.
 #[derive(Debug, Clone, Copy)]
