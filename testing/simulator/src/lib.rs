@@ -11,7 +11,7 @@
 //! - operators: pause and resume (with and without catch-up, everywhere and per
 //!   node), trigger now.
 //!
-//! The reference model ([`world`]) checks every run: no tick of a job committed
+//! The reference model (`world.rs`) checks every run: no tick of a job committed
 //! twice (outside the documented window: its first holder was cut off from the
 //! store, or died, before it could hand the tick back), no trigger run twice,
 //! nothing granted while paused, no tick run after a resume without catch-up that
