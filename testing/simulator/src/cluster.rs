@@ -65,7 +65,7 @@ impl Cluster {
     }
 
     pub(crate) fn world(&self) -> std::sync::MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
+        crate::world::lock(&self.world)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -183,7 +183,7 @@ impl Cluster {
             return;
         }
         // A stopped process hears its SIGTERM when it runs again: now.
-        if *self.instances[i].faults.stalled.borrow() {
+        if self.instances[i].faults.is_on(Fault::Stall) {
             self.fault(i, Fault::Stall, false);
         }
         if let Some(tx) = self.instances[i].shutdown.take() {
@@ -248,7 +248,9 @@ impl Cluster {
         for i in 0..self.len() {
             if self.is_up(i) {
                 for kind in [Fault::Stall, Fault::Slow(0), Fault::Failing, Fault::Losing] {
-                    self.fault(i, kind, false);
+                    if self.instances[i].faults.is_on(kind) {
+                        self.fault(i, kind, false);
+                    }
                 }
             } else {
                 self.restart(i).await;

@@ -42,7 +42,7 @@ pub(crate) struct SimJob {
 
 impl SimJob {
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
+        crate::world::lock(&self.world)
     }
 
     /// A number from the seed, the run and `salt`: the same in every replay,

@@ -16,6 +16,7 @@ use scheduler_core::{
 };
 use tokio::sync::watch;
 
+use crate::cluster::Fault;
 use crate::world::World;
 
 /// The faults of one instance, set by the driver.
@@ -44,6 +45,16 @@ impl Faults {
         })
     }
 
+    /// Whether fault `kind` is on.
+    pub(crate) fn is_on(&self, kind: Fault) -> bool {
+        match kind {
+            Fault::Stall => *self.stalled.borrow(),
+            Fault::Slow(_) => self.slow_ms.load(Ordering::SeqCst) > 0,
+            Fault::Failing => self.failing.load(Ordering::SeqCst),
+            Fault::Losing => self.losing.load(Ordering::SeqCst),
+        }
+    }
+
     /// Waits while the process is stopped.
     pub(crate) async fn running(&self) {
         let mut rx = self.stalled.subscribe();
@@ -64,7 +75,7 @@ pub(crate) struct SimStore {
 
 impl SimStore {
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
+        crate::world::lock(&self.world)
     }
 
     /// Before a call reaches the store.

@@ -363,6 +363,11 @@ impl World {
     }
 }
 
+/// The shared record, locked (a panicking job cannot leave it half-written).
+pub(crate) fn lock(world: &std::sync::Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub(crate) fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
