@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ops::RangeInclusive;
 
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 
 thread_local! {
     static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
@@ -16,6 +16,7 @@ thread_local! {
 /// `seed` (`None`: the thread's own generator again). Tests and simulations only.
 #[cfg(feature = "test-util")]
 pub fn seed_thread(seed: Option<u64>) {
+    use rand::SeedableRng;
     SEEDED.with(|s| *s.borrow_mut() = seed.map(StdRng::seed_from_u64));
 }
 

@@ -29,10 +29,12 @@ use super::Outcome;
 use super::Scheduler;
 use super::Settings;
 use super::backoff::Backoff;
+use super::decide;
+use super::engine::ended_as;
 use super::calls::Gate;
 use super::observe::Observer;
 use crate::error::{BoxError, Error, Result};
-use crate::job::{Duplicate, Idempotent, Interrupted, JobContext, State};
+use crate::job::{Duplicate, Idempotent, JobContext, State};
 use crate::lease::{ControlKey, Holder, Lease, LeaseKey, LeaseName, Release, TakeRequest, Tick};
 use crate::policy::Policy;
 use crate::schedule::Compiled;
@@ -370,14 +372,11 @@ fn lease_name(lease: &LeaseName, tick: Tick) -> Result<LeaseName> {
 /// What a run's task returns: the tick's index and the run's result.
 type RunResult = (usize, Result<(), BoxError>);
 
-/// One tick's run in progress.
+/// One tick's run in progress: the decisions' view of it, and its token (each
+/// attempt gets a child).
 struct Running {
-    lease: Lease,
-    /// The run's token (each attempt gets a child).
+    run: decide::Running,
     cancel: CancellationToken,
-    attempt: u32,
-    /// The lease was not renewed: somebody else holds it now.
-    lost: bool,
 }
 
 /// One backfill call's state.
@@ -706,10 +705,8 @@ impl<'a> Run<'a> {
         self.running.insert(
             i,
             Running {
-                lease,
+                run: decide::Running::new(lease, chrono::DateTime::<Utc>::MIN_UTC, None),
                 cancel: self.cancel.child_token(),
-                attempt: 1,
-                lost: false,
             },
         );
         self.spawn_attempt(i, Duration::ZERO);
@@ -721,7 +718,7 @@ impl<'a> Run<'a> {
             return;
         };
         let (job, inner) = (self.job, self.inner);
-        let lease = &running.lease;
+        let lease = &running.run.lease;
         let ctx = JobContext {
             job: job.name.clone(),
             tick: lease.tick,
@@ -732,10 +729,10 @@ impl<'a> Run<'a> {
             // The attempt's own token: a timeout cancels it, not the run's.
             cancel: running.cancel.child_token(),
             state: inner.state.clone(),
-            attempt: running.attempt,
+            attempt: running.run.attempt,
         };
         let span = info_span!("run", tick = %lease.tick, holder = %lease.holder,
-            token = %lease.token, attempt = running.attempt);
+            token = %lease.token, attempt = running.run.attempt);
         let begin_at = Instant::now() + wait;
         let run = job.job.clone();
         let timeout = job.policy.timeout;
@@ -752,7 +749,7 @@ impl<'a> Run<'a> {
     fn finished(&mut self, done: std::result::Result<(Id, RunResult), tokio::task::JoinError>) {
         let (id, result) = match done {
             Ok((id, (_, result))) => (id, result),
-            Err(err) => (err.id(), Err(panicked(err))),
+            Err(err) => (err.id(), Err(super::engine::panicked(err))),
         };
         let Some(i) = self.by_task.remove(&id) else {
             return;
@@ -761,23 +758,21 @@ impl<'a> Run<'a> {
             return;
         };
         let tick = self.ticks[i];
-        let interrupted = match &result {
-            Ok(()) => false,
-            Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
-        };
+        let ended = ended_as(&result);
+        running.run.cancelled |= running.cancel.is_cancelled();
+        let end = decide::run_end(ended, &running.run, false, true);
         if let Err(err) = &result
-            && !interrupted
-            && !running.lost
-            && let Some(retry) = self.job.policy.retry
-            && running.attempt <= retry.attempts
+            && !end.interrupted
+            && !running.run.lost
+            && let Some(wait) = self
+                .job
+                .policy
+                .retry
+                .and_then(|retry| decide::retry_wait(retry, running.run.attempt))
         {
-            let factor = 1u32
-                .checked_shl((running.attempt - 1).min(16))
-                .unwrap_or(u32::MAX);
-            let wait = retry.backoff.saturating_mul(factor);
-            warn!(tick = %tick, attempt = running.attempt, error = %crate::error::error_chain(&**err),
+            warn!(tick = %tick, attempt = running.run.attempt, error = %crate::error::error_chain(&**err),
                 retry_in = ?wait, "backfill run failed; retrying under the same lease");
-            running.attempt += 1;
+            running.run.attempt += 1;
             self.spawn_attempt(i, wait);
             return;
         }
@@ -790,7 +785,7 @@ impl<'a> Run<'a> {
                 self.inner
                     .observe
                     .outcome(&self.job.name, Outcome::Backfilled);
-                if running.lost {
+                if running.run.lost {
                     warn!(tick = %tick, "backfill run finished after its lease was lost; the tick may have run twice");
                 } else {
                     debug!(tick = %tick, "backfill run finished");
@@ -799,21 +794,16 @@ impl<'a> Run<'a> {
             Err(err) => {
                 self.report.failed += 1;
                 let error = crate::error::error_chain(&**err);
-                if interrupted {
+                if end.interrupted {
                     warn!(tick = %tick, error = %error, "backfill run interrupted; a later backfill retries the tick");
                 } else {
-                    error!(tick = %tick, attempt = running.attempt, error = %error,
+                    error!(tick = %tick, attempt = running.run.attempt, error = %error,
                         "backfill run failed; a later backfill retries the tick");
                 }
             }
         }
-        if !running.lost {
-            let how = if result.is_ok() {
-                Release::Completed
-            } else {
-                Release::Interrupted
-            };
-            self.to_release.push((i, running.lease.key(), how));
+        if let decide::Handover::Release(how) = end.handover {
+            self.to_release.push((i, running.run.lease.key(), how));
         }
     }
 
@@ -823,8 +813,8 @@ impl<'a> Run<'a> {
         let mut held: Vec<(usize, LeaseKey)> = self
             .running
             .iter()
-            .filter(|(_, r)| !r.lost)
-            .map(|(&i, r)| (i, r.lease.key()))
+            .filter(|(_, r)| !r.run.lost)
+            .map(|(&i, r)| (i, r.run.lease.key()))
             .collect();
         held.sort_unstable_by_key(|(i, _)| *i);
         let renew_every = self.inner.settings.renew_every;
@@ -842,12 +832,12 @@ impl<'a> Run<'a> {
                         let Some(running) = self.running.get_mut(i) else {
                             continue;
                         };
-                        running.lost = true;
+                        running.run.lost = true;
                         if self.job.duplicate == Duplicate::NeedsFencing {
                             running.cancel.cancel();
-                            warn!(tick = %running.lease.tick, "backfill lease lost; cancelling the run (the job needs fencing)");
+                            warn!(tick = %running.run.lease.tick, "backfill lease lost; cancelling the run (the job needs fencing)");
                         } else {
-                            warn!(tick = %running.lease.tick, "backfill lease lost; the run goes on (a duplicate is harmless for this job)");
+                            warn!(tick = %running.run.lease.tick, "backfill lease lost; the run goes on (a duplicate is harmless for this job)");
                         }
                     }
                 }
@@ -898,23 +888,6 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
-    }
-}
-
-/// A run's task that did not return: what to report.
-fn panicked(err: tokio::task::JoinError) -> BoxError {
-    match err.try_into_panic() {
-        Ok(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned());
-            match message {
-                Some(m) => format!("the job panicked: {m}").into(),
-                None => "the job panicked".into(),
-            }
-        }
-        Err(_) => "the job was aborted".into(),
     }
 }
 

@@ -3,6 +3,7 @@
 mod backfill;
 mod backoff;
 mod calls;
+mod decide;
 mod dynamic;
 mod engine;
 mod health;
@@ -10,7 +11,6 @@ mod observe;
 mod preview;
 mod stats;
 mod store_clock;
-mod ticks;
 
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
@@ -32,7 +32,7 @@ use crate::lease::{Holder, LeaseName, Ttl, validate_name};
 use crate::policy::{Overlap, Policy};
 use crate::store::Store;
 use scheduler_spec::{Timing, check_timing};
-use ticks::Cadence;
+use decide::Cadence;
 
 /// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
 #[derive(Debug)]
@@ -396,6 +396,7 @@ pub(crate) fn entries_for(
                 jitter: job.jitter(),
                 holder_prefix: Arc::clone(holder_prefix),
                 policy,
+                fenced: job.duplicate() == Duplicate::NeedsFencing,
             },
             schedule_text: schedule_spec.to_string(),
             scope,

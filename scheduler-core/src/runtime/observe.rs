@@ -18,7 +18,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
 use super::stats::{Outcome, Stats};
-use super::ticks::TickEvent;
+use super::decide::TickEvent;
 use crate::error::BoxError;
 use crate::lease::{FencingToken, Holder, Tick};
 

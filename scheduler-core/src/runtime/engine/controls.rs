@@ -28,7 +28,7 @@ use crate::runtime::BackfillOptions;
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
-use crate::runtime::ticks::JobTicks;
+use crate::runtime::decide::JobTicks;
 
 /// How many dynamic schedule rows one turn of the loop applies at most.
 const APPLY_CHUNK: usize = 2_000;
@@ -558,8 +558,10 @@ impl Engine {
                     info!(job = %e.name, tick = %r.lease.tick, trigger = %trigger.id,
                         "run cancelled: a triggered run asked for the lease (overlap policy cancel running)");
                 }
+                let lease = e.lease.clone();
+                self.act(i, &mut Vec::new());
                 self.to_cancel
-                    .push((e.lease.clone(), Tick::new(trigger.requested_at)));
+                    .push((lease, Tick::new(trigger.requested_at)));
                 keep.push(trigger);
             }
             // Buffered (or run beside, once a slot frees): asked again at the next
@@ -591,6 +593,7 @@ impl Engine {
         if let Some(ctl) = &mut self.ctl {
             ctl.ran_here.insert(trigger.id);
         }
+        self.runs.insert(i, super::runs::RunHandles::new());
         let e = &self.s.entries[i];
         info!(job = %e.name, trigger = %trigger.id, by = %trigger.by, why = %trigger.why,
             "triggered run starting");
@@ -679,13 +682,7 @@ impl Engine {
                 for i in old.entries {
                     let mut events = Vec::new();
                     self.jobs[i].retire(&mut events);
-                    super::report(
-                        &self.s,
-                        &mut self.to_release,
-                        &mut self.to_cancel,
-                        i,
-                        &mut events,
-                    );
+                    self.act(i, &mut events);
                 }
                 info!(schedule = %row.name, "dynamic schedule dropped or changed");
             }

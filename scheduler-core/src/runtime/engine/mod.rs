@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 
 mod controls;
 mod runs;
+pub(super) use runs::{ended_as, panicked};
 mod shutdown;
 mod takes;
 
@@ -36,11 +37,10 @@ use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
-use super::ticks::{JobTicks, Polling, TickEvent};
+use super::decide::{JobTicks, Polling};
 use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error, StoreFailure};
-use crate::job::Duplicate;
-use crate::lease::{LeaseKey, LeaseName, Release, Tick};
+use crate::lease::{FencingToken, LeaseKey, LeaseName, Release, Tick};
 
 type RunResult = (usize, Result<(), BoxError>);
 
@@ -88,6 +88,8 @@ pub(super) struct Engine {
     jobs: Vec<JobTicks>,
     tasks: JoinSet<RunResult>,
     by_task: HashMap<Id, usize>,
+    /// The tasks of the runs the jobs hold, by job.
+    runs: HashMap<usize, runs::RunHandles>,
     /// Releases not yet acknowledged by the store.
     to_release: Vec<(LeaseKey, Release)>,
     /// Since when `to_release` has not been empty.
@@ -132,6 +134,7 @@ impl Engine {
             jobs: s.entries.iter().map(|_| JobTicks::default()).collect(),
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
+            runs: HashMap::new(),
             to_release: Vec::new(),
             release_since: None,
             release_grew: (Instant::now(), 0),
@@ -176,11 +179,13 @@ impl Engine {
         self.clock.store_time(self.s.settings.clock.now())
     }
 
-    /// Tells the run's task when its lease expires unless renewed
-    /// ([`Running::expiry`](super::ticks::Running::expiry)), as a local instant.
-    fn tell_expiry(&self, running: &super::ticks::Running) {
-        let at = local_instant(running.lease.expires_at, Instant::now(), self.db_now());
-        running.expiry.send_replace(Some(at));
+    /// Tells the task of job `i`'s run when its lease expires unless renewed
+    /// ([`RunHandles::expiry`](runs::RunHandles::expiry)), as a local instant.
+    fn tell_expiry(&self, i: usize) {
+        if let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get(&i)) {
+            let at = local_instant(running.lease.expires_at, Instant::now(), self.db_now());
+            handles.expiry.send_replace(Some(at));
+        }
     }
 
     fn store_ok(&self) {
@@ -583,12 +588,11 @@ impl Engine {
                     match renewed.get(&key.name) {
                         Some((expires_at, cancel)) => {
                             self.jobs[i].on_renewed(*expires_at);
-                            if let Some(r) = self.jobs[i].running() {
-                                self.tell_expiry(r);
-                            }
+                            self.tell_expiry(i);
                             if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
                                 info!(job = %self.s.entries[i].name, tick = %r.lease.tick,
                                     "run cancelled: a newer tick of the job asked for the lease");
+                                self.act(i, &mut Vec::new());
                             }
                         }
                         None => self.lost(i, "the renewal found the lease taken over or gone"),
@@ -609,37 +613,35 @@ impl Engine {
     fn expire_unrenewed(&mut self) {
         let now = self.db_now();
         for i in 0..self.jobs.len() {
+            self.note_expired(i);
             if self.jobs[i].expired_unrenewed(now) {
                 self.lost(i, "the lease expired before it could be renewed");
             }
         }
     }
 
+    /// Job `i`'s run lost its lease (`why`).
     fn lost(&mut self, i: usize, why: &str) {
+        let fenced = self.s.entries[i].cadence.fenced;
+        if let Some(r) = self.jobs[i].on_lost(fenced) {
+            let lease = (r.lease.tick, r.lease.token);
+            self.report_lost(i, why, lease);
+        }
+    }
+
+    /// Logs and counts the loss of job `i`'s lease, and carries out what the
+    /// decisions said (cancel the run, or an attempt not begun).
+    fn report_lost(&mut self, i: usize, why: &str, (tick, token): (Tick, FencingToken)) {
         let e = &self.s.entries[i];
-        let Some(running) = self.jobs[i].on_lost() else {
-            return;
-        };
         self.s.observe.outcome(&e.name, Outcome::LeaseLost);
-        // An attempt still waiting to begin (a retry's backoff, a tick taken ahead)
-        // never begins: a duplicate run may be harmless, but starting one once the
-        // lease is known lost is not tolerated.
-        if let Some((begins, token)) = &running.attempt_token
-            && Instant::now() < *begins
-        {
-            token.cancel();
+        if e.cadence.fenced {
+            warn!(job = %e.name, tick = %tick, token = %token, reason = why,
+                "lease lost: cancelling the run (the job needs fencing)");
+        } else {
+            warn!(job = %e.name, tick = %tick, reason = why,
+                "lease lost: the run goes on (a duplicate is harmless for this job)");
         }
-        match e.duplicate {
-            Duplicate::NeedsFencing => {
-                running.cancel.cancel();
-                warn!(job = %e.name, tick = %running.lease.tick, token = %running.lease.token, reason = why,
-                    "lease lost: cancelling the run (the job needs fencing)");
-            }
-            Duplicate::Harmless => {
-                warn!(job = %e.name, tick = %running.lease.tick, reason = why,
-                    "lease lost: the run goes on (a duplicate is harmless for this job)");
-            }
-        }
+        self.act(i, &mut Vec::new());
     }
 }
 
@@ -649,33 +651,6 @@ impl std::fmt::Debug for Engine {
             .field("jobs", &self.jobs.len())
             .field("running", &self.tasks.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// Hands job `i`'s tick events to the observer; the holder of an abandoned tick is
-/// queued for release (harmless if the store never granted it: releases are
-/// conditional on the holder), and so is a tick won too late, unrun; an older
-/// tick's holder to ask to stop is queued for [`Engine::ask_cancels`].
-pub(super) fn report(
-    s: &Scheduler,
-    to_release: &mut Vec<(LeaseKey, Release)>,
-    to_cancel: &mut Vec<(LeaseName, Tick)>,
-    i: usize,
-    events: &mut Vec<TickEvent>,
-) {
-    let e = &s.entries[i];
-    for event in events.drain(..) {
-        if let TickEvent::AskCancel { newer } = &event {
-            to_cancel.push((e.lease.clone(), *newer));
-        }
-        if let TickEvent::Abandoned { holder, .. } | TickEvent::WonTooLate { holder, .. } = &event {
-            let key = LeaseKey {
-                name: e.lease.clone(),
-                holder: holder.clone(),
-            };
-            to_release.push((key, Release::Interrupted));
-        }
-        s.observe.tick_event(&e.name, &event);
     }
 }
 

@@ -11,24 +11,50 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::{Engine, RunResult, report};
+use super::{Engine, RunResult};
 use crate::error::BoxError;
-use crate::job::{Duplicate, Interrupted, JobContext, TimedOut};
-use crate::lease::{Lease, Release};
-use crate::runtime::ticks::{Running, Won};
+use crate::job::{Interrupted, JobContext, TimedOut};
+use crate::lease::{Lease, LeaseKey};
+use crate::runtime::decide::{
+    AttemptEnd, Command, Ended, Handover, RunEnd, Running, TickEvent, Won,
+};
 use crate::runtime::{RunOutcome, RunRecord};
+
+/// The driver's hold on a run's task: the token that stops it, its current
+/// attempt's (with the instant it begins: an attempt that has not begun when the
+/// lease is lost never begins), and the lease's expiry its task watches.
+pub(super) struct RunHandles {
+    cancel: CancellationToken,
+    attempt: Option<(Instant, CancellationToken)>,
+    /// When the lease expires unless renewed, as a local instant, for the run's task:
+    /// a run that needs fencing is cancelled then, whatever the loop is waiting for.
+    /// Set when an attempt starts and at each renewal.
+    pub(super) expiry: watch::Sender<Option<Instant>>,
+    /// Set by the run's task when it cancelled the run at the expiry.
+    expired: Arc<AtomicBool>,
+}
+
+impl RunHandles {
+    pub(super) fn new() -> Self {
+        Self {
+            cancel: CancellationToken::new(),
+            attempt: None,
+            expiry: watch::Sender::new(None),
+            expired: Arc::default(),
+        }
+    }
+
+    /// Cancels the run (at a shutdown past its grace).
+    pub(super) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
 
 impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
         let mut events = Vec::new();
         let won = self.jobs[i].on_won(lease, now, &mut events);
-        report(
-            &self.s,
-            &mut self.to_release,
-            &mut self.to_cancel,
-            i,
-            &mut events,
-        );
+        self.act(i, &mut events);
         let e = &self.s.entries[i];
         if won == (Won::Run { took_over: true })
             && let Some(r) = self.jobs[i].running()
@@ -45,7 +71,53 @@ impl Engine {
             .to_std()
             .unwrap_or_default();
         self.s.observe.started(&e.name, lateness);
+        self.runs.insert(i, RunHandles::new());
         self.spawn_attempt(i, wait, lateness);
+    }
+
+    /// Hands job `i`'s tick events to the observer and carries out the commands its
+    /// decisions made.
+    pub(super) fn act(&mut self, i: usize, events: &mut Vec<TickEvent>) {
+        let e = &self.s.entries[i];
+        for event in events.drain(..) {
+            self.s.observe.tick_event(&e.name, &event);
+        }
+        for command in self.jobs[i].take_commands() {
+            match command {
+                Command::Release { holder, how } => {
+                    let key = LeaseKey {
+                        name: e.lease.clone(),
+                        holder,
+                    };
+                    self.to_release.push((key, how));
+                }
+                Command::AskCancel { newer } => self.to_cancel.push((e.lease.clone(), newer)),
+                Command::CancelRun => {
+                    if let Some(h) = self.runs.get(&i) {
+                        h.cancel.cancel();
+                    }
+                }
+                Command::CancelUnbegun => {
+                    if let Some((begins, token)) = self.runs.get(&i).and_then(|h| h.attempt.as_ref())
+                        && Instant::now() < *begins
+                    {
+                        token.cancel();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells the decisions about a run's task that cancelled the run at its lease's
+    /// expiry (see [`RunHandles::expired`]).
+    pub(super) fn note_expired(&mut self, i: usize) {
+        if self
+            .runs
+            .get(&i)
+            .is_some_and(|h| h.expired.load(Ordering::Relaxed))
+        {
+            self.jobs[i].on_expired();
+        }
     }
 
     /// Spawns the task of the run job `i` holds, to begin after `wait`: the first
@@ -61,11 +133,11 @@ impl Engine {
         lateness: std::time::Duration,
     ) {
         let e = &self.s.entries[i];
-        let Some(running) = self.jobs[i].running() else {
+        let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get_mut(&i)) else {
             return;
         };
         let lease = &running.lease;
-        let attempt_token = running.cancel.child_token();
+        let attempt_token = handles.cancel.child_token();
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -79,6 +151,7 @@ impl Engine {
             attempt: running.attempt,
         };
         let begin_at = Instant::now() + wait;
+        handles.attempt = Some((begin_at, attempt_token));
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
             node = %self.s.node, holder = %lease.holder, token = %lease.token,
             attempt = running.attempt);
@@ -86,12 +159,12 @@ impl Engine {
         let job = e.job.clone();
         let timeout = e.cadence.policy.timeout;
         let grace = self.s.settings.grace;
-        self.tell_expiry(running);
-        let watchdog = (e.duplicate == Duplicate::NeedsFencing).then(|| Watchdog {
-            expiry: running.expiry.subscribe(),
-            cancel: running.cancel.clone(),
-            expired: running.expired.clone(),
+        let watchdog = e.cadence.fenced.then(|| Watchdog {
+            expiry: handles.expiry.subscribe(),
+            cancel: handles.cancel.clone(),
+            expired: handles.expired.clone(),
         });
+        self.tell_expiry(i);
         let run = async move {
             let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
             let result = match watchdog {
@@ -102,7 +175,6 @@ impl Engine {
         };
         let task = self.tasks.spawn(run.instrument(span));
         self.by_task.insert(task.id(), i);
-        self.jobs[i].on_attempt(begin_at, attempt_token);
     }
 
     /// A run's task ended: retry it, or record its end and queue its release.
@@ -113,87 +185,56 @@ impl Engine {
     ) -> Option<usize> {
         let (id, result) = match done {
             Ok((id, (_, result))) => (id, result),
-            Err(err) => {
-                let id = err.id();
-                let why: BoxError = match err.try_into_panic() {
-                    Ok(payload) => {
-                        let message = payload
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| payload.downcast_ref::<String>().cloned());
-                        match message {
-                            Some(m) => format!("the job panicked: {m}").into(),
-                            None => "the job panicked".into(),
-                        }
-                    }
-                    Err(_) => "the job was aborted".into(),
-                };
-                (id, Err(why))
-            }
+            Err(err) => (err.id(), Err(panicked(err))),
         };
         let i = self.by_task.remove(&id)?;
-        // A run that failed (or was cancelled by its own task at the expiry) after its
-        // lease expired unrenewed lost the lease: neither retried nor released. One
-        // that succeeded completes its tick as any other, since the release only
-        // marks it done if no other instance took the lease meanwhile.
-        if result.is_err() && self.jobs[i].expired_unrenewed(self.db_now()) {
-            self.lost(i, "the lease expired before it could be renewed");
+        self.note_expired(i);
+        let ended = ended_as(&result);
+        let now = self.db_now();
+        let end = self.jobs[i].on_attempt_ended(&self.s.entries[i].cadence, ended, now, self.draining);
+        if let AttemptEnd::Ended { lost: true, run, .. } = &end {
+            let lease = (run.lease.tick, run.lease.token);
+            self.report_lost(i, "the lease expired before it could be renewed", lease);
         }
-        if let Err(err) = &result
-            && !err.is::<Interrupted>()
-            && !self.draining
-            && !self.jobs[i].running().is_some_and(|r| r.superseded)
-        {
-            let now = self.db_now();
-            let failed_attempt = self.jobs[i].running().map(|r| (r.started, r.attempt));
-            if let Some((attempt, wait)) = self.jobs[i].retry(&self.s.entries[i].cadence, now)
-                && let Some((started, failed)) = failed_attempt
-                && let Some(running) = self.jobs[i].running()
-            {
-                let e = &self.s.entries[i];
-                let record = RunRecord {
-                    job: e.name.to_string(),
-                    tick: running.lease.tick,
-                    node: self.s.node.to_string(),
-                    holder: running.lease.holder.clone(),
-                    token: running.lease.token,
-                    started,
-                    finished: now,
-                    outcome: RunOutcome::Retried,
-                    error: Some(crate::error::error_chain(&**err)),
-                    lease_lost: false,
-                    attempt: failed,
-                };
-                self.s.observe.run_ended(&e.name, record);
-                debug!(job = %e.name, attempt, wait_ms = wait.as_millis(), "retry scheduled");
-                self.spawn_attempt(i, wait, std::time::Duration::ZERO);
-                return Some(i);
+        let e = &self.s.entries[i];
+        let error = result.as_ref().err().map(|e| crate::error::error_chain(&**e));
+        match end {
+            AttemptEnd::Retry {
+                failed: (started, failed),
+                attempt,
+                wait,
+            } => {
+                if let Some(running) = self.jobs[i].running() {
+                    let record = RunRecord {
+                        job: e.name.to_string(),
+                        tick: running.lease.tick,
+                        node: self.s.node.to_string(),
+                        holder: running.lease.holder.clone(),
+                        token: running.lease.token,
+                        started,
+                        finished: now,
+                        outcome: RunOutcome::Retried,
+                        error,
+                        lease_lost: false,
+                        attempt: failed,
+                    };
+                    self.s.observe.run_ended(&e.name, record);
+                    debug!(job = %e.name, attempt, wait_ms = wait.as_millis(), "retry scheduled");
+                    self.spawn_attempt(i, wait, std::time::Duration::ZERO);
+                }
             }
-        }
-        if let Some(running) = self.jobs[i].on_finished() {
-            self.ended(i, &running, result);
+            AttemptEnd::Ended { run, end, .. } => {
+                self.runs.remove(&i);
+                self.ended(i, &run, end, error);
+            }
+            AttemptEnd::Gone => {}
         }
         Some(i)
     }
 
-    /// A run ended with `result`: report it and queue its release. `Ok` completes the
-    /// tick whatever happened meanwhile; [`Interrupted`] (or an error after the run
-    /// was cancelled) hands the tick back for a retry.
-    fn ended(&mut self, i: usize, running: &Running, result: Result<(), BoxError>) {
-        // A run a newer tick cancelled completes its tick however it ends: the
-        // newer tick runs in its place.
-        let interrupted = match &result {
-            Ok(()) => false,
-            Err(_) if running.superseded => false,
-            Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
-        };
-        let outcome = match &result {
-            _ if running.superseded => RunOutcome::CancelledByNewer,
-            Ok(()) => RunOutcome::Succeeded,
-            Err(_) if interrupted => RunOutcome::Cancelled,
-            Err(err) if err.is::<TimedOut>() => RunOutcome::TimedOut,
-            Err(_) => RunOutcome::Failed,
-        };
+    /// A run ended as `end` says: report it, and queue its release or its trigger's
+    /// end.
+    fn ended(&mut self, i: usize, running: &Running, end: RunEnd, error: Option<String>) {
         let e = &self.s.entries[i];
         self.s.observe.run_ended(
             &e.name,
@@ -205,51 +246,54 @@ impl Engine {
                 token: running.lease.token,
                 started: running.started,
                 finished: self.db_now(),
-                outcome,
-                error: result
-                    .as_ref()
-                    .err()
-                    .map(|e| crate::error::error_chain(&**e)),
+                outcome: end.outcome,
+                error: error.clone(),
                 lease_lost: running.lost,
                 attempt: running.attempt,
             },
         );
-        // A triggered run cut short by a graceful shutdown is handed back, as a
-        // scheduled tick's run would be: its lease released interrupted (expired,
-        // the claim's row otherwise as it was) and the trigger left running under
-        // it, which another instance then claims again, as it would a vanished
-        // claimant's.
-        if running.trigger.is_some() && self.draining && interrupted && !running.lost {
-            self.to_release
-                .push((running.lease.key(), Release::Interrupted));
-            return;
+        match end.handover {
+            Handover::Keep => {}
+            Handover::Release(how) => self.to_release.push((running.lease.key(), how)),
+            Handover::FinishTrigger => {
+                if let (Some(id), Some(ctl)) = (running.trigger, &mut self.ctl) {
+                    ctl.to_finish.push(super::controls::Finish {
+                        id,
+                        lease: running.lease.name.clone(),
+                        holder: running.lease.holder.clone(),
+                        outcome: end.outcome.as_str(),
+                        error,
+                    });
+                }
+            }
         }
-        // A triggered run's end is recorded, and its lease handed back, in one
-        // store call: the job's row gets back the completion it had before the
-        // claim, whatever the run did.
-        if let Some(id) = running.trigger
-            && let Some(ctl) = &mut self.ctl
-        {
-            ctl.to_finish.push(super::controls::Finish {
-                id,
-                lease: running.lease.name.clone(),
-                holder: running.lease.holder.clone(),
-                outcome: outcome.as_str(),
-                error: result
-                    .as_ref()
-                    .err()
-                    .map(|e| crate::error::error_chain(&**e)),
-            });
-            return;
+    }
+}
+
+/// How an attempt's result reads to the decisions.
+pub(crate) fn ended_as(result: &Result<(), BoxError>) -> Ended {
+    match result {
+        Ok(()) => Ended::Succeeded,
+        Err(err) if err.is::<Interrupted>() => Ended::Interrupted,
+        Err(err) if err.is::<TimedOut>() => Ended::TimedOut,
+        Err(_) => Ended::Failed,
+    }
+}
+
+/// A run's task that did not return: what to report.
+pub(crate) fn panicked(err: tokio::task::JoinError) -> BoxError {
+    match err.try_into_panic() {
+        Ok(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned());
+            match message {
+                Some(m) => format!("the job panicked: {m}").into(),
+                None => "the job panicked".into(),
+            }
         }
-        if !running.lost {
-            let how = if interrupted {
-                Release::Interrupted
-            } else {
-                Release::Completed
-            };
-            self.to_release.push((running.lease.key(), how));
-        }
+        Err(_) => "the job was aborted".into(),
     }
 }
 

@@ -40,10 +40,13 @@ impl Engine {
             }
         }
         // Past the grace period: cancel, give the runs a moment to notice, then abort.
-        for (job, e) in self.jobs.iter().zip(&self.s.entries) {
+        for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
             if let Some(running) = job.running() {
                 warn!(job = %e.name, tick = %running.lease.tick, "cancelling the run at shutdown");
-                running.cancel.cancel();
+                job.on_cancelled();
+                if let Some(h) = self.runs.get(&i) {
+                    h.cancel();
+                }
             }
         }
         let notice = tokio::time::sleep(CANCEL_NOTICE);

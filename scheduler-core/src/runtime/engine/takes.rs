@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, TAKE_MOST, report};
+use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, TAKE_MOST};
 use crate::error::Error;
 use crate::lease::{ControlKey, TakeRequest, Taken};
 
@@ -24,7 +24,9 @@ impl Engine {
         let mut events = Vec::new();
         // Only an instance that polls the controls catches up a resume.
         let polls = self.ctl.is_some();
-        for (i, (job, e)) in self.jobs.iter_mut().zip(&self.s.entries).enumerate() {
+        for i in 0..self.jobs.len() {
+            let e = &self.s.entries[i];
+            let job = &mut self.jobs[i];
             if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
                 let request = TakeRequest {
                     name: e.lease.clone(),
@@ -38,13 +40,7 @@ impl Engine {
                 };
                 due.push((i, request));
             }
-            report(
-                &self.s,
-                &mut self.to_release,
-                &mut self.to_cancel,
-                i,
-                &mut events,
-            );
+            self.act(i, &mut events);
         }
         due
     }
@@ -194,13 +190,7 @@ impl Engine {
                 Some(lease) => self.start(i, lease, answered),
                 None if paused.contains(&e.lease) => {
                     self.jobs[i].on_paused(paused_at, &mut events);
-                    report(
-                        &self.s,
-                        &mut self.to_release,
-                        &mut self.to_cancel,
-                        i,
-                        &mut events,
-                    );
+                    self.act(i, &mut events);
                 }
                 None => {
                     self.jobs[i].on_refused(
@@ -210,13 +200,7 @@ impl Engine {
                         self.polling,
                         &mut events,
                     );
-                    report(
-                        &self.s,
-                        &mut self.to_release,
-                        &mut self.to_cancel,
-                        i,
-                        &mut events,
-                    );
+                    self.act(i, &mut events);
                 }
             }
         }

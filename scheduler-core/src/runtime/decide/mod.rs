@@ -1,0 +1,26 @@
+//! The decision core: every decision the runtime makes about ticks, runs and
+//! leases, with no tokio, no clock and no I/O. The driver (`engine/`, and the
+//! backfill's loop) sleeps, calls the store, spawns runs and feeds each answer and
+//! each instant (the store's time, as it estimates it) back here; what to do comes
+//! back as values: a tick to take and the holder to ask as, [`Command`]s (release a
+//! holder, ask an older run to stop, cancel a run), a retry's wait, a run's
+//! [`RunEnd`] (its outcome and what becomes of its lease), and [`TickEvent`]s to log
+//! and count.
+//!
+//! - `cadence` — when a job's ticks fall, their windows, how soon to ask again.
+//! - `ticks` — one job's ticks as a state machine ([`JobTicks`]): due ticks under the
+//!   catch-up and overlap policies, answers to takes, pauses, resumes, triggers,
+//!   retries.
+//! - `runs` — how a run's attempt ends: retried, or ended with an outcome, and what
+//!   becomes of its lease ([`run_end`]).
+//! - `events` — [`TickEvent`] and [`Command`].
+
+mod cadence;
+mod events;
+mod runs;
+mod ticks;
+
+pub(crate) use cadence::{Cadence, Polling};
+pub(crate) use events::{Command, TickEvent, Won};
+pub(crate) use runs::{Ended, Handover, RunEnd, retry_wait, run_end};
+pub(crate) use ticks::{AttemptEnd, JobTicks, Running};

@@ -1,0 +1,761 @@
+//! One job's ticks as a state machine: its schedule cursor, the tick it is trying to
+//! take, the run it holds, and every decision about them. No I/O and no clock of its
+//! own: the engine hands it the store's time and the store's answers.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::cadence::{Cadence, Polling, overlap_step};
+use super::events::{Command, PassedOver, TickEvent, Won};
+use super::runs::{Ended, RunEnd, run_end};
+use crate::lease::{Held, Holder, Lease, Release, Tick};
+use crate::policy::{CatchUp, Overlap};
+
+/// The tick a job is trying to take.
+#[derive(Debug, Clone)]
+struct Pending {
+    tick: Tick,
+    /// When its run may begin (store clock): the tick's instant plus its jitter. A
+    /// take may be answered before it (see [`JobTicks::due`]).
+    fire_at: DateTime<Utc>,
+    /// How long after its instant it may still start ([`Cadence::window`]).
+    window: TimeDelta,
+    /// The holder every take of this tick asks as: a take whose answer was lost is
+    /// recognised as won when it is retried.
+    holder: Holder,
+    /// A take for it was answered (refused) at least once.
+    refused: bool,
+    /// The last take for it got no answer: the store may hold it for `holder`.
+    unanswered: bool,
+    /// When to ask again after a refusal (store clock); `None`: at once.
+    retry_at: Option<DateTime<Utc>>,
+    /// The holder of the previous tick was asked to stop ([`Overlap::CancelRunning`]).
+    cancel_asked: bool,
+    /// A take found this very tick held by another holder: winning it later is a
+    /// takeover (a refusal for an older tick still running elsewhere is not).
+    held_elsewhere: bool,
+}
+
+/// What the end of a run's attempt leads to ([`JobTicks::on_attempt_ended`]).
+#[derive(Debug)]
+pub(crate) enum AttemptEnd {
+    /// The attempt failed and the run tries again: attempt number `attempt`, after
+    /// `wait`; `failed` is the failed attempt's start and number.
+    Retry {
+        failed: (DateTime<Utc>, u32),
+        attempt: u32,
+        wait: Duration,
+    },
+    /// The run ended: it no longer holds the job.
+    Ended { lost: bool, run: Running, end: RunEnd },
+    /// No run was under way.
+    Gone,
+}
+
+/// A run this instance holds the lease for.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) lease: Lease,
+    /// When the run begins (store clock): when the take was answered, or the tick's
+    /// fire time if the take was answered ahead of it.
+    pub(crate) started: DateTime<Utc>,
+    /// The run was told to stop ([`Command::CancelRun`], or by the driver at a
+    /// shutdown or at the lease's expiry): it is not retried.
+    pub(crate) cancelled: bool,
+    /// The lease was lost while it ran: it is neither renewed nor released.
+    pub(crate) lost: bool,
+    /// Which attempt at the tick runs: 1, then 2 for the first retry, …
+    pub(crate) attempt: u32,
+    /// A newer tick cancelled it ([`Overlap::CancelRunning`]): it completes its tick
+    /// when it ends, however it ends.
+    pub(crate) superseded: bool,
+    /// The operator's trigger this run answers, if it is one
+    /// ([`JobTicks::on_manual`]).
+    pub(crate) trigger: Option<crate::control::TriggerId>,
+    /// The run's own task cancelled it at the lease's expiry (a job that needs
+    /// fencing): the lease counts as lost then, even if a renewal answered
+    /// afterwards.
+    pub(crate) expired: bool,
+}
+
+impl Running {
+    /// The first attempt's run under `lease`, beginning at `started`.
+    pub(crate) fn new(
+        lease: Lease,
+        started: DateTime<Utc>,
+        trigger: Option<crate::control::TriggerId>,
+    ) -> Self {
+        Running {
+            lease,
+            started,
+            cancelled: false,
+            lost: false,
+            attempt: 1,
+            superseded: false,
+            trigger,
+            expired: false,
+        }
+    }
+}
+
+/// One job's ticks.
+#[derive(Debug, Default)]
+pub(crate) struct JobTicks {
+    /// The next tick not yet due, the instant (store clock) it fires, and its window
+    /// (computed once: a cron schedule walks its calendar for it).
+    next: Option<Due>,
+    pending: Option<Pending>,
+    running: Option<Running>,
+    /// Ticks waiting to be caught up after `pending`, oldest first
+    /// ([`CatchUp::All`]).
+    backlog: VecDeque<Due>,
+    /// The tick that came due during the run and waits for it to end
+    /// ([`Overlap::BufferOne`]).
+    buffered: Option<Due>,
+    /// No tick is taken before its instant ([`CatchUp::All`]): a tick taken ahead,
+    /// then paused over, would run live and in the pause's catch-up too (whose
+    /// range is the pause's, by tick instants).
+    not_before_instant: bool,
+    /// The earliest instant whose ticks start-up caught up ([`CatchUp::All`]): the
+    /// start less the catch-up window. A resume whose pause reaches past it is
+    /// caught up by the first poll of the controls, since start-up left the ticks
+    /// that pause covered to it ([`catch_up_from`](Self::catch_up_from)).
+    catch_up_from: Option<DateTime<Utc>>,
+    /// The ticks after this instant leave a pause ended by a catch-up to that catch-up
+    /// ([`CatchUp::All`]): all of them for a job started with the scheduler (whose
+    /// first poll catches up what start-up left), those after its start for a
+    /// dynamic schedule started later (whose start-up nothing catches up after).
+    leave_after: Option<DateTime<Utc>>,
+    /// What the driver is to do, drained by [`take_commands`](Self::take_commands).
+    commands: Vec<Command>,
+}
+
+/// A tick, the instant (store clock) it fires, and its window.
+type Due = (Tick, DateTime<Utc>, TimeDelta);
+
+impl JobTicks {
+    /// Starts the schedule at `now`. Ticks before `now` within the catch-up window
+    /// are due at once as the catch-up policy says (the store refuses any the
+    /// cluster already ran): [`CatchUp::Latest`] the latest, [`CatchUp::All`] each
+    /// (the most recent `max`, oldest first), [`CatchUp::Skip`] none. Then the ticks
+    /// after now.
+    pub(crate) fn start(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
+        self.not_before_instant = matches!(cadence.policy.catch_up, CatchUp::All { .. });
+        let window = cadence
+            .schedule
+            .next_after(now)
+            .map(|t| cadence.window(t))
+            .unwrap_or(TimeDelta::zero());
+        self.catch_up_from = self.not_before_instant.then(|| {
+            now.checked_sub_signed(window)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        });
+        self.leave_after = self.not_before_instant.then_some(DateTime::<Utc>::MIN_UTC);
+        match cadence.policy.catch_up {
+            CatchUp::Skip => {}
+            CatchUp::All { max } => {
+                let keep = usize::try_from(max).unwrap_or(usize::MAX);
+                for tick in cadence.schedule.latest_within(now, window, keep) {
+                    self.backlog
+                        .push_back((tick, tick.at(), cadence.window(tick)));
+                }
+                self.pending = self
+                    .backlog
+                    .pop_front()
+                    .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+            }
+            _ => {
+                self.pending = cadence
+                    .schedule
+                    .latest_at_or_before(now, window)
+                    .map(|tick| Self::fresh(cadence, tick, tick.at(), cadence.window(tick)));
+            }
+        }
+        self.advance_from(cadence, now);
+    }
+
+    /// Whether a resume's catch-up runs `tick` if a pause covered it, so that the take
+    /// must leave it to that catch-up ([`ControlKey::caught_up_on_resume`]
+    /// (crate::ControlKey)): under [`CatchUp::All`], start-up's ticks too, except a
+    /// dynamic schedule's started after the first poll ([`leave_after`]
+    /// (Self::leave_after)).
+    pub(crate) fn resume_catches_up(&self, tick: Tick) -> bool {
+        self.leave_after.is_some_and(|after| tick.at() > after)
+    }
+
+    /// The earliest instant whose ticks start-up caught up, under [`CatchUp::All`]:
+    /// a resume at or after it may cover ticks start-up left to it.
+    pub(crate) fn catch_up_from(&self) -> Option<DateTime<Utc>> {
+        self.catch_up_from
+    }
+
+    /// Starts the schedule of a dynamic schedule's row changed at `changed`: as
+    /// [`start`](Self::start), but no tick from before the change is caught up (a
+    /// schedule added at noon does not run its 9 o'clock tick).
+    pub(crate) fn start_after(
+        &mut self,
+        cadence: &Cadence,
+        changed: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
+        self.start(cadence, now);
+        if self.leave_after.is_some() {
+            self.leave_after = Some(now);
+        }
+        let Some(changed) = changed else {
+            return;
+        };
+        self.backlog.retain(|(tick, _, _)| tick.at() > changed);
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.tick.at() <= changed)
+        {
+            self.pending = self
+                .backlog
+                .pop_front()
+                .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+        }
+    }
+
+    fn fresh(cadence: &Cadence, tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
+        Pending {
+            tick,
+            fire_at,
+            window,
+            holder: Holder::generate_on(&cadence.holder_prefix),
+            refused: false,
+            unanswered: false,
+            retry_at: None,
+            cancel_asked: false,
+            held_elsewhere: false,
+        }
+    }
+
+    /// Drops the pending tick, reporting its holder if a take of it went unanswered.
+    fn drop_pending(&mut self, events: &mut Vec<TickEvent>) -> Option<Pending> {
+        let old = self.pending.take()?;
+        if old.unanswered {
+            events.push(TickEvent::Abandoned {
+                tick: old.tick,
+                holder: old.holder.clone(),
+            });
+            self.commands.push(Command::Release {
+                holder: old.holder.clone(),
+                how: Release::Interrupted,
+            });
+        }
+        Some(old)
+    }
+
+    /// How long before its fire time the idle job's next tick `due` may be taken:
+    /// `ahead`, at most half its window, and never before its instant when
+    /// [`not_before_instant`](Self::not_before_instant).
+    fn early(&self, due: Due, ahead: TimeDelta) -> TimeDelta {
+        let (tick, at, window) = due;
+        let early = ahead.min(window / 2).max(TimeDelta::zero());
+        if self.not_before_instant {
+            early.min(at - tick.at()).max(TimeDelta::zero())
+        } else {
+            early
+        }
+    }
+
+    fn advance_from(&mut self, cadence: &Cadence, after: DateTime<Utc>) {
+        self.next = cadence
+            .schedule
+            .next_after(after)
+            .map(|t| (t, cadence.fire_at(t), cadence.window(t)));
+    }
+
+    /// The tick to take now, with the holder to ask as, if any. Moves due ticks into
+    /// place and drops those that can no longer run, reporting each in `events`.
+    ///
+    /// `ahead`: a tick that fires within this much of `now` may be taken already
+    /// (at most half its window ahead), so that a big tick's takes are
+    /// answered by the time it fires; its run still begins at the fire time. Only
+    /// the job's next tick is taken ahead, never past a tick still pending, and never
+    /// while the job's previous run still holds its lease (that decision waits for
+    /// the fire time, as without `ahead`).
+    pub(crate) fn due(
+        &mut self,
+        cadence: &Cadence,
+        now: DateTime<Utc>,
+        ahead: TimeDelta,
+        events: &mut Vec<TickEvent>,
+    ) -> Option<(Tick, Holder)> {
+        let mut passed_over = PassedOver::default();
+        if self.running.is_none()
+            && let Some(buffered) = self.buffered.take()
+        {
+            // The run it waited for has ended. It is older than any tick still in
+            // `next`, so it goes first: a newer tick that came due meanwhile then
+            // supersedes it, as the catch-up policy says.
+            self.came_due(cadence, buffered, &mut passed_over, events);
+        }
+        while let Some((tick, at, window)) = self.next {
+            let idle = self.pending.is_none()
+                && self.running.is_none()
+                && self.backlog.is_empty()
+                && self.buffered.is_none();
+            let early = if idle {
+                self.early((tick, at, window), ahead)
+            } else {
+                TimeDelta::zero()
+            };
+            if at - early > now {
+                break;
+            }
+            self.advance_from(cadence, tick.at());
+            self.came_due(cadence, (tick, at, window), &mut passed_over, events);
+        }
+        passed_over.report(cadence.policy.catch_up, events);
+        if self.running.is_some() {
+            return None;
+        }
+        loop {
+            if self.pending.is_none() {
+                let (tick, at, window) = self.backlog.pop_front()?;
+                self.pending = Some(Self::fresh(cadence, tick, at, window));
+            }
+            let pending = self.pending.as_ref()?;
+            if now - pending.tick.at() > pending.window {
+                if !pending.refused {
+                    events.push(TickEvent::Missed {
+                        tick: pending.tick,
+                        count: 1,
+                        superseded: false,
+                    });
+                }
+                self.drop_pending(events);
+                continue;
+            }
+            if pending.retry_at.is_some_and(|at| at > now) {
+                return None;
+            }
+            return Some((pending.tick, pending.holder.clone()));
+        }
+    }
+
+    /// A tick came due (its fire time passed, or it is taken ahead): the overlap
+    /// policy decides while a run holds the job, the catch-up policy while another
+    /// tick is still waiting to start.
+    fn came_due(
+        &mut self,
+        cadence: &Cadence,
+        due: Due,
+        passed_over: &mut PassedOver,
+        events: &mut Vec<TickEvent>,
+    ) {
+        let (tick, at, window) = due;
+        if let Some(run) = &mut self.running {
+            let running = run.lease.tick;
+            let skipped = match cadence.policy.overlap {
+                Overlap::BufferOne => self.buffered.replace(due).map(|(old, _, _)| old),
+                Overlap::CancelRunning => {
+                    if !run.superseded && !run.lost {
+                        run.superseded = true;
+                        run.cancelled = true;
+                        self.commands.push(Command::CancelRun);
+                        events.push(TickEvent::CancelledByNewer {
+                            tick: running,
+                            newer: tick,
+                        });
+                    }
+                    self.buffered.replace(due).map(|(old, _, _)| old)
+                }
+                _ => Some(tick),
+            };
+            if let Some(tick) = skipped {
+                events.push(TickEvent::SkippedOverlap { tick, running });
+            }
+            return;
+        }
+        if self.pending.is_none() && self.backlog.is_empty() {
+            self.pending = Some(Self::fresh(cadence, tick, at, window));
+            return;
+        }
+        if let CatchUp::All { max } = cadence.policy.catch_up {
+            self.backlog.push_back(due);
+            let keep = usize::try_from(max).unwrap_or(usize::MAX);
+            // The oldest give way: the pending tick first, then the backlog's.
+            while self.backlog.len() + usize::from(self.pending.is_some()) > keep {
+                let dropped = match self.drop_pending(events) {
+                    Some(old) => (!old.refused).then_some(old.tick),
+                    None => self.backlog.pop_front().map(|(tick, _, _)| tick),
+                };
+                if let Some(tick) = dropped {
+                    passed_over.add(tick);
+                }
+            }
+            return;
+        }
+        if let Some(old) = self.drop_pending(events)
+            && !old.refused
+        {
+            passed_over.add(old.tick);
+        }
+        self.pending = Some(Self::fresh(cadence, tick, at, window));
+    }
+
+    /// A take of the pending tick got no answer (it failed, or the loop stopped
+    /// waiting): it is asked again as the same holder, and released if dropped.
+    pub(crate) fn on_unanswered(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.unanswered = true;
+        }
+    }
+
+    /// The store granted `lease` for the pending tick. `now` is when the answer came
+    /// (store clock): the run begins then, or at the tick's fire time if that is
+    /// later ([`Running::started`]) — unless the tick's window closed before the
+    /// answer came (a take held up by an outage or a slow server): lateness is
+    /// decided when the take is answered, not when it was sent.
+    pub(crate) fn on_won(
+        &mut self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        events: &mut Vec<TickEvent>,
+    ) -> Won {
+        let pending = self.pending.take();
+        if let Some(p) = &pending
+            && now - p.tick.at() > p.window
+        {
+            self.commands.push(Command::Release {
+                holder: lease.holder.clone(),
+                how: Release::Interrupted,
+            });
+            events.push(TickEvent::WonTooLate {
+                tick: p.tick,
+                holder: lease.holder,
+                late: now - p.tick.at(),
+            });
+            return Won::TooLate;
+        }
+        let took_over = pending.as_ref().is_some_and(|p| p.held_elsewhere);
+        let started = pending.map_or(now, |p| p.fire_at.max(now));
+        self.running = Some(Running::new(lease, started, None));
+        Won::Run { took_over }
+    }
+
+    /// The store refused the pending tick at `now` because the job is paused. A
+    /// take answered ahead of the tick's instant asks again at that instant (a
+    /// resume may come in between, and the tick is then the resumed job's first,
+    /// after the pause's catch-up range, which ends at the resume); otherwise the
+    /// tick is dropped (counted paused), and its holder is released if an earlier
+    /// take of it went unanswered (the store may have granted it before the pause).
+    pub(crate) fn on_paused(&mut self, now: DateTime<Utc>, events: &mut Vec<TickEvent>) {
+        if let Some(p) = &mut self.pending
+            && now < p.tick.at()
+        {
+            p.retry_at = Some(p.tick.at());
+            return;
+        }
+        if let Some(old) = self.drop_pending(events) {
+            events.push(TickEvent::Paused { tick: old.tick });
+        }
+    }
+
+    /// The job was resumed after a pause that began at `since`, its paused-over
+    /// ticks to be caught up: as at start-up, the catch-up policy picks them among
+    /// the ticks from `since` to `now` ([`CatchUp::Latest`] the latest,
+    /// [`CatchUp::All`] the most recent `max`, [`CatchUp::Skip`] none), each with
+    /// its window counted from `now` (the store refuses any the cluster already
+    /// ran). Nothing is added while a tick is already waiting or running: a newer
+    /// tick stands for them.
+    pub(crate) fn on_resumed(
+        &mut self,
+        cadence: &Cadence,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        if self.pending.is_some()
+            || self.running.is_some()
+            || !self.backlog.is_empty()
+            || self.buffered.is_some()
+        {
+            return;
+        }
+        let keep = match cadence.policy.catch_up {
+            CatchUp::Skip => return,
+            CatchUp::Latest => 1,
+            CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
+        };
+        for tick in cadence.schedule.latest_ticks(since, now, keep) {
+            let window = (now - tick.at()) + cadence.window(tick);
+            self.backlog.push_back((tick, now, window));
+        }
+        self.pending = self
+            .backlog
+            .pop_front()
+            .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+    }
+
+    /// A run asked for by an operator ([`Controls::trigger`](crate::Controls::trigger))
+    /// holds the job's lease `lease` from `now`: it runs like a tick's run (renewed,
+    /// released, lost), and ticks that come due meanwhile meet it as the overlap
+    /// policy says. Refused (`false`) while a run already holds the job.
+    pub(crate) fn on_manual(
+        &mut self,
+        lease: Lease,
+        trigger: crate::control::TriggerId,
+        now: DateTime<Utc>,
+    ) -> bool {
+        if self.running.is_some() {
+            return false;
+        }
+        self.running = Some(Running::new(lease, now, Some(trigger)));
+        true
+    }
+
+    /// The job is gone (a dynamic schedule removed or changed): no tick is due any
+    /// more; a run under way ends as it would.
+    pub(crate) fn retire(&mut self, events: &mut Vec<TickEvent>) {
+        self.next = None;
+        self.backlog.clear();
+        self.buffered = None;
+        // A tick waiting to start is not run by this entry: reported missed (the
+        // changed row's new entry starts after the change).
+        if let Some(old) = self.drop_pending(events)
+            && !old.refused
+        {
+            events.push(TickEvent::Missed {
+                tick: old.tick,
+                count: 1,
+                superseded: false,
+            });
+        }
+    }
+
+    /// The store refused the pending tick; `held` is the lease's row as the take saw
+    /// it, `now` when the answer came (store clock). Decides when asking again could
+    /// win, or drops the tick.
+    pub(crate) fn on_refused(
+        &mut self,
+        cadence_overlap: Overlap,
+        held: Option<&Held>,
+        now: DateTime<Utc>,
+        polling: Polling,
+        events: &mut Vec<TickEvent>,
+    ) {
+        let Some(p) = &mut self.pending else {
+            return;
+        };
+        // An answer: had an earlier take been applied, this one would have won.
+        p.unanswered = false;
+        if !p.refused {
+            p.refused = true;
+            events.push(TickEvent::HeldElsewhere { tick: p.tick });
+        }
+        let window = p.window;
+        let delta = |d: Duration| TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+        let overlap_poll = now + overlap_step(window, delta(polling.overlap));
+        let same_tick_poll =
+            (delta(polling.same_tick) * 2 < window).then(|| now + delta(polling.same_tick));
+        let retry_at = match held {
+            // Done elsewhere, or a later tick already taken: nothing left to do.
+            Some(h) if h.tick > p.tick || (h.tick == p.tick && h.completed) => None,
+            // This tick runs elsewhere: it frees up when that lease expires (its holder
+            // crashed) or is handed back interrupted.
+            Some(h) if h.tick == p.tick => {
+                p.held_elsewhere = true;
+                Some(same_tick_poll.map_or(h.expires_at, |at| at.min(h.expires_at)))
+            }
+            // The previous tick still runs elsewhere: this one may start when it ends
+            // (and asks it to end, if the newest tick wins).
+            Some(h) if h.expires_at > now => {
+                if cadence_overlap == Overlap::CancelRunning && !p.cancel_asked {
+                    p.cancel_asked = true;
+                    events.push(TickEvent::AskCancel { newer: p.tick });
+                    self.commands.push(Command::AskCancel { newer: p.tick });
+                }
+                Some(h.expires_at.min(overlap_poll))
+            }
+            // The row the statement read was already free for this tick, yet the take
+            // lost (or the store reports no row: it was free, or did not exist, when
+            // the statement read it): another instance won this tick in the same
+            // instant. Its lease lasts about a ttl.
+            _ => {
+                let expires = now + delta(polling.ttl);
+                Some(same_tick_poll.map_or(expires, |at| at.min(expires)))
+            }
+        };
+        match retry_at {
+            Some(at) if at - p.tick.at() <= window => p.retry_at = Some(at),
+            _ => {
+                self.drop_pending(events);
+            }
+        }
+    }
+
+    /// The run failed and is tried again at `at` (store clock) under the same lease,
+    /// if its retry policy leaves an attempt and `at` comes before the next tick.
+    /// Returns the new attempt's number.
+    pub(crate) fn retry(
+        &mut self,
+        cadence: &Cadence,
+        now: DateTime<Utc>,
+    ) -> Option<(u32, Duration)> {
+        let retry = cadence.policy.retry?;
+        let running = self
+            .running
+            .as_ref()
+            .filter(|r| !r.lost && !r.cancelled)?;
+        let wait = super::runs::retry_wait(retry, running.attempt)?;
+        let at = now.checked_add_signed(TimeDelta::from_std(wait).ok()?)?;
+        // The tick after the run's own, whether or not it has come due meanwhile (it
+        // may already have, during the run: then `next` is the one after it).
+        let next = cadence.schedule.next_after(running.lease.tick.at());
+        if next.is_some_and(|next| at >= next.at()) {
+            return None;
+        }
+        let running = self.running.as_mut()?;
+        running.attempt += 1;
+        running.started = at;
+        Some((running.attempt, wait))
+    }
+
+    /// The run's current attempt ended as `ended` at `now` (store clock); `draining`:
+    /// the scheduler is shutting down. A failed attempt whose lease expired
+    /// unrenewed lost the lease (neither retried nor released; one that succeeded
+    /// completes its tick as any other, since the release only marks it done if no
+    /// other instance took the lease meanwhile). A failed attempt is tried again as
+    /// the retry policy says, unless it handed its tick back, was cancelled, or the
+    /// scheduler is shutting down.
+    pub(crate) fn on_attempt_ended(
+        &mut self,
+        cadence: &Cadence,
+        ended: Ended,
+        now: DateTime<Utc>,
+        draining: bool,
+    ) -> AttemptEnd {
+        let failed = ended != Ended::Succeeded;
+        let lost = failed && self.expired_unrenewed(now);
+        if lost {
+            self.on_lost(cadence.fenced);
+        }
+        if failed
+            && ended != Ended::Interrupted
+            && !draining
+            && let Some(r) = self.running.as_ref().filter(|r| !r.superseded)
+        {
+            let (started, attempt) = (r.started, r.attempt);
+            if let Some((next, wait)) = self.retry(cadence, now) {
+                return AttemptEnd::Retry {
+                    failed: (started, attempt),
+                    attempt: next,
+                    wait,
+                };
+            }
+        }
+        match self.running.take() {
+            Some(run) => {
+                let end = run_end(ended, &run, draining, false);
+                AttemptEnd::Ended { lost, run, end }
+            }
+            None => AttemptEnd::Gone,
+        }
+    }
+
+    /// The run this job holds, if any.
+    pub(crate) fn running(&self) -> Option<&Running> {
+        self.running.as_ref()
+    }
+
+    /// The driver cancelled the run (a shutdown): it is not retried.
+    pub(crate) fn on_cancelled(&mut self) {
+        if let Some(r) = &mut self.running {
+            r.cancelled = true;
+        }
+    }
+
+    /// The run's task cancelled the run at its lease's expiry (a job that needs
+    /// fencing): the lease counts as lost.
+    pub(crate) fn on_expired(&mut self) {
+        if let Some(r) = &mut self.running {
+            r.expired = true;
+            r.cancelled = true;
+        }
+    }
+
+    /// What the decisions since the last call ask the driver to do.
+    pub(crate) fn take_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.commands)
+    }
+
+    /// The run's lease, renewed until `expires_at`.
+    pub(crate) fn on_renewed(&mut self, expires_at: DateTime<Utc>) {
+        if let Some(r) = &mut self.running {
+            r.lease.expires_at = expires_at;
+        }
+    }
+
+    /// A newer tick asked the run to stop (its renewal said so): it is cancelled and
+    /// completes its tick as `cancelled_by_newer`. Returns the run if this is news.
+    pub(crate) fn on_cancel_requested(&mut self) -> Option<&Running> {
+        let running = self.running.as_mut().filter(|r| !r.lost && !r.superseded)?;
+        running.superseded = true;
+        running.cancelled = true;
+        self.commands.push(Command::CancelRun);
+        Some(running)
+    }
+
+    /// The run's lease is lost; a job that needs fencing (`fenced`) has its run
+    /// cancelled. Returns the run if it was not already marked lost.
+    pub(crate) fn on_lost(&mut self, fenced: bool) -> Option<&Running> {
+        let running = self.running.as_mut().filter(|r| !r.lost)?;
+        running.lost = true;
+        self.commands.push(Command::CancelUnbegun);
+        if fenced {
+            running.cancelled = true;
+            self.commands.push(Command::CancelRun);
+        }
+        Some(running)
+    }
+
+    /// Whether the run's lease has expired without a renewal: by `now` on the store's
+    /// clock, or the run's task cancelled the run for it ([`Running::expired`]).
+    pub(crate) fn expired_unrenewed(&self, now: DateTime<Utc>) -> bool {
+        self.running.as_ref().is_some_and(|r| {
+            !r.lost && (r.lease.expires_at <= now || r.expired)
+        })
+    }
+
+    /// When this job next needs the loop (store clock): its next tick (`ahead` of
+    /// it if it will be taken ahead, see [`JobTicks::due`]), or a retry; a pending
+    /// tick with no retry time is due at once. Ticks waiting while a run of this
+    /// instance holds the job (a triggered run claimed beside a pending tick) need
+    /// nothing until that run ends, and its end wakes the loop.
+    pub(crate) fn next_wake(&self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
+        let retry = match &self.pending {
+            _ if self.running.is_some() => None,
+            Some(p) => Some(p.retry_at.unwrap_or(p.tick.at())),
+            // Waiting ticks are due as soon as no run holds the job.
+            None => self
+                .backlog
+                .front()
+                .or(self.buffered.as_ref())
+                .map(|(_, at, _)| *at),
+        };
+        let next = self.next.map(|(tick, at, window)| {
+            if self.pending.is_none()
+                && self.running.is_none()
+                && self.backlog.is_empty()
+                && self.buffered.is_none()
+            {
+                at - self.early((tick, at, window), ahead)
+            } else {
+                at
+            }
+        });
+        match (next, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
