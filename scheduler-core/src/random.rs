@@ -5,8 +5,8 @@
 use std::cell::RefCell;
 use std::ops::RangeInclusive;
 
-use rand::rngs::StdRng;
 use rand::RngExt;
+use rand::rngs::StdRng;
 
 thread_local! {
     static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };

@@ -31,8 +31,8 @@ use crate::job::{Declaration, Duplicate, Handler, Idempotent, Scope, State, Stat
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
 use crate::policy::{Overlap, Policy};
 use crate::store::Store;
-use scheduler_spec::{Timing, check_timing};
 use decide::Cadence;
+use scheduler_spec::{Timing, check_timing};
 
 /// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
 #[derive(Debug)]
@@ -309,6 +309,7 @@ impl SchedulerBuilder {
             state,
             holder_prefix,
             handlers: Arc::new(handlers),
+            backfills: engine::BackfillDoor::default(),
         })
     }
 }
@@ -495,6 +496,8 @@ pub struct Scheduler {
     holder_prefix: Arc<str>,
     /// The handlers of dynamic schedules, by name.
     handlers: Arc<HashMap<String, HandlerBox>>,
+    /// How backfills reach the loop while it runs.
+    backfills: engine::BackfillDoor,
 }
 
 impl Scheduler {
@@ -571,7 +574,8 @@ impl Scheduler {
     /// and never panics. Cancel safety: dropping the future stops everything at once,
     /// like a crash: running jobs are aborted and their leases are left to expire.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        engine::Engine::new(self).run(shutdown).await;
+        let door = self.backfills.clone();
+        engine::Engine::new(self).run(shutdown, door).await;
     }
 }
 

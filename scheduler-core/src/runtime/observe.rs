@@ -17,8 +17,8 @@ use chrono::{DateTime, Utc};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
-use super::stats::{Outcome, Stats};
 use super::decide::TickEvent;
+use super::stats::{Outcome, Stats};
 use crate::error::BoxError;
 use crate::lease::{FencingToken, Holder, Tick};
 

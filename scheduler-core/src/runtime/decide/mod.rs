@@ -13,13 +13,17 @@
 //!   retries.
 //! - `runs` — how a run's attempt ends: retried, or ended with an outcome, and what
 //!   becomes of its lease ([`run_end`]).
+//! - `backfill` — a backfill's plan ([`BackfillPlan`]): which ticks of the range to
+//!   ask for next, what each answer means, when the range is done.
 //! - `events` — [`TickEvent`] and [`Command`].
 
+mod backfill;
 mod cadence;
 mod events;
 mod runs;
 mod ticks;
 
+pub(crate) use backfill::{Answer, BackfillPlan};
 pub(crate) use cadence::{Cadence, Polling};
 pub(crate) use events::{Command, TickEvent, Won};
 pub(crate) use runs::{Ended, Handover, RunEnd, retry_wait, run_end};

@@ -88,7 +88,8 @@ pub(crate) fn run_end(ended: Ended, run: &Running, draining: bool, backfill: boo
 pub(crate) fn retry_wait(retry: Retry, attempt: u32) -> Option<Duration> {
     (attempt <= retry.attempts).then(|| {
         let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
+            .checked_shl(attempt.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
         retry.backoff.saturating_mul(factor)
     })
 }

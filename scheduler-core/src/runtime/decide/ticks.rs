@@ -49,7 +49,11 @@ pub(crate) enum AttemptEnd {
         wait: Duration,
     },
     /// The run ended: it no longer holds the job.
-    Ended { lost: bool, run: Running, end: RunEnd },
+    Ended {
+        lost: bool,
+        run: Running,
+        end: RunEnd,
+    },
     /// No run was under way.
     Gone,
 }
@@ -599,10 +603,7 @@ impl JobTicks {
         now: DateTime<Utc>,
     ) -> Option<(u32, Duration)> {
         let retry = cadence.policy.retry?;
-        let running = self
-            .running
-            .as_ref()
-            .filter(|r| !r.lost && !r.cancelled)?;
+        let running = self.running.as_ref().filter(|r| !r.lost && !r.cancelled)?;
         let wait = super::runs::retry_wait(retry, running.attempt)?;
         let at = now.checked_add_signed(TimeDelta::from_std(wait).ok()?)?;
         // The tick after the run's own, whether or not it has come due meanwhile (it
@@ -718,9 +719,9 @@ impl JobTicks {
     /// Whether the run's lease has expired without a renewal: by `now` on the store's
     /// clock, or the run's task cancelled the run for it ([`Running::expired`]).
     pub(crate) fn expired_unrenewed(&self, now: DateTime<Utc>) -> bool {
-        self.running.as_ref().is_some_and(|r| {
-            !r.lost && (r.lease.expires_at <= now || r.expired)
-        })
+        self.running
+            .as_ref()
+            .is_some_and(|r| !r.lost && (r.lease.expires_at <= now || r.expired))
     }
 
     /// When this job next needs the loop (store clock): its next tick (`ahead` of

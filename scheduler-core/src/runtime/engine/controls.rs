@@ -24,11 +24,10 @@ use crate::error::Error;
 use crate::job::Scope;
 use crate::lease::{Holder, Lease, Tick};
 use crate::policy::{CatchUp, Overlap};
-use crate::runtime::BackfillOptions;
 use crate::runtime::calls::{Gate, Retry};
+use crate::runtime::decide::JobTicks;
 use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
-use crate::runtime::decide::JobTicks;
 
 /// How many dynamic schedule rows one turn of the loop applies at most.
 const APPLY_CHUNK: usize = 2_000;
@@ -82,7 +81,7 @@ pub(super) struct ControlLoop {
     /// Dynamic schedule rows read and not yet applied, oldest first.
     pub(super) rows: std::collections::VecDeque<ScheduleRow>,
     /// Catch-ups of ticks paused over ([`CatchUp::All`]) under way.
-    catch_ups: Vec<tokio::task::JoinHandle<()>>,
+
     /// Rows this instance cannot run, by name, with the version reported (logged
     /// once per version).
     reported: HashMap<String, i64>,
@@ -126,7 +125,6 @@ impl ControlLoop {
             ran_here: HashSet::new(),
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
-            catch_ups: Vec::new(),
             every,
             next: Instant::now(),
             gate,
@@ -344,36 +342,13 @@ impl Engine {
         let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
             return;
         };
-        let (from, to, job) = (from.at(), to.at(), e.name.to_string());
-        info!(job = %job, paused_since = %since, ticks = ticks.len(),
+        let (from, to, count) = (from.at(), to.at(), ticks.len());
+        info!(job = %e.name, paused_since = %since, ticks = count,
             "job resumed: catching up every tick paused over, each under a lease of its own");
-        let backfiller = self.s.backfiller_of(i);
-        let options = BackfillOptions::default()
-            .concurrency(1)
-            .max_ticks(ticks.len().max(1));
-        let task = tokio::spawn(async move {
-            match backfiller.backfill(&job, from, to, options).await {
-                Ok(report) => {
-                    info!(job = %job, ran = report.ran, already_done = report.already_done,
-                    failed = report.failed, paused_again = report.paused, "ticks paused over caught up")
-                }
-                Err(err) => {
-                    warn!(job = %job, error = %err, "catching up the ticks paused over failed")
-                }
-            }
-        });
-        if let Some(ctl) = &mut self.ctl {
-            ctl.catch_ups.retain(|t| !t.is_finished());
-            ctl.catch_ups.push(task);
-        }
-    }
-
-    /// Stops the catch-ups under way (at shutdown): their ticks' leases expire and
-    /// another instance's catch-up, or the next, takes them.
-    pub(super) fn abort_catch_ups(&mut self) {
-        if let Some(ctl) = &mut self.ctl {
-            for task in ctl.catch_ups.drain(..) {
-                task.abort();
+        match self.s.catch_up_request(i, from, to, count.max(1)) {
+            Ok(request) => self.add_backfill(request),
+            Err(err) => {
+                warn!(job = %e.name, error = %err, "catching up the ticks paused over failed")
             }
         }
     }

@@ -27,22 +27,31 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+mod backfills;
 mod controls;
 mod runs;
-pub(super) use runs::{ended_as, panicked};
+pub(crate) use backfills::{BackfillDoor, BackfillJob, BackfillRequest, Reply, Stopped};
+pub(super) use runs::ended_as;
 mod shutdown;
 mod takes;
 
 use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
+use super::decide::{JobTicks, Polling};
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
-use super::decide::{JobTicks, Polling};
 use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error, StoreFailure};
 use crate::lease::{FencingToken, LeaseKey, LeaseName, Release, Tick};
 
 type RunResult = (usize, Result<(), BoxError>);
+
+/// Whose run a task is: a job's (by entry), or a backfill's (by backfill and tick).
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Job(usize),
+    Backfill(u64, usize),
+}
 
 /// How long cancelled runs get to return at shutdown before they are aborted.
 const CANCEL_NOTICE: Duration = Duration::from_secs(1);
@@ -87,7 +96,7 @@ pub(super) struct Engine {
     s: Scheduler,
     jobs: Vec<JobTicks>,
     tasks: JoinSet<RunResult>,
-    by_task: HashMap<Id, usize>,
+    by_task: HashMap<Id, Slot>,
     /// The tasks of the runs the jobs hold, by job.
     runs: HashMap<usize, runs::RunHandles>,
     /// Releases not yet acknowledged by the store.
@@ -121,6 +130,19 @@ pub(super) struct Engine {
     to_cancel: Vec<(LeaseName, Tick)>,
     /// Operators' controls, when the store keeps them and polling is on.
     ctl: Option<controls::ControlLoop>,
+    /// The backfills under way, by number.
+    backfills: std::collections::BTreeMap<u64, backfills::Unit>,
+    next_backfill: u64,
+    /// Since when every store call has failed, and the last failure's kind.
+    failing_since: Option<Instant>,
+    last_failure: Option<StoreFailure>,
+    /// A loop of a backfill's own: it ends with its last backfill.
+    standalone: bool,
+    /// The backfills' take in flight (what it asked for, and its answer to come),
+    /// through a gate of its own, with its own backoff.
+    backfill_take: Option<backfills::BackfillTake>,
+    backfill_gate: Gate,
+    backfill_retry: Retry,
 }
 
 impl Engine {
@@ -171,6 +193,14 @@ impl Engine {
                         s.handlers.is_empty(),
                     )
                 }),
+            backfills: std::collections::BTreeMap::new(),
+            next_backfill: 0,
+            failing_since: None,
+            last_failure: None,
+            standalone: false,
+            backfill_take: None,
+            backfill_gate: Gate::new(limit, s.observe.clone()),
+            backfill_retry: Retry::new(s.settings.retry_base, s.settings.retry_cap),
             s,
         }
     }
@@ -188,13 +218,16 @@ impl Engine {
         }
     }
 
-    fn store_ok(&self) {
+    fn store_ok(&mut self) {
         self.beat.store_ok();
+        self.failing_since = None;
     }
 
-    fn store_failed(&self, what: &str, err: &Error, retry_in: Duration) {
-        self.beat
-            .store_failed(err.store_failure().unwrap_or(StoreFailure::Other));
+    fn store_failed(&mut self, what: &str, err: &Error, retry_in: Duration) {
+        let failure = err.store_failure().unwrap_or(StoreFailure::Other);
+        self.beat.store_failed(failure);
+        self.failing_since.get_or_insert_with(Instant::now);
+        self.last_failure = Some(failure);
         warn!(error = %err, retry_in = ?retry_in, "{what} failed; retrying");
     }
 
@@ -252,12 +285,15 @@ impl Engine {
             .iter()
             .any(|j| j.running().is_some_and(|r| !r.lost))
             || self.ctl.as_ref().is_some_and(|c| !c.to_finish.is_empty())
+            || self.backfills_hold_any()
     }
 
-    pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>) {
+    pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>, door: BackfillDoor) {
         let mut shutdown = std::pin::pin!(shutdown);
         self.s.observe.declare(&self.s.declarations());
         info!(node = %self.s.node, jobs = self.s.entries.len(), ttl = ?self.s.settings.ttl.get(), "scheduler starting");
+        // Backfills asked for meanwhile wait in the door for the first turn.
+        let requests = door.open();
         // Learn the store's clock before computing any tick.
         let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
         loop {
@@ -273,7 +309,10 @@ impl Engine {
             warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
             tokio::select! {
                 biased;
-                () = &mut shutdown => return,
+                () = &mut shutdown => {
+                    door.close();
+                    return;
+                }
                 () = tokio::time::sleep(wait) => {}
             }
         }
@@ -285,6 +324,44 @@ impl Engine {
         if let Some(ctl) = &mut self.ctl {
             ctl.started = Some(now);
         }
+        self.turns(shutdown, Some(requests)).await;
+        door.close();
+        self.drain().await;
+    }
+
+    /// Runs backfill `request` on this loop, which has no job and ends with it (no
+    /// scheduler loop runs to take it). A store that answers no call for a whole
+    /// ttl ends the backfill (an error), as it would on the scheduler's loop.
+    pub(crate) async fn standalone(mut self, request: BackfillRequest) {
+        self.standalone = true;
+        self.add_backfill(request);
+        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
+        let failure = Error::store_as(
+            StoreFailure::Unreachable,
+            "reading the store's clock failed",
+        );
+        while !self.sync_clock().await {
+            let wait = startup.next_delay();
+            self.store_failed("reading the store's clock", &failure, wait);
+            self.settle_backfills();
+            if self.backfills.is_empty() {
+                return;
+            }
+            tokio::time::sleep(wait).await;
+        }
+        self.store_ok();
+        let never = std::pin::pin!(std::future::pending::<()>());
+        self.turns(never, None).await;
+        self.drain().await;
+    }
+
+    /// The loop's turns, until `shutdown` (or, on a backfill's own loop, until its
+    /// last backfill is over).
+    async fn turns(
+        &mut self,
+        mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+        mut requests: Option<tokio::sync::mpsc::UnboundedReceiver<BackfillRequest>>,
+    ) {
         // The store's announcements of control changes: each wakes the loop, whose
         // turn polls when the control loop's own receiver says so.
         let mut announced = None;
@@ -295,6 +372,9 @@ impl Engine {
         'turns: loop {
             self.beat.beat();
             self.turn().await;
+            if self.standalone && self.backfills.is_empty() {
+                break;
+            }
             let mut wake = self.next_wake();
             // Runs that end before `wake` are handled without a whole turn (which
             // looks at every job: at 10,000 jobs a turn per few ended runs held up
@@ -319,6 +399,30 @@ impl Engine {
                             None => break,
                         }
                     }
+                    answer = async {
+                        match self.backfill_take.as_mut() {
+                            Some((_, call)) => call.await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        let answer = answer.unwrap_or_else(|join| {
+                            Err(Error::store(format!("the take failed: {join}")))
+                        });
+                        self.on_backfill_take(answer);
+                        break;
+                    }
+                    request = async {
+                        match requests.as_mut() {
+                            Some(rx) => rx.recv().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        match request {
+                            Some(request) => self.add_backfill(request),
+                            None => requests = None,
+                        }
+                        break;
+                    }
                     changed = async {
                         match announced.as_mut() {
                             Some(watch) => watch.changed().await.is_ok(),
@@ -335,7 +439,6 @@ impl Engine {
                 }
             }
         }
-        self.drain().await;
     }
 
     /// After the runs of jobs `ended` ended, the loop's next wake-up if it can wait
@@ -351,6 +454,9 @@ impl Engine {
         let (now, db_now) = (Instant::now(), self.db_now());
         let mut wake = wake;
         if let Some(at) = self.release_wake() {
+            wake = wake.min(at);
+        }
+        if let Some(at) = self.backfills_wake() {
             wake = wake.min(at);
         }
         for &i in ended {
@@ -382,11 +488,13 @@ impl Engine {
         if !due.is_empty() {
             self.take_due(due).await;
         }
+        self.send_backfill_take();
         self.controls_turn().await;
         if !self.to_cancel.is_empty() {
             self.ask_cancels().await;
         }
         self.expire_unrenewed();
+        self.settle_backfills();
     }
 
     /// Asks the holders of older ticks to stop, one statement each (rare: only jobs
@@ -442,6 +550,9 @@ impl Engine {
         // backoff allows.
         for at in self.jobs.iter().filter_map(|j| j.next_wake(self.ahead)) {
             wake = wake.min(self.job_wake(at, now, db_now));
+        }
+        if let Some(at) = self.backfills_wake() {
+            wake = wake.min(at);
         }
         wake
     }
@@ -559,7 +670,8 @@ impl Engine {
                 })
                 .collect()
         });
-        if ours.is_empty() && finishing.is_empty() {
+        let backfilled = self.backfill_keys();
+        if ours.is_empty() && finishing.is_empty() && backfilled.is_empty() {
             self.next_renew = Instant::now() + renew_every;
             return;
         }
@@ -567,6 +679,7 @@ impl Engine {
             .iter()
             .map(|(_, k)| k.clone())
             .chain(finishing)
+            .chain(backfilled.iter().map(|(_, k)| k.clone()))
             .collect();
         let asked = keys.len();
         let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
@@ -597,6 +710,10 @@ impl Engine {
                         }
                         None => self.lost(i, "the renewal found the lease taken over or gone"),
                     }
+                }
+                for (run, key) in backfilled {
+                    let expires_at = renewed.get(&key.name).map(|(at, _)| *at);
+                    self.backfill_renewed(run, expires_at);
                 }
             }
             Err(err) => {

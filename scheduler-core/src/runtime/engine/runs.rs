@@ -6,14 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
-use tokio::task::Id;
+use tokio::task::{AbortHandle, Id, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::{Engine, RunResult};
+use super::{Engine, RunResult, Slot};
 use crate::error::BoxError;
-use crate::job::{Interrupted, JobContext, TimedOut};
+use crate::job::{Idempotent, Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, LeaseKey};
 use crate::runtime::decide::{
     AttemptEnd, Command, Ended, Handover, RunEnd, Running, TickEvent, Won,
@@ -25,7 +25,7 @@ use crate::runtime::{RunOutcome, RunRecord};
 /// lease is lost never begins), and the lease's expiry its task watches.
 pub(super) struct RunHandles {
     cancel: CancellationToken,
-    attempt: Option<(Instant, CancellationToken)>,
+    pub(super) attempt: Option<(Instant, CancellationToken)>,
     /// When the lease expires unless renewed, as a local instant, for the run's task:
     /// a run that needs fencing is cancelled then, whatever the loop is waiting for.
     /// Set when an attempt starts and at each renewal.
@@ -48,6 +48,46 @@ impl RunHandles {
     pub(super) fn cancel(&self) {
         self.cancel.cancel();
     }
+
+    /// Whether the run was cancelled.
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// A token for one attempt: cancelled with the run, or on its own (a timeout).
+    pub(super) fn child_token(&self) -> CancellationToken {
+        self.cancel.child_token()
+    }
+}
+
+/// Spawns one attempt of a run onto `tasks`: `job` run with `ctx` from `begin_at`,
+/// under `(timeout, grace)`, guarded by the lease's expiry when the job needs
+/// fencing (`fenced`: the run's handles). Returns the task's handle.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn spawn_run(
+    tasks: &mut JoinSet<RunResult>,
+    key: usize,
+    job: Arc<dyn Idempotent>,
+    ctx: JobContext,
+    begin_at: Instant,
+    (timeout, grace): (Option<std::time::Duration>, std::time::Duration),
+    fenced: Option<&RunHandles>,
+    span: tracing::Span,
+) -> AbortHandle {
+    let watchdog = fenced.map(|h| Watchdog {
+        expiry: h.expiry.subscribe(),
+        cancel: h.cancel.clone(),
+        expired: h.expired.clone(),
+    });
+    let run = async move {
+        let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
+        let result = match watchdog {
+            Some(watchdog) => watchdog.guard(attempt).await,
+            None => attempt.await,
+        };
+        (key, result)
+    };
+    tasks.spawn(run.instrument(span))
 }
 
 impl Engine {
@@ -98,7 +138,8 @@ impl Engine {
                     }
                 }
                 Command::CancelUnbegun => {
-                    if let Some((begins, token)) = self.runs.get(&i).and_then(|h| h.attempt.as_ref())
+                    if let Some((begins, token)) =
+                        self.runs.get(&i).and_then(|h| h.attempt.as_ref())
                         && Instant::now() < *begins
                     {
                         token.cancel();
@@ -156,25 +197,18 @@ impl Engine {
             node = %self.s.node, holder = %lease.holder, token = %lease.token,
             attempt = running.attempt);
         span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
-        let job = e.job.clone();
-        let timeout = e.cadence.policy.timeout;
-        let grace = self.s.settings.grace;
-        let watchdog = e.cadence.fenced.then(|| Watchdog {
-            expiry: handles.expiry.subscribe(),
-            cancel: handles.cancel.clone(),
-            expired: handles.expired.clone(),
-        });
+        let task = spawn_run(
+            &mut self.tasks,
+            i,
+            e.job.clone(),
+            ctx,
+            begin_at,
+            (e.cadence.policy.timeout, self.s.settings.grace),
+            e.cadence.fenced.then_some(&*handles),
+            span,
+        );
+        self.by_task.insert(task.id(), Slot::Job(i));
         self.tell_expiry(i);
-        let run = async move {
-            let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
-            let result = match watchdog {
-                Some(watchdog) => watchdog.guard(attempt).await,
-                None => attempt.await,
-            };
-            (i, result)
-        };
-        let task = self.tasks.spawn(run.instrument(span));
-        self.by_task.insert(task.id(), i);
     }
 
     /// A run's task ended: retry it, or record its end and queue its release.
@@ -187,17 +221,30 @@ impl Engine {
             Ok((id, (_, result))) => (id, result),
             Err(err) => (err.id(), Err(panicked(err))),
         };
-        let i = self.by_task.remove(&id)?;
+        let i = match self.by_task.remove(&id)? {
+            Slot::Job(i) => i,
+            Slot::Backfill(u, t) => {
+                self.backfilled(u, t, result);
+                return None;
+            }
+        };
         self.note_expired(i);
         let ended = ended_as(&result);
         let now = self.db_now();
-        let end = self.jobs[i].on_attempt_ended(&self.s.entries[i].cadence, ended, now, self.draining);
-        if let AttemptEnd::Ended { lost: true, run, .. } = &end {
+        let end =
+            self.jobs[i].on_attempt_ended(&self.s.entries[i].cadence, ended, now, self.draining);
+        if let AttemptEnd::Ended {
+            lost: true, run, ..
+        } = &end
+        {
             let lease = (run.lease.tick, run.lease.token);
             self.report_lost(i, "the lease expired before it could be renewed", lease);
         }
         let e = &self.s.entries[i];
-        let error = result.as_ref().err().map(|e| crate::error::error_chain(&**e));
+        let error = result
+            .as_ref()
+            .err()
+            .map(|e| crate::error::error_chain(&**e));
         match end {
             AttemptEnd::Retry {
                 failed: (started, failed),

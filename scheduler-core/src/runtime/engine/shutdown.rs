@@ -49,6 +49,7 @@ impl Engine {
                 }
             }
         }
+        self.cancel_backfill_runs();
         let notice = tokio::time::sleep(CANCEL_NOTICE);
         tokio::pin!(notice);
         while !self.tasks.is_empty() {
@@ -64,7 +65,6 @@ impl Engine {
         while let Some(done) = self.tasks.join_next_with_id().await {
             self.finished(done);
         }
-        self.abort_catch_ups();
         // Triggered runs' ends are recorded before their leases are released.
         self.finish_triggers().await;
         // Release everything in (at most) one call per kind; a few quick retries, then
@@ -77,6 +77,8 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        self.settle_backfills();
+        self.hand_back_backfills();
         info!(unreleased = self.to_release.len(), "scheduler stopped");
     }
 }

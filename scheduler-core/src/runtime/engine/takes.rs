@@ -9,16 +9,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, TAKE_CHUNK, TAKE_MOST};
+use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, Slot, TAKE_CHUNK, TAKE_MOST};
 use crate::error::Error;
-use crate::lease::{ControlKey, TakeRequest, Taken};
+use crate::lease::{ControlKey, Held, Lease, LeaseName, TakeRequest, Taken};
+use crate::runtime::calls::Gate;
 
 /// A take call's answer, with the local clock read before and after it.
-type ChunkAnswer = crate::Result<(DateTime<Utc>, Taken, DateTime<Utc>)>;
+pub(super) type ChunkAnswer = crate::Result<(DateTime<Utc>, Taken, DateTime<Utc>)>;
 
 impl Engine {
     /// The jobs with a tick to take now, with their requests, in job order.
-    pub(super) fn collect_due(&mut self) -> Vec<(usize, TakeRequest)> {
+    pub(super) fn collect_due(&mut self) -> Vec<(Slot, TakeRequest)> {
         let now = self.db_now();
         let mut due = Vec::new();
         let mut events = Vec::new();
@@ -38,7 +39,7 @@ impl Engine {
                         caught_up_on_resume: polls && job.resume_catches_up(tick),
                     }),
                 };
-                due.push((i, request));
+                due.push((Slot::Job(i), request));
             }
             self.act(i, &mut events);
         }
@@ -56,20 +57,20 @@ impl Engine {
     /// the chunk that will be answered in that time (at least [`TAKE_CHUNK`], so a
     /// late round's first runs start after one short call) and doubles each next
     /// one.
-    pub(super) async fn take_due(&mut self, due: Vec<(usize, TakeRequest)>) {
+    pub(super) async fn take_due(&mut self, due: Vec<(Slot, TakeRequest)>) {
         let began = Instant::now();
         let names = due.len();
         let mut size = self.first_chunk(&due);
         let mut due = due.into_iter().peekable();
         let mut chunks = std::iter::from_fn(move || {
             due.peek()?;
-            let chunk: (Vec<usize>, Vec<TakeRequest>) = due.by_ref().take(size).unzip();
+            let chunk: (Vec<Slot>, Vec<TakeRequest>) = due.by_ref().take(size).unzip();
             size = size.saturating_mul(2).min(TAKE_MOST);
             Some(chunk)
         });
         let mut in_flight = chunks
             .next()
-            .map(|(asked, requests)| (asked, self.send_chunk(requests)));
+            .map(|(asked, requests)| (asked, self.send_chunk(requests, &self.leases)));
         let mut answered_all = true;
         while let Some((asked, call)) = in_flight.take() {
             let answer = call
@@ -78,7 +79,7 @@ impl Engine {
             if answer.is_ok() {
                 in_flight = chunks
                     .next()
-                    .map(|(asked, requests)| (asked, self.send_chunk(requests)));
+                    .map(|(asked, requests)| (asked, self.send_chunk(requests, &self.leases)));
             }
             answered_all &= self.on_chunk_answer(asked, answer);
         }
@@ -114,7 +115,7 @@ impl Engine {
     /// answered before the first tick fires, with half as long again to spare
     /// (estimated from the cost per name of the last big rounds; unknown before the
     /// first), within [`TAKE_CHUNK`] … [`TAKE_MOST`].
-    fn first_chunk(&self, due: &[(usize, TakeRequest)]) -> usize {
+    fn first_chunk(&self, due: &[(Slot, TakeRequest)]) -> usize {
         if due.len() <= TAKE_CHUNK {
             return TAKE_CHUNK;
         }
@@ -131,14 +132,18 @@ impl Engine {
 
     /// Sends one take call for `requests` on a task of its own (through the gate:
     /// still one lease call in flight), timed on the local clock for a clock sample.
-    fn send_chunk(&self, requests: Vec<TakeRequest>) -> JoinHandle<ChunkAnswer> {
+    pub(super) fn send_chunk(
+        &self,
+        requests: Vec<TakeRequest>,
+        gate: &Gate,
+    ) -> JoinHandle<ChunkAnswer> {
         let span = tracing::debug_span!("take", ticks = requests.len(), node = %self.s.node);
         let (store, ttl, local) = (
             self.s.store.clone(),
             self.s.settings.ttl,
             self.s.settings.clock,
         );
-        let gate = self.leases.clone();
+        let gate = gate.clone();
         let call = async move {
             let before = local.now();
             let taken = store.take(&requests, ttl).await?;
@@ -148,14 +153,18 @@ impl Engine {
         tokio::spawn(async move { gate.run("take", call).await })
     }
 
-    /// The answer to one take call for the jobs `asked`: start the runs won, feed the
-    /// refusals back. Returns whether it was answered.
-    fn on_chunk_answer(&mut self, asked: Vec<usize>, answer: ChunkAnswer) -> bool {
+    /// The answer to one take call for the jobs and backfills `asked`: start the
+    /// runs won, feed the refusals back. Returns whether it was answered.
+    fn on_chunk_answer(&mut self, asked: Vec<Slot>, answer: ChunkAnswer) -> bool {
         let (before, taken, after) = match answer {
             Ok(answer) => answer,
             Err(err) => {
-                for i in asked {
-                    self.jobs[i].on_unanswered();
+                let now = self.db_now();
+                for slot in asked {
+                    match slot {
+                        Slot::Job(i) => self.jobs[i].on_unanswered(),
+                        Slot::Backfill(u, t) => self.on_backfill_answer((u, t), None, now),
+                    }
                 }
                 let delay = self.take.failed(self.s.settings.retry_cap);
                 self.store_failed("taking due leases", &err, delay);
@@ -173,29 +182,30 @@ impl Engine {
         }
         // Decided on the store's clock when the answer came.
         let answered = self.db_now();
-        let mut won: HashMap<_, _> = taken.won.into_iter().map(|l| (l.name.clone(), l)).collect();
-        let refused: HashMap<_, _> = taken
-            .held
-            .into_iter()
-            .map(|h| (h.name.clone(), h))
-            .collect();
-        let paused: HashSet<_> = taken.paused.into_iter().collect();
         // A pause is decided on the store's own clock, as it answered (the local
         // estimate may be a little behind it).
         let paused_at = taken.now.unwrap_or(answered);
+        let mut taken = TakenByName::from(taken);
         let mut events = Vec::new();
-        for i in asked {
+        for slot in asked {
+            let i = match slot {
+                Slot::Job(i) => i,
+                Slot::Backfill(u, t) => {
+                    self.on_backfill_answer((u, t), Some(&mut taken), answered);
+                    continue;
+                }
+            };
             let e = &self.s.entries[i];
-            match won.remove(&e.lease) {
+            match taken.won.remove(&e.lease) {
                 Some(lease) => self.start(i, lease, answered),
-                None if paused.contains(&e.lease) => {
+                None if taken.paused.contains(&e.lease) => {
                     self.jobs[i].on_paused(paused_at, &mut events);
                     self.act(i, &mut events);
                 }
                 None => {
                     self.jobs[i].on_refused(
                         e.cadence.policy.overlap,
-                        refused.get(&e.lease),
+                        taken.held.get(&e.lease),
                         answered,
                         self.polling,
                         &mut events,
@@ -205,5 +215,26 @@ impl Engine {
             }
         }
         true
+    }
+}
+
+/// A take's answer, by lease name.
+pub(super) struct TakenByName {
+    pub(super) won: HashMap<LeaseName, Lease>,
+    pub(super) held: HashMap<LeaseName, Held>,
+    pub(super) paused: HashSet<LeaseName>,
+}
+
+impl From<Taken> for TakenByName {
+    fn from(taken: Taken) -> Self {
+        Self {
+            won: taken.won.into_iter().map(|l| (l.name.clone(), l)).collect(),
+            held: taken
+                .held
+                .into_iter()
+                .map(|h| (h.name.clone(), h))
+                .collect(),
+            paused: taken.paused.into_iter().collect(),
+        }
     }
 }

@@ -1,8 +1,6 @@
 //! The state machine of one job's ticks, with plain values.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
 use super::*;
 use crate::lease::{FencingToken, LeaseName};
 use crate::policy::Policy;
