@@ -15,16 +15,25 @@
 //!   becomes of its lease ([`run_end`]).
 //! - `backfill` — a backfill's plan ([`BackfillPlan`]): which ticks of the range to
 //!   ask for next, what each answer means, when the range is done.
+//! - `controls` — operators' controls: what a resume catches up and how
+//!   ([`on_resume`]), what a trigger the job's lease refused waits for
+//!   ([`on_trigger_refused`]), what a dynamic schedule's row does
+//!   ([`on_schedule_row`]).
 //! - `events` — [`TickEvent`] and [`Command`].
 
 mod backfill;
 mod cadence;
+mod controls;
 mod events;
 mod runs;
 mod ticks;
 
 pub(crate) use backfill::{Answer, BackfillPlan};
 pub(crate) use cadence::{Cadence, Polling};
+pub(crate) use controls::{
+    ResumeAction, ResumedJob, RowAction, TriggerRefused, claimed_elsewhere, on_resume,
+    on_schedule_row, on_trigger_refused,
+};
 pub(crate) use events::{Command, TickEvent, Won};
 pub(crate) use runs::{Ended, Handover, RunEnd, retry_wait, run_end};
 pub(crate) use ticks::{AttemptEnd, JobTicks, Running};

@@ -1,0 +1,140 @@
+//! Dynamic schedules, as the loop meets them: rows read by the polls, applied a
+//! chunk per turn; a changed or removed row's entries retired, a new one's started
+//! after its change ([`on_schedule_row`]).
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use super::super::Engine;
+use super::Dynamic;
+use crate::control::ScheduleRow;
+use crate::error::Error;
+use crate::runtime::decide::{JobTicks, RowAction, on_schedule_row};
+use crate::runtime::dynamic::DynamicJob;
+use crate::runtime::entries_for;
+
+/// How many dynamic schedule rows one turn of the loop applies at most.
+const APPLY_CHUNK: usize = 2_000;
+
+impl Engine {
+    /// Adds, changes and drops dynamic schedules as their rows say.
+    pub(in crate::runtime::engine) fn apply_schedules(&mut self, rows: Vec<ScheduleRow>) {
+        if let Some(ctl) = &mut self.ctl {
+            ctl.rows.extend(rows);
+        }
+        self.apply_some_schedules();
+    }
+
+    /// Applies up to [`APPLY_CHUNK`] of the rows read and not yet applied: a first
+    /// poll of 100,000 rows is applied over many turns of the loop, which renews,
+    /// takes and releases in between.
+    pub(in crate::runtime::engine) fn apply_some_schedules(&mut self) {
+        let Some(ctl) = &mut self.ctl else {
+            return;
+        };
+        let take = ctl.rows.len().min(APPLY_CHUNK);
+        let rows: Vec<ScheduleRow> = ctl.rows.drain(..take).collect();
+        let now = self.db_now();
+        for row in rows {
+            let Some(ctl) = &mut self.ctl else {
+                return;
+            };
+            let running = ctl.dynamic.get(&row.name).map(|d| d.version);
+            if on_schedule_row(running, &row) == RowAction::Keep {
+                continue;
+            }
+            // Drop what runs of the old row: a run under way ends as it would.
+            if let Some(old) = ctl.dynamic.remove(&row.name) {
+                ctl.by_name.remove(row.name.as_str());
+                for i in old.entries {
+                    let mut events = Vec::new();
+                    self.jobs[i].retire(&mut events);
+                    self.act(i, &mut events);
+                }
+                info!(schedule = %row.name, "dynamic schedule dropped or changed");
+            }
+            if on_schedule_row(None, &row) == RowAction::Drop {
+                continue;
+            }
+            match self.dynamic_entries(&row, now) {
+                Ok(entries) => {
+                    let first = self.s.entries.len();
+                    let count = entries.len();
+                    for entry in entries {
+                        let mut ticks = JobTicks::default();
+                        ticks.start_after(&entry.cadence, row.updated_at, now);
+                        self.jobs.push(ticks);
+                        self.s.entries.push(entry);
+                    }
+                    self.s.stats.track(&row.name);
+                    info!(schedule = %row.name, handler = %row.handler, every = %row.schedule,
+                        "dynamic schedule running");
+                    if let Some(ctl) = &mut self.ctl {
+                        ctl.reported.remove(&row.name);
+                        let name: Arc<str> = row.name.as_str().into();
+                        ctl.by_name.insert(name, (first..first + count).collect());
+                        ctl.dynamic.insert(
+                            row.name.clone(),
+                            Dynamic {
+                                version: row.version,
+                                entries: (first..first + count).collect(),
+                            },
+                        );
+                    }
+                }
+                Err(err) => {
+                    let Some(ctl) = &mut self.ctl else {
+                        return;
+                    };
+                    if ctl.reported.insert(row.name.clone(), row.version) != Some(row.version) {
+                        warn!(schedule = %row.name, handler = %row.handler, error = %err,
+                            "dynamic schedule not run on this instance");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The entries of a dynamic schedule's row, or why this instance cannot run it.
+    fn dynamic_entries(
+        &self,
+        row: &ScheduleRow,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> crate::Result<Vec<crate::runtime::Entry>> {
+        let Some(handler) = self.s.handlers.get(&row.handler) else {
+            let mut known: Vec<&str> = self.s.handlers.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return Err(Error::InvalidControl {
+                reason: format!(
+                    "this instance has no handler named {:?} (its handlers: {}); the schedule runs on instances that registered it",
+                    row.handler,
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            });
+        };
+        // The row's own old entries were dropped before: a name still live here is
+        // a job registered in code.
+        if !self.entries_of(&row.name).is_empty() {
+            return Err(Error::InvalidControl {
+                reason: format!(
+                    "a job named {:?} is registered in code; a dynamic schedule cannot share its name",
+                    row.name
+                ),
+            });
+        }
+        let job = DynamicJob::new(row, Arc::clone(&handler.1))?;
+        let policy = job.policy_of();
+        entries_for(
+            Arc::new(job),
+            policy,
+            &self.s.node,
+            &self.s.holder_prefix,
+            now,
+        )
+    }
+}
