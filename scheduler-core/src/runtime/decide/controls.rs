@@ -24,10 +24,11 @@ pub(crate) struct ResumedJob {
     pub(crate) scope: Scope,
     /// How many lease slots the job has (concurrent ticks).
     pub(crate) slots: u32,
-    /// Since when start-up caught ticks up: under [`CatchUp::All`], slot 0's
-    /// [`catch_up_from`](super::JobTicks::catch_up_from); otherwise when the
-    /// scheduler started.
-    pub(crate) caught_up_from: Option<DateTime<Utc>>,
+    /// When the scheduler started (store clock).
+    pub(crate) started: Option<DateTime<Utc>>,
+    /// Under [`CatchUp::All`], since when start-up caught ticks up: slot 0's
+    /// [`catch_up_from`](super::JobTicks::catch_up_from).
+    pub(crate) all_caught_up_from: Option<DateTime<Utc>>,
 }
 
 /// What a resume means on this instance.
@@ -59,7 +60,11 @@ pub(crate) fn on_resume(
     if !resume.catch_up || resume.node.as_deref().is_some_and(|n| n != node) {
         return ResumeAction::Nothing;
     }
-    if first && (!initial || job.caught_up_from.is_none_or(|at| resume.resumed_at < at)) {
+    let caught_up_from = match job.catch_up {
+        CatchUp::All { .. } => job.all_caught_up_from,
+        _ => job.started,
+    };
+    if first && (!initial || caught_up_from.is_none_or(|at| resume.resumed_at < at)) {
         return ResumeAction::Nothing;
     }
     match job.catch_up {
@@ -176,7 +181,8 @@ mod tests {
             catch_up,
             scope,
             slots: 2,
-            caught_up_from: Some(at(150)),
+            started: Some(at(150)),
+            all_caught_up_from: Some(at(150)),
         }
     }
 

@@ -20,7 +20,6 @@ use tracing::{info, warn};
 use super::Engine;
 use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId};
 use crate::lease::Holder;
-use crate::policy::CatchUp;
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
@@ -261,10 +260,8 @@ impl Engine {
                 catch_up: e.job_policy.catch_up,
                 scope: e.scope,
                 slots: u32::try_from(entries.len()).unwrap_or(u32::MAX),
-                caught_up_from: match e.job_policy.catch_up {
-                    CatchUp::All { .. } => self.jobs[slot0].catch_up_from(),
-                    _ => started,
-                },
+                started,
+                all_caught_up_from: self.jobs[slot0].catch_up_from(),
             };
             match on_resume(resume, job, &self.s.node, first, initial) {
                 ResumeAction::Nothing => {}

@@ -17,8 +17,7 @@
 //! A turn of the loop looks at every job; runs that end are handled without one
 //! unless their job needs the loop ([`Engine::wake_after_runs_ended`]).
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,20 +28,22 @@ use tracing::{debug, info, warn};
 
 mod backfills;
 mod controls;
+mod leases;
 mod runs;
 pub(crate) use backfills::{BackfillDoor, BackfillJob, BackfillRequest, Reply, Stopped};
 pub(super) use runs::ended_as;
 mod shutdown;
 mod takes;
+mod turns;
 
+use super::Scheduler;
 use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
 use super::decide::{JobTicks, Polling};
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
-use super::{Outcome, Scheduler};
 use crate::error::{BoxError, Error, StoreFailure};
-use crate::lease::{FencingToken, LeaseKey, LeaseName, Release, Tick};
+use crate::lease::{LeaseKey, LeaseName, Release, Tick};
 
 type RunResult = (usize, Result<(), BoxError>);
 
@@ -288,159 +289,6 @@ impl Engine {
             || self.backfills_hold_any()
     }
 
-    pub(super) async fn run(mut self, shutdown: impl Future<Output = ()>, door: BackfillDoor) {
-        let mut shutdown = std::pin::pin!(shutdown);
-        self.s.observe.declare(&self.s.declarations());
-        info!(node = %self.s.node, jobs = self.s.entries.len(), ttl = ?self.s.settings.ttl.get(), "scheduler starting");
-        // Backfills asked for meanwhile wait in the door for the first turn.
-        let requests = door.open();
-        // Learn the store's clock before computing any tick.
-        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
-        loop {
-            self.beat.beat();
-            if self.sync_clock().await {
-                // The first read also paid for the connection's set-up; a second one
-                // on the warm connection is kept if its round trip is shorter.
-                self.sync_clock().await;
-                break;
-            }
-            self.beat.store_failed(StoreFailure::Unreachable);
-            let wait = startup.next_delay();
-            warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
-            tokio::select! {
-                biased;
-                () = &mut shutdown => {
-                    door.close();
-                    return;
-                }
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-        self.store_ok();
-        let now = self.db_now();
-        for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
-            job.start(&e.cadence, now);
-        }
-        if let Some(ctl) = &mut self.ctl {
-            ctl.started = Some(now);
-        }
-        self.turns(shutdown, Some(requests)).await;
-        door.close();
-        self.drain().await;
-    }
-
-    /// Runs backfill `request` on this loop, which has no job and ends with it (no
-    /// scheduler loop runs to take it). A store that answers no call for a whole
-    /// ttl ends the backfill (an error), as it would on the scheduler's loop.
-    pub(crate) async fn standalone(mut self, request: BackfillRequest) {
-        self.standalone = true;
-        self.add_backfill(request);
-        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
-        let failure = Error::store_as(
-            StoreFailure::Unreachable,
-            "reading the store's clock failed",
-        );
-        while !self.sync_clock().await {
-            let wait = startup.next_delay();
-            self.store_failed("reading the store's clock", &failure, wait);
-            self.settle_backfills();
-            if self.backfills.is_empty() {
-                return;
-            }
-            tokio::time::sleep(wait).await;
-        }
-        self.store_ok();
-        let never = std::pin::pin!(std::future::pending::<()>());
-        self.turns(never, None).await;
-        self.drain().await;
-    }
-
-    /// The loop's turns, until `shutdown` (or, on a backfill's own loop, until its
-    /// last backfill is over).
-    async fn turns(
-        &mut self,
-        mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
-        mut requests: Option<tokio::sync::mpsc::UnboundedReceiver<BackfillRequest>>,
-    ) {
-        // The store's announcements of control changes: each wakes the loop, whose
-        // turn polls when the control loop's own receiver says so.
-        let mut announced = None;
-        if let Some(ctl) = &mut self.ctl {
-            ctl.watch = self.s.store.controls().and_then(|c| c.watch());
-            announced = ctl.watch.clone();
-        }
-        'turns: loop {
-            self.beat.beat();
-            self.turn().await;
-            if self.standalone && self.backfills.is_empty() {
-                break;
-            }
-            let mut wake = self.next_wake();
-            // Runs that end before `wake` are handled without a whole turn (which
-            // looks at every job: at 10,000 jobs a turn per few ended runs held up
-            // the start of the runs still to begin at the same instant).
-            loop {
-                // Biased, so that a seeded simulation replays exactly; the shutdown
-                // first, so that a loop always due (a store slow to answer) still
-                // hears it.
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break 'turns,
-                    () = tokio::time::sleep_until(wake) => break,
-                    Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                        let mut ended = Vec::new();
-                        ended.extend(self.finished(done));
-                        while let Some(done) = self.tasks.try_join_next_with_id() {
-                            ended.extend(self.finished(done));
-                        }
-                        self.beat.beat();
-                        match self.wake_after_runs_ended(&ended, wake) {
-                            Some(sooner) => wake = sooner,
-                            None => break,
-                        }
-                    }
-                    answer = async {
-                        match self.backfill_take.as_mut() {
-                            Some((_, call)) => call.await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        let answer = answer.unwrap_or_else(|join| {
-                            Err(Error::store(format!("the take failed: {join}")))
-                        });
-                        self.on_backfill_take(answer);
-                        break;
-                    }
-                    request = async {
-                        match requests.as_mut() {
-                            Some(rx) => rx.recv().await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        match request {
-                            Some(request) => self.add_backfill(request),
-                            None => requests = None,
-                        }
-                        break;
-                    }
-                    changed = async {
-                        match announced.as_mut() {
-                            Some(watch) => watch.changed().await.is_ok(),
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        // A store that dropped its watch announces nothing more:
-                        // the timer applies (the control loop's receiver says so).
-                        if !changed {
-                            announced = None;
-                        }
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
     /// After the runs of jobs `ended` ended, the loop's next wake-up if it can wait
     /// until then (or until the queued releases are due, or one of those jobs needs
     /// the loop, if sooner), or `None` when it needs a whole turn now: one of those
@@ -561,204 +409,6 @@ impl Engine {
     /// `db_now` there), not before the take's backoff allows.
     fn job_wake(&self, at: DateTime<Utc>, now: Instant, db_now: DateTime<Utc>) -> Instant {
         local_instant(at, now, db_now).max(self.take.at.unwrap_or(now))
-    }
-
-    /// Whether to send the queued releases now: once they have lingered (for more
-    /// runs to end and join them), or at once when a take follows; never during the
-    /// release's backoff.
-    fn releases_due(&mut self, take_follows: bool) -> bool {
-        self.note_releases();
-        match self.lingered() {
-            None => false,
-            Some(at) => self.release.ready() && (take_follows || Instant::now() >= at),
-        }
-    }
-
-    /// Notes when the queue of releases started and when it last grew.
-    fn note_releases(&mut self) {
-        let len = self.to_release.len();
-        if len == 0 {
-            self.release_since = None;
-        } else if len > self.release_grew.1 || self.release_since.is_none() {
-            let now = Instant::now();
-            self.release_since.get_or_insert(now);
-            self.release_grew.0 = now;
-        }
-        self.release_grew.1 = len;
-    }
-
-    /// When the queued releases have lingered long enough: no release joined them
-    /// for [`RELEASE_QUIET`], or [`RELEASE_LINGER`] after the first.
-    fn lingered(&self) -> Option<Instant> {
-        let since = self.release_since?;
-        Some((self.release_grew.0 + self.release_quiet).min(since + self.release_linger))
-    }
-
-    /// When the queued releases are next due (see [`Engine::releases_due`]).
-    fn release_wake(&self) -> Option<Instant> {
-        if self.to_release.is_empty() {
-            return None;
-        }
-        let lingered = self.lingered().unwrap_or_else(Instant::now);
-        Some(self.release.at.map_or(lingered, |at| at.max(lingered)))
-    }
-
-    /// Sends the queued releases, one call per kind and round. A batch names each
-    /// lease once (a store refuses a batch that names one twice), so releases of two
-    /// holders of one lease (a run whose release failed, and a later run of the same
-    /// job) go in successive rounds.
-    async fn flush_releases(&mut self) {
-        while !self.to_release.is_empty() {
-            for how in [Release::Completed, Release::Interrupted] {
-                let mut names = HashSet::new();
-                let batch: Vec<usize> = (0..self.to_release.len())
-                    .filter(|&k| {
-                        let (key, h) = &self.to_release[k];
-                        *h == how && names.insert(key.name.clone())
-                    })
-                    .collect();
-                if batch.is_empty() {
-                    continue;
-                }
-                let keys: Vec<LeaseKey> = batch
-                    .iter()
-                    .map(|&k| self.to_release[k].0.clone())
-                    .collect();
-                let store = self.s.store.clone();
-                let call = async move { store.release(&keys, how).await };
-                match self.leases.run("release", call).await {
-                    Ok(_) => {
-                        for k in batch.into_iter().rev() {
-                            self.to_release.swap_remove(k);
-                        }
-                        self.release.ok();
-                        self.store_ok();
-                    }
-                    Err(err) => {
-                        let delay = self.release.failed(self.s.settings.retry_cap);
-                        self.store_failed("releasing leases", &err, delay);
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Renews every lease this instance holds in one call; a lease not renewed is lost. Runs on its
-    /// own clock (every renewal interval, sooner after a failure), whatever the takes
-    /// are doing.
-    async fn renew(&mut self) {
-        let renew_every = self.s.settings.renew_every;
-        if self.sampled.elapsed() >= CLOCK_STALE {
-            self.sync_clock().await;
-        }
-        let ours: Vec<(usize, LeaseKey)> = self
-            .jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, j)| j.running().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
-            .collect();
-        // Triggered runs that ended but whose end is not recorded yet keep their
-        // leases until it is.
-        let finishing: Vec<LeaseKey> = self.ctl.as_ref().map_or_else(Vec::new, |c| {
-            c.to_finish
-                .iter()
-                .filter(|f| !ours.iter().any(|(_, k)| k.name == f.lease))
-                .map(|f| LeaseKey {
-                    name: f.lease.clone(),
-                    holder: f.holder.clone(),
-                })
-                .collect()
-        });
-        let backfilled = self.backfill_keys();
-        if ours.is_empty() && finishing.is_empty() && backfilled.is_empty() {
-            self.next_renew = Instant::now() + renew_every;
-            return;
-        }
-        let keys: Vec<LeaseKey> = ours
-            .iter()
-            .map(|(_, k)| k.clone())
-            .chain(finishing)
-            .chain(backfilled.iter().map(|(_, k)| k.clone()))
-            .collect();
-        let asked = keys.len();
-        let (store, ttl) = (self.s.store.clone(), self.s.settings.ttl);
-        let call = async move { store.renew(&keys, ttl).await };
-        let result = self.leases.run("renew", call).await;
-        match result {
-            Ok(renewed) => {
-                self.s
-                    .observe
-                    .renewals(renewed.len(), asked.saturating_sub(renewed.len()));
-                self.renew_fails.reset();
-                self.store_ok();
-                self.next_renew = Instant::now() + renew_every;
-                let renewed: HashMap<_, _> = renewed
-                    .into_iter()
-                    .map(|r| (r.name, (r.expires_at, r.cancel_requested)))
-                    .collect();
-                for (i, key) in ours {
-                    match renewed.get(&key.name) {
-                        Some((expires_at, cancel)) => {
-                            self.jobs[i].on_renewed(*expires_at);
-                            self.tell_expiry(i);
-                            if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
-                                info!(job = %self.s.entries[i].name, tick = %r.lease.tick,
-                                    "run cancelled: a newer tick of the job asked for the lease");
-                                self.act(i, &mut Vec::new());
-                            }
-                        }
-                        None => self.lost(i, "the renewal found the lease taken over or gone"),
-                    }
-                }
-                for (run, key) in backfilled {
-                    let expires_at = renewed.get(&key.name).map(|(at, _)| *at);
-                    self.backfill_renewed(run, expires_at);
-                }
-            }
-            Err(err) => {
-                // Retried well before the leases expire: within half an interval.
-                let delay = self.renew_fails.next_delay().min(renew_every / 2);
-                self.next_renew = Instant::now() + delay;
-                self.store_failed("renewing leases", &err, delay);
-            }
-        }
-    }
-
-    /// A lease whose expiry passed without a renewal (the store unreachable) is lost:
-    /// another instance may take it now.
-    fn expire_unrenewed(&mut self) {
-        let now = self.db_now();
-        for i in 0..self.jobs.len() {
-            self.note_expired(i);
-            if self.jobs[i].expired_unrenewed(now) {
-                self.lost(i, "the lease expired before it could be renewed");
-            }
-        }
-    }
-
-    /// Job `i`'s run lost its lease (`why`).
-    fn lost(&mut self, i: usize, why: &str) {
-        let fenced = self.s.entries[i].cadence.fenced;
-        if let Some(r) = self.jobs[i].on_lost(fenced) {
-            let lease = (r.lease.tick, r.lease.token);
-            self.report_lost(i, why, lease);
-        }
-    }
-
-    /// Logs and counts the loss of job `i`'s lease, and carries out what the
-    /// decisions said (cancel the run, or an attempt not begun).
-    fn report_lost(&mut self, i: usize, why: &str, (tick, token): (Tick, FencingToken)) {
-        let e = &self.s.entries[i];
-        self.s.observe.outcome(&e.name, Outcome::LeaseLost);
-        if e.cadence.fenced {
-            warn!(job = %e.name, tick = %tick, token = %token, reason = why,
-                "lease lost: cancelling the run (the job needs fencing)");
-        } else {
-            warn!(job = %e.name, tick = %tick, reason = why,
-                "lease lost: the run goes on (a duplicate is harmless for this job)");
-        }
-        self.act(i, &mut Vec::new());
     }
 }
 

@@ -2,8 +2,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::lease::Held;
 use crate::lease::{FencingToken, LeaseName};
 use crate::policy::Policy;
+use crate::runtime::decide::cadence::{Polling, overlap_step};
+use crate::runtime::decide::events::Won;
 use crate::schedule::Schedule;
 
 impl JobTicks {

@@ -1,0 +1,395 @@
+//! [`SchedulerBuilder`]: the options, the jobs, and [`build`](SchedulerBuilder::build),
+//! which checks them all before anything runs and lays each job out over its
+//! lease slots ([`entries_for`]).
+
+use super::*;
+
+/// Builds a [`Scheduler`]: `Scheduler::builder(store)`, options, jobs, [`build`](Self::build).
+#[derive(Debug)]
+pub struct SchedulerBuilder {
+    store: Arc<dyn Store>,
+    config: Config,
+    jobs: Vec<JobBox>,
+    state: HashMap<TypeId, StateValue>,
+    meter: Option<opentelemetry::metrics::Meter>,
+    recorder: Option<Arc<dyn RunRecorder>>,
+    handlers: Vec<HandlerBox>,
+}
+
+/// A handler registered for dynamic schedules, by name.
+#[derive(Clone)]
+pub(crate) struct HandlerBox(pub(crate) String, pub(crate) Arc<dyn Handler>);
+
+impl std::fmt::Debug for HandlerBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where the shortest gap of a schedule is measured to lay its ticks out over lease
+/// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
+const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
+    chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
+
+/// A registered job, and the policy it was registered with, if not its own.
+struct JobBox(Arc<dyn Idempotent>, Option<Policy>);
+
+impl std::fmt::Debug for JobBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+/// The scheduler's settings; see the setters of [`SchedulerBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) node: Option<String>,
+    pub(crate) ttl: Duration,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) grace: Duration,
+    pub(crate) clock: LocalClock,
+    pub(crate) retry_base: Duration,
+    pub(crate) retry_cap: Duration,
+    pub(crate) control_poll: Option<Duration>,
+}
+
+/// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Ttl,
+    pub(crate) renew_every: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) clock: LocalClock,
+    pub(crate) retry_base: Duration,
+    pub(crate) retry_cap: Duration,
+    /// How often the store's controls are polled; `None`: never.
+    pub(crate) control_poll: Option<Duration>,
+}
+
+/// How often the store's controls are polled unless the builder says otherwise.
+pub const DEFAULT_CONTROL_POLL: Duration = Duration::from_secs(5);
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node: None,
+            ttl: Duration::from_secs(120),
+            renew_every: None,
+            grace: Duration::from_secs(30),
+            clock: LocalClock::system(),
+            retry_base: Duration::from_millis(100),
+            retry_cap: Duration::from_secs(10),
+            control_poll: Some(DEFAULT_CONTROL_POLL),
+        }
+    }
+}
+
+impl SchedulerBuilder {
+    /// This instance's node id, for node-scoped jobs. Default: the hostname.
+    pub fn node_id(mut self, node: impl Into<String>) -> Self {
+        self.config.node = Some(node.into());
+        self
+    }
+
+    /// How long a lease lasts unless renewed. Default 120 s. A crashed holder's tick
+    /// is taken over at most this long after its last renewal.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// How often held leases are renewed (one statement for all of them). Default:
+    /// a quarter of the ttl. Must be at most half the ttl.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.config.renew_every = Some(every);
+        self
+    }
+
+    /// How long a graceful shutdown waits for running jobs before cancelling them.
+    /// Default 30 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.grace = grace;
+        self
+    }
+
+    /// The bounds of the backoff between retries of a failed store call. Default:
+    /// from 100 ms up to 10 s, with full jitter. Whatever `cap` says, no retry waits
+    /// longer than a quarter of the lease ttl (the renewal interval's default): an
+    /// instance notices a store that answers again well within one lease's life.
+    pub fn retry_backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.config.retry_base = base.max(Duration::from_millis(1));
+        self.config.retry_cap = cap.max(self.config.retry_base);
+        self
+    }
+
+    /// How often the store's controls are polled (one cheap read while nothing
+    /// changed): an operator's resume, trigger or dynamic schedule is picked up
+    /// within this long. A store that announces its changes
+    /// ([`Controls::watch`](crate::Controls::watch): PostgreSQL, directly connected)
+    /// is polled when one is announced instead, and on this timer only while its
+    /// watch is down, after a failed poll, or while a trigger of a job run here waits
+    /// for the job's lease. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
+    /// pauses still hold (the take itself refuses a paused job), but this instance
+    /// then claims no trigger, catches up nothing on a resume, registers no handler
+    /// and runs no dynamic schedule. Stores without controls
+    /// ([`Store::controls`]) are never polled.
+    pub fn control_poll(mut self, every: Option<Duration>) -> Self {
+        self.config.control_poll = every.map(|d| d.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// The process clock the runtime reads (tests skew it to play a node whose clock
+    /// is off). Ticks are scheduled on the store's clock regardless: the runtime
+    /// measures this clock's offset from it.
+    pub fn clock(mut self, clock: LocalClock) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// Hands `value` to every job: a run reads it with
+    /// [`JobContext::state::<T>()`](crate::JobContext::state). One value per type; a
+    /// second of the same type replaces the first.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        let value = StateValue {
+            type_name: std::any::type_name::<T>(),
+            value: Arc::new(value),
+        };
+        self.state.insert(TypeId::of::<T>(), value);
+        self
+    }
+
+    /// Records OpenTelemetry metrics with `meter` (from the app's own meter provider;
+    /// the library never installs a global one). The metrics are listed in
+    /// [`metric_names`] and the README.
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Hands every finished run to `recorder` (a run history table, say), off the
+    /// scheduler's loop.
+    pub fn record_runs(mut self, recorder: Arc<dyn RunRecorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Registers a job (a job behind an `Arc` is a job too).
+    pub fn job(mut self, job: impl Idempotent) -> Self {
+        self.jobs.push(JobBox(Arc::new(job), None));
+        self
+    }
+
+    /// Registers `handler` under `name` for dynamic schedules
+    /// ([`ScheduleRow`](crate::ScheduleRow)): rows naming it are run by it, added,
+    /// changed and removed at run time ([`Controls::put_schedule`]), and picked up
+    /// by every instance within one control poll.
+    ///
+    /// [`Controls::put_schedule`]: crate::Controls::put_schedule
+    pub fn handler(mut self, name: impl Into<String>, handler: impl Handler) -> Self {
+        self.handlers
+            .push(HandlerBox(name.into(), Arc::new(handler)));
+        self
+    }
+
+    /// Registers a job with `policy` instead of its own
+    /// ([`Idempotent::policy`]): the builder's way to choose catch-up, overlap,
+    /// retries and a timeout for a job written elsewhere.
+    pub fn job_with_policy(mut self, job: impl Idempotent, policy: Policy) -> Self {
+        self.jobs.push(JobBox(Arc::new(job), Some(policy)));
+        self
+    }
+
+    /// Checks everything and builds the scheduler.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a bad job or node name, [`Error::DuplicateJob`],
+    /// [`Error::InvalidSchedule`], [`Error::InvalidTiming`] (a jitter as long as the
+    /// period, a zero window or timeout, retries that cannot fit before the next
+    /// tick), [`Error::MissingState`] for a declared state type not given,
+    /// [`Error::InvalidTtl`] and [`Error::TtlTooShort`].
+    pub fn build(self) -> Result<Scheduler> {
+        let mut config = self.config;
+        let ttl = Ttl::new(config.ttl)?;
+        let renew_every = config.renew_every.unwrap_or(config.ttl / 4);
+        if renew_every.is_zero() || renew_every.saturating_mul(2) > config.ttl {
+            return Err(Error::TtlTooShort {
+                ttl: config.ttl,
+                renew_every,
+            });
+        }
+        // No retry waits past a quarter of the ttl (at least 1 ms).
+        let retry_cap = config
+            .retry_cap
+            .min(config.ttl / 4)
+            .max(Duration::from_millis(1));
+        let settings = Settings {
+            ttl,
+            renew_every,
+            grace: config.grace,
+            clock: config.clock,
+            retry_base: retry_cap.min(config.retry_base),
+            retry_cap,
+            control_poll: config.control_poll,
+        };
+        let node = match config.node.take() {
+            Some(node) => node,
+            None => gethostname::gethostname().to_string_lossy().into_owned(),
+        };
+        validate_name(&node)?;
+        let holder_prefix: Arc<str> = Holder::prefix(&node).into();
+        let state = State(Arc::new(self.state));
+        let mut names = HashSet::new();
+        let mut entries = Vec::with_capacity(self.jobs.len());
+        let now = config.clock.now();
+        for JobBox(job, policy) in self.jobs {
+            let name = job.name().to_owned();
+            if !names.insert(name.clone()) {
+                return Err(Error::DuplicateJob { name });
+            }
+            let policy = policy.unwrap_or_else(|| job.policy());
+            if let Some(missing) = job.state_types().iter().find(|ty| !state.has(ty)) {
+                return Err(state.missing(&name, missing.name()));
+            }
+            entries.extend(entries_for(job, policy, &node, &holder_prefix, now)?);
+        }
+        let mut handlers = HashMap::new();
+        for HandlerBox(name, handler) in self.handlers {
+            validate_name(&name)?;
+            if handlers
+                .insert(name.clone(), HandlerBox(name.clone(), handler))
+                .is_some()
+            {
+                return Err(Error::InvalidControl {
+                    reason: format!(
+                        "two handlers are named {name:?}; handler names must be unique in a scheduler"
+                    ),
+                });
+            }
+        }
+        let stats = Stats::new(entries.iter().map(|e| &*e.name));
+        let health = Health::new(self.store.clone(), renew_every);
+        Ok(Scheduler {
+            store: self.store,
+            node: node.into(),
+            settings,
+            entries,
+            observe: Observer::new(stats.clone(), self.meter.as_ref(), self.recorder),
+            stats,
+            health,
+            state,
+            holder_prefix,
+            handlers: Arc::new(handlers),
+            backfills: engine::BackfillDoor::default(),
+        })
+    }
+}
+
+/// The entries of `job` with `policy` on node `node`: one, or one per lease slot of
+/// a job running concurrent ticks. What [`SchedulerBuilder::build`] does for each
+/// job, and the engine for each dynamic schedule it picks up.
+pub(crate) fn entries_for(
+    job: Arc<dyn Idempotent>,
+    policy: Policy,
+    node: &str,
+    holder_prefix: &Arc<str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<Entry>> {
+    let name = job.name().to_owned();
+    validate_name(&name)?;
+    let mut entries = Vec::new();
+    let schedule_spec = job.schedule();
+    let schedule = schedule_spec
+        .compile()
+        .map_err(|source| Error::InvalidSchedule {
+            job: name.clone(),
+            cause: source,
+        })?;
+    let timing = Timing {
+        period: schedule.shortest_gap(now),
+        jitter: job.jitter(),
+        window: job.catch_up(),
+        ..policy.timing()
+    };
+    check_timing(&timing).map_err(|cause| Error::InvalidTiming {
+        job: name.clone(),
+        cause,
+    })?;
+    let scope = job.scope();
+    let lease = LeaseName::for_job(&name, scope, node)?;
+    let name: Arc<str> = name.into();
+    // Concurrent runs: one entry per lease slot, each with its share of the
+    // ticks, skipping a tick whose slot still runs the one `max` before it.
+    let slots = match policy.overlap {
+        Overlap::Concurrent { max: 0 } => {
+            return Err(Error::InvalidTiming {
+                job: name.to_string(),
+                cause: scheduler_spec::TimingError::ZeroConcurrency,
+            });
+        }
+        Overlap::Concurrent { max } => max,
+        _ => 1,
+    };
+    // A tick's slot must be a function of the tick alone, the same on every
+    // instance whenever it was built: the gap is measured from a fixed
+    // instant, not from now (a cron schedule's gaps vary, with DST say).
+    // Only a job with several slots needs it (a calendar walk: 100,000 dynamic
+    // schedules spent most of their start-up here).
+    let gap_ms = if slots > 1 {
+        schedule
+            .shortest_gap(SLOT_ANCHOR)
+            .and_then(|gap| i64::try_from(gap.as_millis()).ok())
+            .unwrap_or(1000)
+    } else {
+        1000
+    };
+    let policy_whole = policy;
+    for slot in 0..slots {
+        let (lease, cadence_schedule, policy) = if slots == 1 {
+            (lease.clone(), schedule.clone(), policy)
+        } else {
+            let lease = if slot == 0 {
+                lease.clone()
+            } else {
+                LeaseName::new(format!("{lease}\\#{slot}"))?
+            };
+            let policy = policy.overlap(Overlap::Skip);
+            (lease, schedule.slot(slots, slot, gap_ms), policy)
+        };
+        entries.push(Entry {
+            lease,
+            slot,
+            job_policy: policy_whole,
+            name: Arc::clone(&name),
+            schedule: schedule.clone(),
+            cadence: Cadence {
+                schedule: cadence_schedule,
+                catch_up: job.catch_up(),
+                jitter: job.jitter(),
+                holder_prefix: Arc::clone(holder_prefix),
+                policy,
+                fenced: job.duplicate() == Duplicate::NeedsFencing,
+            },
+            schedule_text: schedule_spec.to_string(),
+            scope,
+            duplicate: job.duplicate(),
+            job: Arc::clone(&job),
+        });
+    }
+    Ok(entries)
+}
+
+impl Scheduler {
+    /// Starts building a scheduler on `store` (a store behind an `Arc`, shared with
+    /// the app or another scheduler, is a store too).
+    pub fn builder(store: impl Store) -> SchedulerBuilder {
+        SchedulerBuilder {
+            store: Arc::new(store),
+            config: Config::default(),
+            jobs: Vec::new(),
+            state: HashMap::new(),
+            meter: None,
+            recorder: None,
+            handlers: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The loop: start-up (the store's clock first), then turns until the shutdown,
+//! woken by the clock, by runs that end, by backfills asked for and by the store's
+//! announcements of control changes; then the drain. A backfill asked for while no
+//! scheduler runs gets a loop of its own ([`Engine::standalone`]).
+
+use std::future::Future;
+
+use tracing::{info, warn};
+
+use super::Engine;
+use super::backfills::{BackfillDoor, BackfillRequest};
+use crate::error::{Error, StoreFailure};
+use crate::runtime::backoff::Backoff;
+
+impl Engine {
+    pub(crate) async fn run(mut self, shutdown: impl Future<Output = ()>, door: BackfillDoor) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        self.s.observe.declare(&self.s.declarations());
+        info!(node = %self.s.node, jobs = self.s.entries.len(), ttl = ?self.s.settings.ttl.get(), "scheduler starting");
+        // Backfills asked for meanwhile wait in the door for the first turn.
+        let requests = door.open();
+        // Learn the store's clock before computing any tick.
+        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
+        loop {
+            self.beat.beat();
+            if self.sync_clock().await {
+                // The first read also paid for the connection's set-up; a second one
+                // on the warm connection is kept if its round trip is shorter.
+                self.sync_clock().await;
+                break;
+            }
+            self.beat.store_failed(StoreFailure::Unreachable);
+            let wait = startup.next_delay();
+            warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
+            tokio::select! {
+                biased;
+                () = &mut shutdown => {
+                    door.close();
+                    return;
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        self.store_ok();
+        let now = self.db_now();
+        for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
+            job.start(&e.cadence, now);
+        }
+        if let Some(ctl) = &mut self.ctl {
+            ctl.started = Some(now);
+        }
+        self.turns(shutdown, Some(requests)).await;
+        door.close();
+        self.drain().await;
+    }
+
+    /// Runs backfill `request` on this loop, which has no job and ends with it (no
+    /// scheduler loop runs to take it). A store that answers no call for a whole
+    /// ttl ends the backfill (an error), as it would on the scheduler's loop.
+    pub(crate) async fn standalone(mut self, request: BackfillRequest) {
+        self.standalone = true;
+        self.add_backfill(request);
+        let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
+        let failure = Error::store_as(
+            StoreFailure::Unreachable,
+            "reading the store's clock failed",
+        );
+        while !self.sync_clock().await {
+            let wait = startup.next_delay();
+            self.store_failed("reading the store's clock", &failure, wait);
+            self.settle_backfills();
+            if self.backfills.is_empty() {
+                return;
+            }
+            tokio::time::sleep(wait).await;
+        }
+        self.store_ok();
+        let never = std::pin::pin!(std::future::pending::<()>());
+        self.turns(never, None).await;
+        self.drain().await;
+    }
+
+    /// The loop's turns, until `shutdown` (or, on a backfill's own loop, until its
+    /// last backfill is over).
+    pub(super) async fn turns(
+        &mut self,
+        mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+        mut requests: Option<tokio::sync::mpsc::UnboundedReceiver<BackfillRequest>>,
+    ) {
+        // The store's announcements of control changes: each wakes the loop, whose
+        // turn polls when the control loop's own receiver says so.
+        let mut announced = None;
+        if let Some(ctl) = &mut self.ctl {
+            ctl.watch = self.s.store.controls().and_then(|c| c.watch());
+            announced = ctl.watch.clone();
+        }
+        'turns: loop {
+            self.beat.beat();
+            self.turn().await;
+            if self.standalone && self.backfills.is_empty() {
+                break;
+            }
+            let mut wake = self.next_wake();
+            // Runs that end before `wake` are handled without a whole turn (which
+            // looks at every job: at 10,000 jobs a turn per few ended runs held up
+            // the start of the runs still to begin at the same instant).
+            loop {
+                // Biased, so that a seeded simulation replays exactly; the shutdown
+                // first, so that a loop always due (a store slow to answer) still
+                // hears it.
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break 'turns,
+                    () = tokio::time::sleep_until(wake) => break,
+                    Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                        let mut ended = Vec::new();
+                        ended.extend(self.finished(done));
+                        while let Some(done) = self.tasks.try_join_next_with_id() {
+                            ended.extend(self.finished(done));
+                        }
+                        self.beat.beat();
+                        match self.wake_after_runs_ended(&ended, wake) {
+                            Some(sooner) => wake = sooner,
+                            None => break,
+                        }
+                    }
+                    answer = async {
+                        match self.backfill_take.as_mut() {
+                            Some((_, call)) => call.await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        let answer = answer.unwrap_or_else(|join| {
+                            Err(Error::store(format!("the take failed: {join}")))
+                        });
+                        self.on_backfill_take(answer);
+                        break;
+                    }
+                    request = async {
+                        match requests.as_mut() {
+                            Some(rx) => rx.recv().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        match request {
+                            Some(request) => self.add_backfill(request),
+                            None => requests = None,
+                        }
+                        break;
+                    }
+                    changed = async {
+                        match announced.as_mut() {
+                            Some(watch) => watch.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        // A store that dropped its watch announces nothing more:
+                        // the timer applies (the control loop's receiver says so).
+                        if !changed {
+                            announced = None;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
