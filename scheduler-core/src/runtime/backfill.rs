@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use tracing::{Instrument, info_span, warn};
 
 use super::backoff::Backoff;
+pub use super::decide::BackfillReport;
 use super::engine::{BackfillDoor, BackfillJob, BackfillRequest, Engine, Reply, Stopped};
 use super::{Entry, Health, Scheduler};
 use crate::error::{Error, Result};
@@ -66,26 +67,6 @@ impl BackfillOptions {
         self.max_ticks = max_ticks;
         self
     }
-}
-
-/// What a backfill did: each tick of the range is counted once, as `ran`,
-/// `already_done`, `failed` or `paused` (`ran + already_done + failed + paused == ticks`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub struct BackfillReport {
-    /// The ticks of the job's schedule in the range.
-    pub ticks: usize,
-    /// Ticks this call ran to success (and released as completed).
-    pub ran: usize,
-    /// Ticks found completed: by an earlier backfill, or by another instance
-    /// running the same backfill meanwhile.
-    pub already_done: usize,
-    /// Ticks this call ran whose every attempt failed (or that were interrupted):
-    /// released as not completed, so that running the backfill again retries them.
-    pub failed: usize,
-    /// Ticks not run because the job was paused when they were asked for: only a
-    /// resume's catch-up honours a pause (an operator's backfill runs regardless).
-    pub paused: usize,
 }
 
 /// A handle that runs backfills of a scheduler's jobs

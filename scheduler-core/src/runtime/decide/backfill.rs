@@ -9,7 +9,26 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::lease::{Held, Holder, LeaseName, Tick};
-use crate::runtime::BackfillReport;
+
+/// What a backfill did: each tick of the range is counted once, as `ran`,
+/// `already_done`, `failed` or `paused` (`ran + already_done + failed + paused == ticks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct BackfillReport {
+    /// The ticks of the job's schedule in the range.
+    pub ticks: usize,
+    /// Ticks this call ran to success (and released as completed).
+    pub ran: usize,
+    /// Ticks found completed: by an earlier backfill, or by another instance
+    /// running the same backfill meanwhile.
+    pub already_done: usize,
+    /// Ticks this call ran whose every attempt failed (or that were interrupted):
+    /// released as not completed, so that running the backfill again retries them.
+    pub failed: usize,
+    /// Ticks not run because the job was paused when they were asked for: only a
+    /// resume's catch-up honours a pause (an operator's backfill runs regardless).
+    pub paused: usize,
+}
 
 /// How long a tick another instance holds waits before it is asked about again:
 /// this, or the renewal interval if shorter, or until its lease expires if sooner.

@@ -28,6 +28,7 @@ mod events;
 mod runs;
 mod ticks;
 
+pub use backfill::BackfillReport;
 pub(crate) use backfill::{Answer, BackfillPlan};
 pub(crate) use cadence::{Cadence, Polling};
 pub(crate) use controls::{

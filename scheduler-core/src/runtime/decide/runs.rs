@@ -93,3 +93,141 @@ pub(crate) fn retry_wait(retry: Retry, attempt: u32) -> Option<Duration> {
         retry.backoff.saturating_mul(factor)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use chrono::DateTime;
+
+    use super::*;
+    use crate::control::TriggerId;
+    use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick};
+
+    fn run() -> Running {
+        let at = DateTime::from_timestamp(1_000, 0).unwrap();
+        let lease = Lease {
+            name: LeaseName::new("job").unwrap(),
+            tick: Tick::new(at),
+            holder: Holder::generate_on("n:1"),
+            token: FencingToken::new(7),
+            expires_at: at,
+        };
+        Running::new(lease, at, None)
+    }
+
+    fn end(ended: Ended, r: &Running, draining: bool, backfill: bool) -> (RunOutcome, Handover) {
+        let e = run_end(ended, r, draining, backfill);
+        (e.outcome, e.handover)
+    }
+
+    use Handover::{FinishTrigger, Keep, Release as R};
+    use Release::{Completed, Interrupted};
+
+    #[test]
+    fn a_live_run_completes_its_tick_unless_it_hands_it_back() {
+        let r = run();
+        assert_eq!(
+            end(Ended::Succeeded, &r, false, false),
+            (RunOutcome::Succeeded, R(Completed))
+        );
+        assert_eq!(
+            end(Ended::Failed, &r, false, false),
+            (RunOutcome::Failed, R(Completed))
+        );
+        assert_eq!(
+            end(Ended::TimedOut, &r, false, false),
+            (RunOutcome::TimedOut, R(Completed))
+        );
+        assert_eq!(
+            end(Ended::Interrupted, &r, false, false),
+            (RunOutcome::Cancelled, R(Interrupted))
+        );
+        // Cancelled (a shutdown, a fenced run's lost lease): handed back.
+        let mut cancelled = run();
+        cancelled.cancelled = true;
+        assert_eq!(
+            end(Ended::Failed, &cancelled, true, false),
+            (RunOutcome::Cancelled, R(Interrupted))
+        );
+        assert_eq!(
+            end(Ended::Succeeded, &cancelled, true, false),
+            (RunOutcome::Succeeded, R(Completed))
+        );
+    }
+
+    #[test]
+    fn a_run_a_newer_tick_cancelled_completes_its_tick_however_it_ends() {
+        let mut r = run();
+        r.superseded = true;
+        r.cancelled = true;
+        for ended in [
+            Ended::Succeeded,
+            Ended::Failed,
+            Ended::Interrupted,
+            Ended::TimedOut,
+        ] {
+            assert_eq!(
+                end(ended, &r, false, false),
+                (RunOutcome::CancelledByNewer, R(Completed))
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_is_not_released() {
+        let mut r = run();
+        r.lost = true;
+        assert_eq!(end(Ended::Succeeded, &r, false, false).1, Keep);
+        assert_eq!(end(Ended::Failed, &r, false, true).1, Keep);
+    }
+
+    #[test]
+    fn a_backfilled_tick_that_failed_is_left_for_a_later_backfill() {
+        let r = run();
+        assert_eq!(
+            end(Ended::Succeeded, &r, false, true),
+            (RunOutcome::Succeeded, R(Completed))
+        );
+        assert_eq!(
+            end(Ended::Failed, &r, false, true),
+            (RunOutcome::Failed, R(Interrupted))
+        );
+        assert_eq!(
+            end(Ended::TimedOut, &r, false, true),
+            (RunOutcome::TimedOut, R(Interrupted))
+        );
+    }
+
+    #[test]
+    fn a_triggered_run_records_its_end_unless_a_shutdown_cut_it_short() {
+        let mut r = run();
+        r.trigger = Some(TriggerId(3));
+        assert_eq!(
+            end(Ended::Failed, &r, false, false),
+            (RunOutcome::Failed, FinishTrigger)
+        );
+        assert_eq!(
+            end(Ended::Interrupted, &r, false, false),
+            (RunOutcome::Cancelled, FinishTrigger)
+        );
+        // Cut by a graceful shutdown: handed back, the trigger claimed again elsewhere.
+        assert_eq!(
+            end(Ended::Interrupted, &r, true, false),
+            (RunOutcome::Cancelled, R(Interrupted))
+        );
+        r.lost = true;
+        assert_eq!(end(Ended::Interrupted, &r, true, false).1, FinishTrigger);
+    }
+
+    #[test]
+    fn retries_wait_their_backoff_doubling_until_none_is_left() {
+        let retry = Retry {
+            attempts: 3,
+            backoff: Duration::from_secs(2),
+        };
+        let waits: Vec<_> = (1..=4).map(|a| retry_wait(retry, a)).collect();
+        let s = Duration::from_secs;
+        assert_eq!(waits, vec![Some(s(2)), Some(s(4)), Some(s(8)), None]);
+    }
+}

@@ -6,7 +6,8 @@ use crate::lease::Held;
 use crate::lease::{FencingToken, LeaseName};
 use crate::policy::Policy;
 use crate::runtime::decide::cadence::{Polling, overlap_step};
-use crate::runtime::decide::events::Won;
+use crate::runtime::decide::events::{Command, Won};
+use crate::runtime::decide::runs::Ended;
 use crate::schedule::Schedule;
 
 impl JobTicks {
@@ -447,6 +448,11 @@ fn cancel_running_cancels_a_run_here_at_once_and_asks_one_elsewhere_once() {
     );
     let run = j.running().unwrap();
     assert!(run.superseded && run.cancelled);
+    assert_eq!(
+        j.take_commands(),
+        [Command::CancelRun],
+        "the driver cancels the run"
+    );
     j.on_finished();
     let (tick, _) = j.due(&c, ms(1_010_100), Z, &mut ev).unwrap();
     assert_eq!(tick, t(1010));
@@ -543,9 +549,59 @@ fn a_lost_lease_is_reported_once_and_never_renewed() {
     j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
     assert!(j.expired_unrenewed(at(10_000)));
     assert!(j.on_lost(false).is_some());
+    // A duplicate is harmless: only an attempt not begun yet is stopped.
+    assert_eq!(j.take_commands(), [Command::CancelUnbegun]);
     assert!(j.on_lost(false).is_none(), "reported once");
+    assert!(j.take_commands().is_empty());
     assert!(!j.expired_unrenewed(at(10_000)));
     assert!(j.on_finished().is_some_and(|r| r.lost));
+}
+
+#[test]
+fn a_lost_lease_of_a_job_that_needs_fencing_cancels_its_run() {
+    let (mut j, c, mut ev) = started();
+    let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+    j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+    assert!(j.on_lost(true).is_some());
+    assert_eq!(
+        j.take_commands(),
+        [Command::CancelUnbegun, Command::CancelRun]
+    );
+    assert!(j.running().is_some_and(|r| r.cancelled && r.lost));
+    // Neither retried nor released when it ends.
+    let c = Cadence {
+        policy: Policy::default().retry(3, std::time::Duration::from_secs(1)),
+        ..c
+    };
+    match j.on_attempt_ended(&c, Ended::Failed, ms(1_000_600), false) {
+        AttemptEnd::Ended { run, end, .. } => {
+            assert!(run.lost);
+            assert_eq!(end.handover, crate::runtime::decide::Handover::Keep);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_failed_attempt_whose_lease_expired_unrenewed_is_lost_not_retried() {
+    let (mut j, c, mut ev) = started();
+    let c = Cadence {
+        policy: Policy::default().retry(3, std::time::Duration::from_secs(1)),
+        fenced: true,
+        ..c
+    };
+    let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+    j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+    // Its task cancelled it at the expiry.
+    j.on_expired();
+    match j.on_attempt_ended(&c, Ended::Failed, ms(1_000_600), false) {
+        AttemptEnd::Ended { lost, run, end } => {
+            assert!(lost && run.lost);
+            assert_eq!(end.outcome, crate::runtime::RunOutcome::Cancelled);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(j.take_commands().contains(&Command::CancelRun));
 }
 
 #[test]
