@@ -296,7 +296,7 @@ impl Engine {
     }
 
     /// Catches up the most recent `max` ticks of entry `i`'s job from `since` to
-    /// `until` (a pause under [`CatchUp::All`]) as a backfill on a task of its own:
+    /// `until` (a pause under [`CatchUp::All`](crate::CatchUp::All)) as a backfill on this loop:
     /// each tick under a lease of its own, once across the instances that all start
     /// it, one at a time; counted `backfilled`.
     fn catch_up_all(
