@@ -21,14 +21,17 @@ use std::time::Duration;
 pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
 pub use health::{Health, HealthReport};
 use observe::Observer;
-pub use observe::{RunOutcome, RunRecord, RunRecorder, names as metric_names};
+#[allow(deprecated)]
+pub use observe::RunOutcome;
+pub use observe::{RunRecord, RunRecorder, names as metric_names};
 pub use preview::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
-pub use stats::{Outcome, Stats};
+pub use stats::Stats;
 
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};
 use crate::job::{Declaration, Duplicate, Handler, Idempotent, Scope, State, StateValue};
 use crate::lease::{Holder, LeaseName, Ttl, validate_name};
+use crate::outcome::Outcome;
 use crate::policy::{Overlap, Policy};
 use crate::store::Store;
 use scheduler_spec::{Timing, check_timing};

@@ -23,6 +23,7 @@ use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerI
 use crate::error::Error;
 use crate::job::Scope;
 use crate::lease::{Holder, Lease, Tick};
+use crate::outcome::Outcome;
 use crate::policy::{CatchUp, Overlap};
 use crate::runtime::BackfillOptions;
 use crate::runtime::calls::{Gate, Retry};
@@ -105,7 +106,7 @@ pub(super) struct Finish {
     /// meanwhile, another instance could claim the trigger again.
     pub(super) lease: crate::lease::LeaseName,
     pub(super) holder: Holder,
-    pub(super) outcome: &'static str,
+    pub(super) outcome: Outcome,
     pub(super) error: Option<String>,
 }
 
@@ -526,7 +527,7 @@ impl Engine {
                             c.finish_trigger(
                                 id,
                                 None,
-                                "skipped",
+                                Outcome::Skipped,
                                 Some("the job was running; its overlap policy skips a run asked for meanwhile"),
                             )
                             .await
@@ -624,7 +625,7 @@ impl Engine {
             };
             match gate.run("finish trigger", call).await {
                 Ok(recorded) => {
-                    debug!(trigger = %f.id, outcome = f.outcome, recorded,
+                    debug!(trigger = %f.id, outcome = %f.outcome, recorded,
                         "triggered run recorded, its lease handed back");
                 }
                 Err(err) => {

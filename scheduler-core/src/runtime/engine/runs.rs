@@ -15,8 +15,9 @@ use super::{Engine, RunResult, report};
 use crate::error::BoxError;
 use crate::job::{Duplicate, Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, Release};
+use crate::outcome::Outcome;
+use crate::runtime::RunRecord;
 use crate::runtime::ticks::{Running, Won};
-use crate::runtime::{RunOutcome, RunRecord};
 
 impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
@@ -159,7 +160,7 @@ impl Engine {
                     token: running.lease.token,
                     started,
                     finished: now,
-                    outcome: RunOutcome::Retried,
+                    outcome: Outcome::Retried,
                     error: Some(crate::error::error_chain(&**err)),
                     lease_lost: false,
                     attempt: failed,
@@ -188,11 +189,11 @@ impl Engine {
             Err(err) => err.is::<Interrupted>() || running.cancel.is_cancelled(),
         };
         let outcome = match &result {
-            _ if running.superseded => RunOutcome::CancelledByNewer,
-            Ok(()) => RunOutcome::Succeeded,
-            Err(_) if interrupted => RunOutcome::Cancelled,
-            Err(err) if err.is::<TimedOut>() => RunOutcome::TimedOut,
-            Err(_) => RunOutcome::Failed,
+            _ if running.superseded => Outcome::CancelledByNewer,
+            Ok(()) => Outcome::Succeeded,
+            Err(_) if interrupted => Outcome::Cancelled,
+            Err(err) if err.is::<TimedOut>() => Outcome::TimedOut,
+            Err(_) => Outcome::Failed,
         };
         let e = &self.s.entries[i];
         self.s.observe.run_ended(
@@ -234,7 +235,7 @@ impl Engine {
                 id,
                 lease: running.lease.name.clone(),
                 holder: running.lease.holder.clone(),
-                outcome: outcome.as_str(),
+                outcome,
                 error: result
                     .as_ref()
                     .err()
