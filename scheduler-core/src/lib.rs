@@ -59,10 +59,10 @@ pub use lease::{
     TakeRequest, Taken, Tick, Ttl,
 };
 pub use memory::MemoryStore;
+#[allow(deprecated)]
+pub use outcome::RunOutcome;
 pub use outcome::{Outcome, ParseOutcomeError};
 pub use policy::{CatchUp, Overlap, Policy, Retry};
-#[allow(deprecated)]
-pub use runtime::RunOutcome;
 pub use runtime::{BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{

@@ -213,6 +213,11 @@ impl FromStr for Outcome {
     }
 }
 
+/// How a run ended, as the run history records it: the one [`Outcome`] since the
+/// counters and the run history share it.
+#[deprecated(note = "one outcome type for the counters and the run history: use `Outcome`")]
+pub type RunOutcome = Outcome;
+
 /// A word that names no [`Outcome`] this version knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -283,6 +288,15 @@ mod tests {
         assert_eq!("ran".parse(), Ok(Outcome::Succeeded));
         assert!(matches!(Outcome::Succeeded, Outcome::Ran));
         assert_eq!(Outcome::Ran.as_str(), "succeeded");
+    }
+
+    /// Outside code written against the run history's former type still compiles.
+    #[test]
+    #[allow(deprecated)]
+    fn run_outcome_is_outcome() {
+        let outcome: crate::RunOutcome = crate::RunOutcome::TimedOut;
+        assert!(matches!(outcome, crate::RunOutcome::TimedOut));
+        assert_eq!(outcome, Outcome::TimedOut);
     }
 
     #[test]

@@ -21,8 +21,6 @@ use std::time::Duration;
 pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
 pub use health::{Health, HealthReport};
 use observe::Observer;
-#[allow(deprecated)]
-pub use observe::RunOutcome;
 pub use observe::{RunRecord, RunRecorder, names as metric_names};
 pub use preview::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use stats::Stats;

@@ -51,10 +51,6 @@ pub mod names {
     pub const CLOCK_OFFSET: &str = "scheduler.clock.offset";
 }
 
-/// How a run ended, as recorded in the run history: the one [`Outcome`].
-#[deprecated(note = "one outcome type for the counters and the run history: use `Outcome`")]
-pub type RunOutcome = Outcome;
-
 /// One finished run, as handed to a [`RunRecorder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
