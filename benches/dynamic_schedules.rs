@@ -299,7 +299,7 @@ impl Controls for Metered {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> scheduler_core::Result<bool> {
         add(&self.calls.other_controls, 1);
@@ -599,7 +599,7 @@ mod instance {
             let stopped_us = now_us();
 
             let outcomes = [
-                Outcome::Ran,
+                Outcome::Succeeded,
                 Outcome::HeldElsewhere,
                 Outcome::Missed,
                 Outcome::Coalesced,

@@ -44,7 +44,7 @@ const GRACE: Duration = Duration::from_secs(15);
 
 /// The tick outcomes the engine's [`Stats`] count.
 const OUTCOMES: [Outcome; 6] = [
-    Outcome::Ran,
+    Outcome::Succeeded,
     Outcome::Failed,
     Outcome::HeldElsewhere,
     Outcome::SkippedOverlap,

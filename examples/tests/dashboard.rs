@@ -8,7 +8,8 @@
 //! a store outage); its registry is encoded as text and the `# TYPE` lines give the
 //! metric families. Every `scheduler_…` identifier in the dashboard's queries must be
 //! one of them (or a histogram's `_bucket`, `_sum`, `_count` series), and every
-//! family must be on the dashboard. promtool (Debian package `prometheus`, as in
+//! family must be on the dashboard. Every value an `outcome` label is matched against
+//! is a word `Outcome` writes. promtool (Debian package `prometheus`, as in
 //! `.ci/run`) parses the queries as recording rules.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,8 +23,8 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder as _, Registry, TextEncoder};
 use scheduler_core::{
-    BoxError, Duplicate, Idempotent, JobContext, LeaseName, MemoryStore, Schedule, Scheduler, Ttl,
-    metric_names,
+    BoxError, Duplicate, Idempotent, JobContext, LeaseName, MemoryStore, Outcome, Schedule,
+    Scheduler, Ttl, metric_names,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -197,6 +198,56 @@ fn resolve(
         }
     }
     (used, unknown)
+}
+
+/// The words a query matches the `outcome` label against (`outcome="x"`,
+/// `outcome=~"x|y"`, and their negations), each with the query, that are not an
+/// [`Outcome`]'s word as the code writes it.
+fn unknown_outcomes(dashboard: &Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    for query in queries(dashboard) {
+        for (i, _) in query.match_indices("outcome") {
+            let rest = query[i + "outcome".len()..].trim_start();
+            let Some(rest) = ["=~", "!~", "!=", "="]
+                .iter()
+                .find_map(|op| rest.strip_prefix(op))
+            else {
+                continue;
+            };
+            let Some(value) = rest
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|v| v.split('"').next())
+            else {
+                continue;
+            };
+            for word in value.split('|') {
+                let written = word.parse::<Outcome>().is_ok_and(|o| o.as_str() == word);
+                if !written {
+                    unknown.push(format!("`{word}` in `{query}`"));
+                }
+            }
+        }
+    }
+    unknown
+}
+
+#[test]
+fn the_dashboard_matches_outcomes_by_the_words_the_code_writes() {
+    let dashboard = dashboard();
+    let unknown = unknown_outcomes(&dashboard);
+    assert!(unknown.is_empty(), "{}", unknown.join("\n"));
+    // `ran` is what the counters said before `Outcome` was one type: caught.
+    for bogus in [
+        r#"sum(rate(scheduler_tick_outcomes_total{outcome="ran"}[5m]))"#,
+        r#"sum(rate(scheduler_tick_outcomes_total{outcome=~"failed|ran"}[5m]))"#,
+    ] {
+        let mut dashboard = dashboard.clone();
+        dashboard["panels"][1]["targets"][0]["expr"] = Value::String(bogus.to_owned());
+        let unknown = unknown_outcomes(&dashboard);
+        assert_eq!(unknown.len(), 1, "{bogus}: {unknown:?}");
+        assert!(unknown[0].starts_with("`ran`"), "{unknown:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

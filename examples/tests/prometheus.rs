@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use scheduler_core::Outcome;
 use support::{example, temp_dir};
 
 /// Kills the example when the test ends, passed or not.
@@ -196,9 +197,15 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
             break;
         }
         let mut words = line.split_whitespace();
-        if let (Some(outcome @ ("ran" | "failed")), Some(job)) = (words.next(), words.next()) {
+        if let (Some(printed_as @ ("ran" | "failed")), Some(job)) = (words.next(), words.next()) {
+            // The example prints `ran`; the tick outcome of a run that returned `Ok`
+            // is `succeeded`.
+            let outcome = match printed_as {
+                "ran" => Outcome::Succeeded,
+                _ => Outcome::Failed,
+            };
             *printed
-                .entry((job.to_owned(), outcome.to_owned()))
+                .entry((job.to_owned(), outcome.as_str().to_owned()))
                 .or_default() += 1;
         }
     }
@@ -206,7 +213,7 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
     assert!(total >= 12, "{printed:?}");
     for job in ["heartbeat", "flaky", "slow-report"] {
         assert!(
-            printed.contains_key(&(job.to_owned(), "ran".to_owned())),
+            printed.contains_key(&(job.to_owned(), "succeeded".to_owned())),
             "{job} never ran: {printed:?}"
         );
     }
@@ -236,7 +243,7 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
     let mut exported: BTreeMap<(String, String), u64> = BTreeMap::new();
     for s in select(&samples, "scheduler_tick_outcomes_total", &[]) {
         let outcome = &s.labels["outcome"];
-        if outcome == "ran" || outcome == "failed" {
+        if outcome == "succeeded" || outcome == "failed" {
             exported.insert(
                 (s.labels["job_name"].clone(), outcome.clone()),
                 s.value as u64,
@@ -247,7 +254,7 @@ fn the_metrics_example_exports_what_ran_and_promtool_accepts_it() {
 
     for job in ["heartbeat", "flaky", "slow-report"] {
         let ran = printed
-            .get(&(job.to_owned(), "ran".to_owned()))
+            .get(&(job.to_owned(), "succeeded".to_owned()))
             .copied()
             .unwrap_or(0) as f64;
         let failed = printed

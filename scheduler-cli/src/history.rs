@@ -120,7 +120,7 @@ impl History {
                     r.token.to_string(),
                     instant(r.started),
                     duration((r.finished - r.started).num_milliseconds()),
-                    r.outcome.clone(),
+                    r.outcome.to_string(),
                     r.attempt.to_string(),
                     r.error
                         .as_deref()

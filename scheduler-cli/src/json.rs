@@ -46,7 +46,7 @@ impl Serialize for Json<'_, LastRun> {
         s.serialize_field("tick", &r.tick)?;
         s.serialize_field("started", &r.started)?;
         s.serialize_field("finished", &r.finished)?;
-        s.serialize_field("outcome", &r.outcome)?;
+        s.serialize_field("outcome", r.outcome.as_str())?;
         s.serialize_field("error", &r.error)?;
         s.serialize_field("lease_lost", &r.lease_lost)?;
         s.end()
@@ -224,7 +224,7 @@ impl Serialize for Json<'_, RunRow> {
         s.serialize_field("started", &r.started)?;
         s.serialize_field("finished", &r.finished)?;
         s.serialize_field("duration_ms", &(r.finished - r.started).num_milliseconds())?;
-        s.serialize_field("outcome", &r.outcome)?;
+        s.serialize_field("outcome", r.outcome.as_str())?;
         s.serialize_field("error", &r.error)?;
         s.serialize_field("attempt", &r.attempt)?;
         s.end()

@@ -86,7 +86,7 @@ impl Status {
                     if r.lease_lost {
                         format!("{} (lease lost)", r.outcome)
                     } else {
-                        r.outcome.clone()
+                        r.outcome.to_string()
                     },
                     r.error
                         .as_deref()

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use scheduler_core::{ControlRequest, Controls, Trigger, TriggerId, TriggerState};
+use scheduler_core::{ControlRequest, Controls, Outcome, Trigger, TriggerId, TriggerState};
 use tokio::time::Instant;
 
 use crate::columns::{duration, instant};
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::json::Json;
 
 /// The exit code of `--wait` when the triggered run ended other than well (`failed`,
-/// `timed_out`, `cancelled`, …).
+/// `timed_out`, `cancelled`, …, or an outcome this version does not know).
 pub const EXIT_RUN_FAILED: u8 = 6;
 /// The exit code of `--wait` when the triggered run was skipped: the job's overlap
 /// policy refused it, a run being under way.
@@ -25,9 +25,6 @@ pub const EXIT_SKIPPED: u8 = 7;
 /// The exit code of `--wait` when the trigger was still pending or running at the
 /// `--timeout`.
 pub const EXIT_NOT_DONE: u8 = 8;
-
-/// The outcome of a run that ended well.
-const SUCCEEDED: &str = "succeeded";
 
 /// `--wait [--timeout 60s]`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -157,8 +154,11 @@ impl Triggered {
     /// same way; one not ended yet is 0.
     pub fn exit_code(&self) -> u8 {
         match &self.trigger.state {
-            TriggerState::Done { outcome, .. } if outcome == SUCCEEDED => 0,
-            TriggerState::Done { outcome, .. } if outcome == "skipped" => EXIT_SKIPPED,
+            TriggerState::Done { outcome, .. } if outcome.is_success() => 0,
+            TriggerState::Done {
+                outcome: Outcome::Skipped,
+                ..
+            } => EXIT_SKIPPED,
             TriggerState::Done { .. } => EXIT_RUN_FAILED,
             _ if self.waited.is_some() => EXIT_NOT_DONE,
             _ => 0,
@@ -211,13 +211,15 @@ impl Triggered {
                     .as_deref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                let skipped = if outcome == "skipped" {
-                    " (its overlap policy refused it: a run was under way)"
-                } else {
-                    ""
+                let note = match outcome {
+                    Outcome::Skipped => " (its overlap policy refused it: a run was under way)",
+                    Outcome::Unknown => {
+                        " (a newer version recorded an outcome this one does not know)"
+                    }
+                    _ => "",
                 };
                 format!(
-                    "{head}: {outcome}{skipped} at {}, {} after it was asked for ({asked}){error}\n",
+                    "{head}: {outcome}{note} at {}, {} after it was asked for ({asked}){error}\n",
                     instant(*finished_at),
                     since(*finished_at)
                 )
@@ -262,9 +264,9 @@ mod tests {
         }
     }
 
-    fn done(outcome: &str, error: Option<&str>) -> TriggerState {
+    fn done(outcome: Outcome, error: Option<&str>) -> TriggerState {
         TriggerState::Done {
-            outcome: outcome.into(),
+            outcome,
             error: error.map(str::to_owned),
             finished_at: DateTime::from_timestamp(1_790_000_000, 0).unwrap()
                 + TimeDelta::milliseconds(1500),
@@ -279,18 +281,33 @@ mod tests {
             triggered(TriggerState::Pending, wait).exit_code(),
             EXIT_NOT_DONE
         );
-        assert_eq!(triggered(done("succeeded", None), wait).exit_code(), 0);
-        assert_eq!(triggered(done("succeeded", None), None).exit_code(), 0);
         assert_eq!(
-            triggered(done("failed", Some("boom")), wait).exit_code(),
-            EXIT_RUN_FAILED
+            triggered(done(Outcome::Succeeded, None), wait).exit_code(),
+            0
         );
         assert_eq!(
-            triggered(done("timed_out", None), wait).exit_code(),
-            EXIT_RUN_FAILED
+            triggered(done(Outcome::Succeeded, None), None).exit_code(),
+            0
         );
         assert_eq!(
-            triggered(done("skipped", None), wait).exit_code(),
+            triggered(done(Outcome::Failed, Some("boom")), wait).exit_code(),
+            EXIT_RUN_FAILED
+        );
+        for ended in [
+            Outcome::TimedOut,
+            Outcome::Cancelled,
+            Outcome::CancelledByNewer,
+            // A newer version's word: not known to have ended well.
+            Outcome::Unknown,
+        ] {
+            assert_eq!(
+                triggered(done(ended, None), wait).exit_code(),
+                EXIT_RUN_FAILED,
+                "{ended}"
+            );
+        }
+        assert_eq!(
+            triggered(done(Outcome::Skipped, None), wait).exit_code(),
             EXIT_SKIPPED
         );
     }
@@ -306,14 +323,14 @@ mod tests {
             pending.ends_with("\nfollow it with: scheduler-cli trigger-status 42 --wait\n"),
             "{pending}"
         );
-        let failed = triggered(done("failed", Some("boom")), Some(Duration::ZERO)).human();
+        let failed = triggered(done(Outcome::Failed, Some("boom")), Some(Duration::ZERO)).human();
         assert_eq!(
             failed,
             "trigger 42 of sweep: failed at 2026-09-21T14:13:21.500Z, 1s after \
              it was asked for (asked by ops at 2026-09-21T14:13:20Z): boom\n"
         );
         let json: serde_json::Value = serde_json::from_str(
-            &triggered(done("failed", Some("boom")), None)
+            &triggered(done(Outcome::Failed, Some("boom")), None)
                 .json()
                 .unwrap(),
         )
@@ -323,5 +340,21 @@ mod tests {
         assert_eq!(json["outcome"], "failed");
         assert_eq!(json["error"], "boom");
         assert_eq!(json["holder"], serde_json::Value::Null);
+        let skipped = triggered(done(Outcome::Skipped, None), None).human();
+        assert!(
+            skipped.starts_with(
+                "trigger 42 of sweep: skipped (its overlap policy refused it: a run was under \
+                 way) at "
+            ),
+            "{skipped}"
+        );
+        let unknown = triggered(done(Outcome::Unknown, None), None).human();
+        assert!(
+            unknown.starts_with(
+                "trigger 42 of sweep: unknown (a newer version recorded an outcome this one \
+                 does not know) at "
+            ),
+            "{unknown}"
+        );
     }
 }

@@ -5,6 +5,7 @@
 mod support;
 
 use scheduler_cli::{Error, LeaseState, Status};
+use scheduler_core::Outcome;
 use scheduler_postgres::TableName;
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::Value;
@@ -53,7 +54,11 @@ async fn status_shows_each_lease_with_its_last_run() {
         "{sweep:?}"
     );
     let run = sweep.last_run.as_ref().expect("sweep ran");
-    assert_eq!(run.outcome, "failed", "the latest run, not the older one");
+    assert_eq!(
+        run.outcome,
+        Outcome::Failed,
+        "the latest run, not the older one"
+    );
     assert_eq!(run.node, "node-b");
     assert_eq!(
         run.error.as_deref(),

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use scheduler_cli::{EXIT_MISSING, EXIT_NOT_DONE, EXIT_RUN_FAILED, EXIT_SKIPPED};
-use scheduler_core::{Holder, LeaseName, TriggerId, TriggerState, Ttl};
+use scheduler_core::{Holder, LeaseName, Outcome, TriggerId, TriggerState, Ttl};
 use support::stores::{Db, eventually, json, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,7 +25,7 @@ async fn trigger_on_sqlite() {
 /// Claims the first pending trigger of `job` as an instance would and ends it with
 /// `outcome`, which gives the job's lease back; `skipped` ends it unclaimed, as an
 /// instance whose overlap policy refused it does.
-async fn claim_and_finish(db: &Db, job: &str, outcome: &str, error: Option<&str>) -> TriggerId {
+async fn claim_and_finish(db: &Db, job: &str, outcome: Outcome, error: Option<&str>) -> TriggerId {
     let controls = db.controls();
     let pending = || async {
         let state = controls.poll(None).await.unwrap().unwrap_or_default();
@@ -37,7 +37,7 @@ async fn claim_and_finish(db: &Db, job: &str, outcome: &str, error: Option<&str>
     };
     eventually("a trigger pending", || async { pending().await.is_some() }).await;
     let id = pending().await.unwrap();
-    if outcome == "skipped" {
+    if outcome == Outcome::Skipped {
         assert!(
             controls
                 .finish_trigger(id, None, outcome, error)
@@ -140,7 +140,7 @@ async fn trigger_prints_its_id_and_waits_for_the_run(db: Db) {
     let wait = ["trigger-status", &id_text, "--wait", "--json"];
     let (out, claimed) = tokio::join!(
         db.cli(&wait),
-        claim_and_finish(&db, "sweep", "succeeded", None),
+        claim_and_finish(&db, "sweep", Outcome::Succeeded, None),
     );
     assert_eq!(claimed, TriggerId(id));
     let done = json(&out);
@@ -150,7 +150,12 @@ async fn trigger_prints_its_id_and_waits_for_the_run(db: Db) {
     // trigger --wait, the run failing: exit 6, with the error.
     let (out, _) = tokio::join!(
         db.cli(&["trigger", "sweep", "--wait", "--timeout", "60s"]),
-        claim_and_finish(&db, "sweep", "failed", Some("boom: the disk is full")),
+        claim_and_finish(
+            &db,
+            "sweep",
+            Outcome::Failed,
+            Some("boom: the disk is full")
+        ),
     );
     assert_eq!(
         out.status.code(),
@@ -168,7 +173,7 @@ async fn trigger_prints_its_id_and_waits_for_the_run(db: Db) {
     // Skipped by the overlap policy: exit 7.
     let (out, _) = tokio::join!(
         db.cli(&["trigger", "sweep", "--wait"]),
-        claim_and_finish(&db, "sweep", "skipped", None),
+        claim_and_finish(&db, "sweep", Outcome::Skipped, None),
     );
     assert_eq!(out.status.code(), Some(i32::from(EXIT_SKIPPED)), "{kind}");
     assert!(

@@ -42,6 +42,7 @@ pub use self::schedules::{ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
 use crate::error::Result;
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
+use crate::outcome::Outcome;
 
 /// The control side of a store: what operators do, and what instances poll.
 ///
@@ -104,8 +105,9 @@ pub trait Controls: Send + Sync + fmt::Debug {
         ttl: Ttl,
     ) -> Result<Option<Lease>>;
 
-    /// Records the end of trigger `id`: `outcome` (`succeeded`, `failed`, `skipped`, …)
-    /// and the error's text, and gives its lease back, in one statement.
+    /// Records the end of trigger `id`: `outcome` (how its run ended, or
+    /// [`Outcome::Skipped`] when the job's overlap policy refused it) and the error's
+    /// text, and gives its lease back, in one statement.
     ///
     /// A trigger that is pending (refused before a claim; `holder` is `None`) or
     /// running under `holder` is ended; any other is left alone (returns `false`).
@@ -119,7 +121,7 @@ pub trait Controls: Send + Sync + fmt::Debug {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> Result<bool>;
 

@@ -37,6 +37,7 @@ pub mod error;
 pub mod job;
 pub mod lease;
 pub mod memory;
+pub mod outcome;
 pub mod policy;
 mod random;
 mod runtime;
@@ -58,12 +59,15 @@ pub use lease::{
     TakeRequest, Taken, Tick, Ttl,
 };
 pub use memory::MemoryStore;
+#[allow(deprecated)]
+pub use outcome::RunOutcome;
+pub use outcome::{Outcome, ParseOutcomeError};
 pub use policy::{CatchUp, Overlap, Policy, Retry};
 pub use runtime::{BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
-    Health, HealthReport, JobInfo, Outcome, RunOutcome, RunRecord, RunRecorder, Scheduler,
-    SchedulerBuilder, Stats, metric_names,
+    Health, HealthReport, JobInfo, RunRecord, RunRecorder, Scheduler, SchedulerBuilder, Stats,
+    metric_names,
 };
 pub use schedule::{Schedule, ScheduleError, parse_duration};
 pub use store::Store;

@@ -40,7 +40,7 @@ fn hourly(store: &Arc<scheduler_core::MemoryStore>, log: &Log) -> Probe {
 }
 
 /// Asserts that trigger `id` ended with `outcome`.
-async fn assert_ended(store: &scheduler_core::MemoryStore, id: TriggerId, outcome: &str) {
+async fn assert_ended(store: &scheduler_core::MemoryStore, id: TriggerId, outcome: Outcome) {
     let state = store
         .trigger_status(id)
         .await
@@ -48,7 +48,7 @@ async fn assert_ended(store: &scheduler_core::MemoryStore, id: TriggerId, outcom
         .expect("row")
         .state;
     assert!(
-        matches!(&state, TriggerState::Done { outcome: o, .. } if o == outcome),
+        matches!(&state, TriggerState::Done { outcome: o, .. } if *o == outcome),
         "{state:?}"
     );
 }
@@ -506,7 +506,7 @@ async fn a_trigger_just_after_a_run_ended_runs() {
         })
         .await;
     let t = rx.await.expect("trigger");
-    assert_ended(&store, t.id, "succeeded").await;
+    assert_ended(&store, t.id, Outcome::Succeeded).await;
     assert_eq!(runs(&log, "hourly").len(), 2);
 }
 
@@ -542,7 +542,7 @@ async fn a_trigger_while_an_ended_run_is_still_being_released_runs() {
     };
     tokio::join!(a.run_until(both), b.run_until(sleep(5_000)));
     let t = rx.await.expect("trigger");
-    assert_ended(&store, t.id, "succeeded").await;
+    assert_ended(&store, t.id, Outcome::Succeeded).await;
     assert_eq!(runs(&log, "hourly").len(), 2);
 }
 
@@ -582,7 +582,7 @@ async fn a_trigger_cut_by_a_shutdown_runs_on_another_instance() {
         mid.state
     );
     b.run_until(sleep(30_000)).await;
-    assert_ended(&store, trigger.id, "succeeded").await;
+    assert_ended(&store, trigger.id, Outcome::Succeeded).await;
     let nodes: Vec<_> = runs(&log, "daily")
         .iter()
         .map(|r| (r.node.clone(), r.cancelled))

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use scheduler_core::{ControlRequest, Controls, TriggerState};
+use scheduler_core::{ControlRequest, Controls, Outcome, TriggerState};
 use support::{Log, Probe, builder, mid_second, runs, store};
 
 /// Where in a minute the idle test starts.
@@ -75,9 +75,13 @@ async fn an_idle_instance_polls_the_controls_only_when_a_change_is_announced() {
     .await;
     assert_eq!(idle, 0, "control polls in three idle minutes");
     // The trigger was announced, polled, claimed and run within the second.
-    assert!(
-        matches!(&status.map(|t| t.state), Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"),
-    );
+    assert!(matches!(
+        &status.map(|t| t.state),
+        Some(TriggerState::Done {
+            outcome: Outcome::Succeeded,
+            ..
+        })
+    ),);
     let triggered: Vec<_> = runs(&log, "minutely")
         .into_iter()
         .filter(|r| r.started >= asked)
@@ -168,7 +172,13 @@ async fn a_trigger_waiting_for_its_jobs_lease_is_claimed_by_the_timer() {
     .await;
     let all = runs(&log, "minutely");
     assert!(
-        matches!(&status.map(|t| t.state), Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"),
+        matches!(
+            &status.map(|t| t.state),
+            Some(TriggerState::Done {
+                outcome: Outcome::Succeeded,
+                ..
+            })
+        ),
         "{all:?}"
     );
     assert_eq!(all.len(), 2, "{all:?}");

@@ -195,7 +195,13 @@ async fn a_trigger_runs_once_across_instances_and_records_its_end() {
             .expect("status")
             .expect("trigger");
         assert!(
-            matches!(&status.state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+            matches!(
+                &status.state,
+                TriggerState::Done {
+                    outcome: Outcome::Succeeded,
+                    ..
+                }
+            ),
             "{status:?}"
         );
     }
@@ -205,7 +211,13 @@ async fn a_trigger_runs_once_across_instances_and_records_its_end() {
 async fn a_trigger_while_the_job_runs_is_skipped_by_the_skip_policy() {
     let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::Skip).await;
     assert!(
-        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "skipped"),
+        matches!(
+            &state,
+            TriggerState::Done {
+                outcome: Outcome::Skipped,
+                ..
+            }
+        ),
         "{state:?}"
     );
     // Only the start-up run.
@@ -278,7 +290,10 @@ async fn dynamic_schedules_are_picked_up_changed_and_dropped_at_run_time() {
     assert!((3..=5).contains(&counts[0]), "{counts:?}");
     assert!((2..=4).contains(&(counts[1] - counts[0])), "{counts:?}");
     assert_eq!(counts[3], counts[2], "{counts:?}");
-    assert_eq!(stats.count("tenant-1", Outcome::Ran), u64::from(counts[3]));
+    assert_eq!(
+        stats.count("tenant-1", Outcome::Succeeded),
+        u64::from(counts[3])
+    );
     let args = seen_args.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert!(args.iter().all(|a| a == r#"{"tenant": 1}"#), "{args:?}");
 }
@@ -308,7 +323,7 @@ async fn a_row_this_instance_cannot_run_is_reported_not_a_crash() {
     let stats = scheduler.stats();
     scheduler.run_until(sleep(5_000)).await;
     assert!(runs(&log, "tick").len() >= 4);
-    assert_eq!(stats.count("other", Outcome::Ran), 0);
+    assert_eq!(stats.count("other", Outcome::Succeeded), 0);
 }
 
 /// A shutdown signal several schedulers can wait on: resolves when `f` ends.
@@ -383,7 +398,13 @@ async fn trigger_during_a_long_run(
 async fn a_trigger_waits_for_the_running_run_under_buffer_one() {
     let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::BufferOne).await;
     assert!(
-        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        matches!(
+            &state,
+            TriggerState::Done {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ),
         "{state:?}"
     );
     // The start-up run ran to its end, then the triggered one.
@@ -395,7 +416,13 @@ async fn a_trigger_waits_for_the_running_run_under_buffer_one() {
 async fn a_trigger_cancels_the_running_run_under_cancel_running() {
     let (state, runs) = trigger_during_a_long_run(scheduler_core::Overlap::CancelRunning).await;
     assert!(
-        matches!(&state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+        matches!(
+            &state,
+            TriggerState::Done {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ),
         "{state:?}"
     );
     assert_eq!(runs.len(), 2, "{runs:?}");

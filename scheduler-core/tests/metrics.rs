@@ -248,14 +248,14 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
 
     // Tick outcomes: exactly the script's, and nothing else.
     let expected: BTreeMap<Vec<String>, u64> = [
-        (["steady", "ran"], 5),
+        (["steady", "succeeded"], 5),
         (["failing", "failed"], 3),
-        (["slow", "ran"], 3),
+        (["slow", "succeeded"], 3),
         (["slow", "skipped_overlap"], 6),
         (["fenced", "lease_lost"], 1),
         (["fenced", "failed"], 1),
         (["harmless", "lease_lost"], 1),
-        (["harmless", "ran"], 1),
+        (["harmless", "succeeded"], 1),
     ]
     .into_iter()
     .map(|(k, v)| (key(&k), v))
@@ -272,14 +272,7 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     assert_eq!(m.unit(metric_names::TICK_OUTCOMES), "{tick}");
     // ... and they agree with the scheduler's own counters.
     for job in ["steady", "failing", "slow", "fenced", "harmless"] {
-        for outcome in [
-            Outcome::Ran,
-            Outcome::Failed,
-            Outcome::HeldElsewhere,
-            Outcome::SkippedOverlap,
-            Outcome::Missed,
-            Outcome::LeaseLost,
-        ] {
+        for &outcome in Outcome::ALL {
             let exported = outcomes
                 .get(&key(&[job, outcome.as_str()]))
                 .copied()

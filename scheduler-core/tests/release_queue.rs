@@ -49,7 +49,7 @@ async fn releases_queued_for_two_runs_of_one_job_are_all_delivered() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         watch.set_failing_releases(true);
         tokio::time::sleep(Duration::from_secs(6)).await;
-        let ran_during = stats.count("brisk", Outcome::Ran);
+        let ran_during = stats.count("brisk", Outcome::Succeeded);
         watch.set_failing_releases(false);
         tokio::time::sleep(Duration::from_secs(5)).await;
         let row = watch.row(&name);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use scheduler_core::{
-    BoxError, Idempotent, JobContext, Outcome, Policy, RunOutcome, RunRecord, RunRecorder, Schedule,
+    BoxError, Idempotent, JobContext, Outcome, Policy, RunRecord, RunRecorder, Schedule,
 };
 use support::{builder, store};
 
@@ -118,7 +118,7 @@ async fn a_failed_run_is_retried_under_the_same_lease_until_it_succeeds() {
         "every attempt holds the same lease: {first:?}"
     );
     assert_eq!(stats.count("flaky", Outcome::Retried), 2);
-    assert_eq!(stats.count("flaky", Outcome::Ran), 1);
+    assert_eq!(stats.count("flaky", Outcome::Succeeded), 1);
     assert_eq!(stats.count("flaky", Outcome::Failed), 0);
     tokio::time::sleep(Duration::from_millis(10)).await;
     let records = records.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -126,9 +126,9 @@ async fn a_failed_run_is_retried_under_the_same_lease_until_it_succeeds() {
     assert_eq!(
         outcomes,
         [
-            (1, RunOutcome::Retried),
-            (2, RunOutcome::Retried),
-            (3, RunOutcome::Succeeded)
+            (1, Outcome::Retried),
+            (2, Outcome::Retried),
+            (3, Outcome::Succeeded)
         ]
     );
     assert_eq!(records[0].error.as_deref(), Some("attempt 1 failed"));
@@ -191,7 +191,7 @@ async fn a_run_past_its_timeout_is_cancelled_and_counted() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let records = records.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].outcome, RunOutcome::TimedOut);
+    assert_eq!(records[0].outcome, Outcome::TimedOut);
     assert_eq!(
         records[0].error.as_deref(),
         Some("the run took longer than its timeout of 1s")

@@ -35,7 +35,7 @@ async fn shutdown_waits_for_the_grace_then_cancels_and_releases_at_once() {
     let took = began.elapsed();
     assert_eq!(
         (
-            stats.count("short", Outcome::Ran),
+            stats.count("short", Outcome::Succeeded),
             stats.count("long", Outcome::Failed)
         ),
         (1, 1)

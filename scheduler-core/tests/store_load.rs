@@ -96,7 +96,7 @@ async fn an_idle_instance_sends_nothing_between_ticks() {
             Duration::from_secs(600) + Duration::from_millis(500),
         ))
         .await;
-    let runs = stats.count("minutely", Outcome::Ran);
+    let runs = stats.count("minutely", Outcome::Succeeded);
     assert!(runs >= 10, "ran {runs} times in ten minutes");
     let (takes, renewals, releases, reads) = (
         calls.takes(),
@@ -133,10 +133,10 @@ async fn runs_ending_within_milliseconds_are_released_in_one_statement() {
     scheduler
         .run_until(tokio::time::sleep(Duration::from_millis(10_250)))
         .await;
-    let ticks = stats.count("job-00", Outcome::Ran);
+    let ticks = stats.count("job-00", Outcome::Succeeded);
     assert!(ticks >= 10, "ran {ticks} ticks");
     for i in 0..20 {
-        let ran = stats.count(&format!("job-{i:02}"), Outcome::Ran);
+        let ran = stats.count(&format!("job-{i:02}"), Outcome::Succeeded);
         assert_eq!(ran, ticks, "job-{i:02} ran every tick");
     }
     assert_eq!(calls.takes(), ticks, "one take per tick");
@@ -303,7 +303,7 @@ async fn a_big_tick_is_taken_in_chunks_whose_runs_start_as_each_is_answered() {
         "the first chunk's runs start before the last chunk is answered"
     );
     for i in 0..250 {
-        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Ran), 1);
+        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Succeeded), 1);
     }
 }
 
@@ -354,6 +354,6 @@ async fn a_big_take_that_fails_is_asked_again_in_chunks() {
         "takes, by size (0: the failed one)"
     );
     for i in 0..250 {
-        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Ran), 3);
+        assert_eq!(stats.count(&format!("job-{i:03}"), Outcome::Succeeded), 3);
     }
 }

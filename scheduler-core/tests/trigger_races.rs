@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_core::{CatchUp, ControlRequest, Controls, Overlap, Policy, TriggerState};
+use scheduler_core::{CatchUp, ControlRequest, Controls, Outcome, Overlap, Policy, TriggerState};
 use support::{Faulty, Log, Probe, builder, mid_second, runs, store};
 
 async fn sleep(ms: u64) {
@@ -66,7 +66,13 @@ async fn a_trigger_of_a_busy_concurrent_job_waits_for_a_slot() {
     for t in [first, second] {
         let state = store.trigger_status(t.id).await.unwrap().unwrap().state;
         assert!(
-            matches!(&state, TriggerState::Done { outcome, .. } if outcome == "succeeded"),
+            matches!(
+                &state,
+                TriggerState::Done {
+                    outcome: Outcome::Succeeded,
+                    ..
+                }
+            ),
             "trigger {}: {state:?}; runs: {:?}",
             t.id,
             runs(&log, "conc")
@@ -260,7 +266,7 @@ async fn stuck_trigger_claims_do_not_cost_the_leases_of_running_jobs() {
         })
         .await;
     assert_eq!(
-        stats.count("long", scheduler_core::Outcome::LeaseLost),
+        stats.count("long", Outcome::LeaseLost),
         0,
         "the running job's lease was lost while the loop waited on trigger claims"
     );
@@ -309,7 +315,7 @@ async fn a_triggered_run_handed_back_does_not_reopen_a_completed_tick() {
     // The triggered run is handed back (shutdown past the grace, or the job returned
     // Interrupted): the runtime releases it Interrupted.
     store
-        .finish_trigger(t.id, Some(&holder), "cancelled", None)
+        .finish_trigger(t.id, Some(&holder), Outcome::Cancelled, None)
         .await
         .unwrap();
     store

@@ -16,7 +16,7 @@ mod state;
 use async_trait::async_trait;
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, Controls, FencingToken, Holder, Lease, LeaseName,
-    LeaseRow, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
+    LeaseRow, Outcome, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
 };
 use sea_orm::Value;
 
@@ -162,14 +162,14 @@ impl Controls for PostgresStore {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> scheduler_core::Result<bool> {
         const OP: &str = "finish a trigger";
         let values = vec![
             id.0.into(),
             holder.map(|h| h.as_str().to_owned()).into(),
-            clean(outcome).into(),
+            outcome.as_str().into(),
             error.map(clean).into(),
         ];
         let rows = self.query(OP, &self.control_sql().finish, values).await?;

@@ -447,7 +447,7 @@ async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed()
     })
     .await;
     assert!(!run.is_finished(), "the scheduler keeps running");
-    assert_eq!(stats.count(job, Outcome::Ran), 0);
+    assert_eq!(stats.count(job, Outcome::Succeeded), 0);
     let line = logs
         .find("taking due leases failed")
         .expect("the failure is logged");
@@ -480,7 +480,7 @@ async fn the_runtime_logs_a_broken_table_retries_and_recovers_once_it_is_fixed()
         Duration::from_secs(60),
         "a run once the table is fixed",
         || {
-            let ran = stats.count(job, Outcome::Ran);
+            let ran = stats.count(job, Outcome::Succeeded);
             async move { ran >= 1 }
         },
     )

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use scheduler_core::{ControlRequest, Controls, Schedule, Scheduler, TriggerState};
+use scheduler_core::{ControlRequest, Controls, Outcome, Schedule, Scheduler, TriggerState};
 use scheduler_postgres::{PostgresOptions, PostgresStore};
 use sea_orm::sqlx::postgres::{PgConnection, PgListener};
 use sea_orm::sqlx::{self, Connection};
@@ -214,8 +214,15 @@ impl Listening {
             .expect("trigger");
         wait_for(limit, "the triggered run", || async {
             matches!(
-                self.store.trigger_status(trigger.id).await.expect("status").map(|t| t.state),
-                Some(TriggerState::Done { outcome, .. }) if outcome == "succeeded"
+                self.store
+                    .trigger_status(trigger.id)
+                    .await
+                    .expect("status")
+                    .map(|t| t.state),
+                Some(TriggerState::Done {
+                    outcome: Outcome::Succeeded,
+                    ..
+                })
             )
         })
         .await;
@@ -500,7 +507,7 @@ async fn every_control_announces_its_version() {
         .expect("claim")
         .expect("claimed");
     store
-        .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+        .finish_trigger(trigger.id, Some(&holder), Outcome::Succeeded, None)
         .await
         .expect("finish");
     store

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use scheduler_core::{
-    ControlAction, ControlRequest, Controls, Holder, LeaseName, Page, Release, ScheduleRow, Scope,
-    Store, TakeRequest, Taken, Tick, TriggerId, TriggerState, Ttl,
+    ControlAction, ControlRequest, Controls, Holder, LeaseName, Outcome, Page, Release,
+    ScheduleRow, Scope, Store, TakeRequest, Taken, Tick, TriggerId, TriggerState, Ttl,
 };
 use scheduler_postgres::{HistoryOptions, PostgresOptions, PostgresStore, RunHistory};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
@@ -386,18 +386,23 @@ async fn a_trigger_is_claimed_exactly_once_and_runs_under_the_jobs_lease() {
 
     // Only its holder ends it.
     assert!(
-        !c.finish_trigger(trigger.id, Some(&Holder::generate()), "ran", None)
-            .await
-            .expect("finish")
+        !c.finish_trigger(
+            trigger.id,
+            Some(&Holder::generate()),
+            Outcome::Succeeded,
+            None
+        )
+        .await
+        .expect("finish")
     );
     assert!(
-        !c.finish_trigger(trigger.id, None, "ran", None)
+        !c.finish_trigger(trigger.id, None, Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
     // Its finish gives the lease back: the scheduled tick that waited is free.
     assert!(
-        c.finish_trigger(trigger.id, Some(&holder), "ran", None)
+        c.finish_trigger(trigger.id, Some(&holder), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
@@ -409,7 +414,7 @@ async fn a_trigger_is_claimed_exactly_once_and_runs_under_the_jobs_lease() {
     else {
         panic!("not done");
     };
-    assert_eq!((outcome.as_str(), error), ("ran", None));
+    assert_eq!((outcome, error), (Outcome::Succeeded, None));
     // Done is done.
     assert!(
         c.claim_trigger(trigger.id, &name("payout"), &Holder::generate(), ttl())
@@ -503,14 +508,19 @@ async fn a_trigger_waits_for_the_running_tick_and_is_claimed_again_after_its_cla
     );
     // The dead claimant cannot end it; the new one can.
     assert!(
-        !c.finish_trigger(trigger.id, Some(&first), "ran", None)
+        !c.finish_trigger(trigger.id, Some(&first), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
     assert!(
-        c.finish_trigger(trigger.id, Some(&second), "failed", Some("disk full"))
-            .await
-            .expect("finish")
+        c.finish_trigger(
+            trigger.id,
+            Some(&second),
+            Outcome::Failed,
+            Some("disk full")
+        )
+        .await
+        .expect("finish")
     );
     let Some(TriggerState::Done { outcome, error, .. }) = c
         .trigger_status(trigger.id)
@@ -531,7 +541,7 @@ async fn a_trigger_waits_for_the_running_tick_and_is_claimed_again_after_its_cla
         .await
         .expect("trigger");
     assert!(
-        c.finish_trigger(refused.id, None, "skipped", None)
+        c.finish_trigger(refused.id, None, Outcome::Skipped, None)
             .await
             .expect("finish")
     );
@@ -619,7 +629,7 @@ async fn poll_is_none_until_something_changes_and_sees_every_kind_of_change() {
         state.triggers[0].state,
         TriggerState::Running { .. }
     ));
-    c.finish_trigger(trigger.id, Some(&lease.holder), "ran", None)
+    c.finish_trigger(trigger.id, Some(&lease.holder), Outcome::Succeeded, None)
         .await
         .expect("finish");
     let state = changed(c, &mut version, "finish").await;

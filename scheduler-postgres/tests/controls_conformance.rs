@@ -86,6 +86,13 @@ async fn triggers_finish_once_and_report_their_state() {
 }
 
 #[tokio::test]
+async fn every_outcome_reads_back() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 1).await;
+    rules::every_outcome_reads_back(&s[0]).await;
+}
+
+#[tokio::test]
 async fn a_trigger_leaves_a_due_tick_takeable() {
     let db = TestDb::new().await;
     let s = instances(&db, 2).await;

@@ -403,7 +403,8 @@ async fn a_lost_race_costs_one_take_per_tick() {
         let _ = task.await;
         takes += calls.takes();
         failed += calls.failed_takes();
-        ticks += stats.count("race", Outcome::Ran) + stats.count("race", Outcome::HeldElsewhere);
+        ticks +=
+            stats.count("race", Outcome::Succeeded) + stats.count("race", Outcome::HeldElsewhere);
     }
     // Every instance asks once per tick; a loser does not ask again at once because
     // the row it saw was the one from before the winner's insert. A take that failed

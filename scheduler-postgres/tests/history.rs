@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use scheduler_core::{
     BoxError, Duplicate, FencingToken, Holder, Idempotent, JobContext, LeaseName, Outcome,
-    RunOutcome, RunRecord, RunRecorder, Schedule, Scheduler, Scope, Tick,
+    RunRecord, RunRecorder, Schedule, Scheduler, Scope, Tick,
 };
 use scheduler_postgres::history::{MAX_ERROR_LEN, RETENTION_JOB};
 use scheduler_postgres::{
@@ -158,13 +158,13 @@ async fn every_run_is_one_row_written_by_one_insert() {
     let counts = stats.clone();
     scheduler
         .run_until(wait_for(LIMIT, "each job to run twice", move || {
-            let twice = counts.count("works", Outcome::Ran) >= 2
+            let twice = counts.count("works", Outcome::Succeeded) >= 2
                 && counts.count("breaks", Outcome::Failed) >= 2;
             async move { twice }
         }))
         .await;
     let (ok, failed) = (
-        stats.count("works", Outcome::Ran),
+        stats.count("works", Outcome::Succeeded),
         stats.count("breaks", Outcome::Failed),
     );
     assert!(ok >= 2 && failed >= 2, "ran {ok}, failed {failed}");
@@ -433,7 +433,7 @@ async fn the_table_is_created_once_by_instances_starting_together_in_any_schema(
         token: FencingToken::new(7),
         started: now,
         finished: now + TimeDelta::milliseconds(5),
-        outcome: RunOutcome::Cancelled,
+        outcome: Outcome::Cancelled,
         error: Some(format!("bad\0{}", "x".repeat(10 * MAX_ERROR_LEN))),
         lease_lost: true,
         attempt: 3,
@@ -490,7 +490,7 @@ async fn a_history_table_from_before_retries_gets_the_attempt_column() {
         token: FencingToken::new(2),
         started: now,
         finished: now,
-        outcome: RunOutcome::Retried,
+        outcome: Outcome::Retried,
         error: Some("first try failed".to_owned()),
         lease_lost: false,
         attempt: 1,

@@ -98,7 +98,7 @@ async fn hostile_job_names_run_and_are_stored_byte_for_byte() {
     let mut jobs = names.clone();
     jobs.push(per_node.to_owned());
     wait_for(Duration::from_secs(60), "every job to run twice", || {
-        let done = jobs.iter().all(|j| stats.count(j, Outcome::Ran) >= 2);
+        let done = jobs.iter().all(|j| stats.count(j, Outcome::Succeeded) >= 2);
         async move { done }
     })
     .await;

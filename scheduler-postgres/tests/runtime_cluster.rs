@@ -46,7 +46,7 @@ async fn three_instances_run_every_tick_of_five_jobs_exactly_once() {
             .map(|j| sa.count(j, outcome) + sb.count(j, outcome) + sc.count(j, outcome))
             .sum()
     };
-    let (ran, failed) = (count(Outcome::Ran), count(Outcome::Failed));
+    let (ran, failed) = (count(Outcome::Succeeded), count(Outcome::Failed));
     assert!(
         ran as usize <= rows.len() && rows.len() as u64 <= ran + failed,
         "{ran} ran, {failed} failed, {} recorded",

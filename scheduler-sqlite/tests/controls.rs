@@ -89,6 +89,13 @@ async fn triggers_finish_once_and_report_their_state() {
 }
 
 #[tokio::test]
+async fn every_outcome_reads_back() {
+    let dir = TempDir::new("trigger-outcomes");
+    let s = instances(&dir.join("leases.db"), 1).await;
+    rules::every_outcome_reads_back(&s[0]).await;
+}
+
+#[tokio::test]
 async fn a_trigger_leaves_a_due_tick_takeable() {
     let dir = TempDir::new("trigger-due");
     let s = instances(&dir.join("leases.db"), 2).await;

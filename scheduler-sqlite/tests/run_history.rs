@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
-    BoxError, FencingToken, Holder, Idempotent, JobContext, Outcome, Page, RunOutcome, RunRecord,
-    RunRecorder, Schedule, Scheduler, Scope, Store, Tick,
+    BoxError, FencingToken, Holder, Idempotent, JobContext, Outcome, Page, RunRecord, RunRecorder,
+    Schedule, Scheduler, Scope, Store, Tick,
 };
 use scheduler_sqlite::history::{MAX_ERROR_LEN, RETENTION_JOB};
 use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
 use support::TempDir;
 
-fn record(job: &str, started: DateTime<Utc>, outcome: RunOutcome) -> RunRecord {
+fn record(job: &str, started: DateTime<Utc>, outcome: Outcome) -> RunRecord {
     RunRecord {
         job: job.to_owned(),
         tick: Tick::new(started),
@@ -55,16 +55,12 @@ async fn runs_are_read_back_newest_first_and_paged() {
         .expect("history");
     assert_eq!(history.table().to_string(), "scheduler_leases_runs");
     let now = store.now().await.expect("clock");
-    let first = record(
-        "report",
-        now - TimeDelta::seconds(20),
-        RunOutcome::Succeeded,
-    );
-    let mut failed = record("report", now - TimeDelta::seconds(10), RunOutcome::Failed);
+    let first = record("report", now - TimeDelta::seconds(20), Outcome::Succeeded);
+    let mut failed = record("report", now - TimeDelta::seconds(10), Outcome::Failed);
     failed.error = Some(format!("boom\0{}", "é".repeat(MAX_ERROR_LEN)));
     failed.attempt = 2;
     failed.lease_lost = true;
-    let other = record("sweep", now, RunOutcome::Succeeded);
+    let other = record("sweep", now, Outcome::Succeeded);
     for run in [&first, &failed, &other] {
         history.record(run).await.expect("record");
     }
@@ -138,7 +134,7 @@ async fn the_retention_sweep_deletes_only_old_runs() {
     .expect("history");
     let now = store.now().await.expect("clock");
     for age in [7200, 3700, 3500, 10] {
-        let run = record("aged", now - TimeDelta::seconds(age), RunOutcome::Succeeded);
+        let run = record("aged", now - TimeDelta::seconds(age), Outcome::Succeeded);
         history.record(&run).await.expect("record");
     }
     assert_eq!(history.sweep().await.expect("sweep"), 2);
@@ -219,13 +215,13 @@ async fn a_scheduler_records_each_run() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     scheduler
         .run_until(async move {
-            while counts.count("every-second", Outcome::Ran) < 2 {
+            while counts.count("every-second", Outcome::Succeeded) < 2 {
                 assert!(tokio::time::Instant::now() < deadline, "never ran twice");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
         .await;
-    let ran = stats.count("every-second", Outcome::Ran);
+    let ran = stats.count("every-second", Outcome::Succeeded);
     let controls = store.controls().expect("controls");
     // Runs are recorded off the loop: the last may land just after it stopped.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -243,7 +239,7 @@ async fn a_scheduler_records_each_run() {
     assert_eq!(runs.len() as u64, ran, "one row per run: {runs:?}");
     assert!(
         runs.iter()
-            .all(|r| r.node == "node-a" && r.outcome == "succeeded")
+            .all(|r| r.node == "node-a" && r.outcome == Outcome::Succeeded)
     );
     assert!(
         runs.windows(2)
@@ -272,7 +268,7 @@ async fn runs_ending_together_are_all_recorded() {
     let recorders: Vec<_> = (0..RUNS)
         .map(|i| {
             let history = history.clone();
-            let run = record(&format!("job-{i}"), now, RunOutcome::Succeeded);
+            let run = record(&format!("job-{i}"), now, Outcome::Succeeded);
             tokio::spawn(async move { history.record(&run).await.map_err(|e| e.to_string()) })
         })
         .collect();

@@ -190,7 +190,7 @@ fn runs_table(runs: &[RunRow]) -> Markup {
                     tr data-run=(run.id) {
                         td.num { (run.id) }
                         td { (layout::rfc3339(run.tick)) }
-                        td { (layout::outcome(&run.outcome)) }
+                        td { (layout::outcome(run.outcome)) }
                         td.num { (run.attempt) }
                         td { (layout::rfc3339(run.started)) }
                         td.num { (words::span(run.finished - run.started)) }

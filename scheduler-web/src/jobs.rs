@@ -303,7 +303,7 @@ pub(crate) fn paused_cell(pauses: &[Pause], now: DateTime<Utc>) -> Markup {
 pub(crate) fn last_run_cell(runs: &[RunRow], now: DateTime<Utc>) -> Markup {
     html! {
         @if let Some(run) = runs.first() {
-            (layout::outcome(&run.outcome))
+            (layout::outcome(run.outcome))
             " " (layout::instant(run.finished, now))
             br;
             span.small.muted { "took " (words::span(run.finished - run.started)) " on " (run.node) }
@@ -411,7 +411,7 @@ pub(crate) fn trigger_state(state: &TriggerState, now: DateTime<Utc>) -> Markup 
                 br; span.small.muted { "holder " (holder) }
             },
             TriggerState::Done { outcome, error, finished_at } => {
-                (layout::outcome(outcome)) " " (layout::instant(*finished_at, now))
+                (layout::outcome(*outcome)) " " (layout::instant(*finished_at, now))
                 @if let Some(e) = error { br; span.bad { (e) } }
             },
             _ => span.muted { "unknown" },

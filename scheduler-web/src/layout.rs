@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
+use scheduler_core::Outcome;
 
 use crate::csrf;
 use crate::link;
@@ -95,13 +96,41 @@ pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// A run's outcome (`succeeded`, `failed`, …; a trigger's `ran`, `skipped`, …),
-/// coloured.
-pub(crate) fn outcome(outcome: &str) -> Markup {
-    let class = match outcome {
-        "succeeded" | "ran" => "ok",
-        "failed" | "timed_out" | "cancelled" | "lease_lost" => "bad",
-        _ => "warn",
+/// A run's outcome (`succeeded`, `failed`, …; a trigger's `skipped`), coloured by its
+/// group: a success `ok`, a failure `bad`, anything else (retried, skipped, a newer
+/// version's word read as `unknown`) `warn`.
+pub(crate) fn outcome(outcome: Outcome) -> Markup {
+    let class = if outcome.is_success() {
+        "ok"
+    } else if outcome.is_failure() {
+        "bad"
+    } else {
+        "warn"
     };
     html! { span class=(class) { (outcome) } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_is_coloured_by_its_group() {
+        let cases = [
+            (Outcome::Succeeded, "ok"),
+            (Outcome::Failed, "bad"),
+            (Outcome::TimedOut, "bad"),
+            (Outcome::Cancelled, "bad"),
+            (Outcome::Retried, "warn"),
+            (Outcome::CancelledByNewer, "warn"),
+            (Outcome::Skipped, "warn"),
+            (Outcome::Unknown, "warn"),
+        ];
+        for (o, class) in cases {
+            assert_eq!(
+                outcome(o).into_string(),
+                format!(r#"<span class="{class}">{o}</span>"#)
+            );
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
-use scheduler_core::{ControlRequest, Controls as _, MemoryStore, ScheduleRow};
+use scheduler_core::{ControlRequest, Controls as _, MemoryStore, Outcome, ScheduleRow};
 use scheduler_web::{Actions, Dashboard};
 use support::{FakeStore, app, get};
 
@@ -35,7 +35,7 @@ async fn the_prefix_redirects_to_the_jobs_page_next_to_it() {
 #[tokio::test]
 async fn every_page_answers_200_with_relative_links_only() {
     let store = FakeStore::new();
-    store.add_run("sweep", "succeeded", None);
+    store.add_run("sweep", Outcome::Succeeded, None);
     store.add_lease("sweep", Some("node-a:42:00ff00ff00ff00ff"));
     let trigger = store
         .trigger(&ControlRequest::new("sweep", "test"))
@@ -106,7 +106,7 @@ async fn unknown_jobs_triggers_and_pages_are_404() {
 #[tokio::test]
 async fn a_job_gone_from_the_code_keeps_its_history_page() {
     let store = FakeStore::new();
-    store.add_run("retired", "succeeded", None);
+    store.add_run("retired", Outcome::Succeeded, None);
     let app = app(&store, &["sweep"], Actions::default());
     let (status, _, body) = get(&app, "/scheduler/job?name=retired").await;
     assert_eq!(status, StatusCode::OK);
@@ -117,7 +117,7 @@ async fn a_job_gone_from_the_code_keeps_its_history_page() {
 async fn names_errors_and_reasons_are_shown_as_text() {
     const EVIL: &str = "<script>alert(1)</script>";
     let store = FakeStore::new();
-    store.add_run(EVIL, "failed", Some("<img src=x onerror=alert(2)>"));
+    store.add_run(EVIL, Outcome::Failed, Some("<img src=x onerror=alert(2)>"));
     store.add_lease(EVIL, Some("<b>node</b>:1:00ff"));
     store
         .pause(&ControlRequest::new(EVIL, "<i>mallory</i>").why("\"><script>alert(3)</script>"))
@@ -165,7 +165,7 @@ async fn names_errors_and_reasons_are_shown_as_text() {
 #[tokio::test]
 async fn read_only_pages_have_no_forms_and_set_no_cookie() {
     let store = FakeStore::new();
-    store.add_run("sweep", "succeeded", None);
+    store.add_run("sweep", Outcome::Succeeded, None);
     let app = app(&store, &["sweep"], Actions::default());
     for path in [
         "/scheduler/jobs",
@@ -184,7 +184,7 @@ async fn read_only_pages_have_no_forms_and_set_no_cookie() {
 async fn runs_and_controls_are_paged_newest_first() {
     let store = FakeStore::new();
     for _ in 0..7 {
-        store.add_run("sweep", "succeeded", None);
+        store.add_run("sweep", Outcome::Succeeded, None);
     }
     for i in 0..4 {
         store
@@ -192,7 +192,7 @@ async fn runs_and_controls_are_paged_newest_first() {
             .await
             .unwrap();
     }
-    store.add_run("other", "succeeded", None);
+    store.add_run("other", Outcome::Succeeded, None);
     // Page size 3 (support::app).
     let app = app(&store, &["sweep", "other"], Actions::default());
     let runs = |body: &str| -> Vec<i64> {

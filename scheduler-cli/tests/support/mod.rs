@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
-    FencingToken, Holder, LeaseName, Release, RunOutcome, RunRecord, RunRecorder, Store,
-    TakeRequest, Tick, Ttl,
+    FencingToken, Holder, LeaseName, Outcome, Release, RunRecord, RunRecorder, Store, TakeRequest,
+    Tick, Ttl,
 };
 use scheduler_postgres::{HistoryOptions, PostgresOptions, PostgresStore, RunHistory};
 
@@ -65,16 +65,16 @@ pub async fn known_leases(url: &str, history: bool) -> Known {
             attempt: 1,
         };
         for record in [
-            run("sweep", "node-a", 7200, RunOutcome::Succeeded, None),
+            run("sweep", "node-a", 7200, Outcome::Succeeded, None),
             run(
                 "sweep",
                 "node-b",
                 10,
-                RunOutcome::Failed,
+                Outcome::Failed,
                 Some("boom: the disk is full\nat line 2"),
             ),
-            run("uptime", "node-a", 5, RunOutcome::Succeeded, None),
-            run("uptime", "node-b", 1, RunOutcome::Succeeded, None),
+            run("uptime", "node-a", 5, Outcome::Succeeded, None),
+            run("uptime", "node-b", 1, Outcome::Succeeded, None),
         ] {
             history.record(&record).await.expect("record");
         }

@@ -3,6 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::outcome::Outcome;
+
 /// A page of a history: the records before `before` (an id; `None`: the newest),
 /// at most `limit` of them, newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +41,8 @@ pub struct RunRow {
     pub started: DateTime<Utc>,
     /// When it ended.
     pub finished: DateTime<Utc>,
-    /// `ran`, `failed`, `timed_out`, …
-    pub outcome: String,
+    /// How it ended ([`Outcome::Unknown`] for a word a newer version stored).
+    pub outcome: Outcome,
     /// The error's text, if it failed.
     pub error: Option<String>,
     /// Which attempt (1 unless retried).

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::Controls;
 use super::ScheduleRow;
 use crate::lease::Holder;
+use crate::outcome::Outcome;
 
 /// A job paused now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,11 +65,11 @@ pub enum TriggerState {
         /// When the run began (store clock).
         started_at: DateTime<Utc>,
     },
-    /// Ended with `outcome` (`succeeded`, `failed`, `timed_out`, …; `skipped` when the overlap policy
-    /// refused it), and the error's text if it failed.
+    /// Ended with `outcome` (how its run ended; [`Outcome::Skipped`] when the overlap
+    /// policy refused it), and the error's text if it failed.
     Done {
-        /// The run's outcome.
-        outcome: String,
+        /// The run's outcome ([`Outcome::Unknown`] for a word a newer version stored).
+        outcome: Outcome,
         /// The error, if it failed.
         error: Option<String>,
         /// When it ended (store clock).

@@ -24,9 +24,9 @@ pub use builder::{DEFAULT_CONTROL_POLL, SchedulerBuilder};
 pub(crate) use builder::{HandlerBox, Settings, entries_for};
 pub use health::{Health, HealthReport};
 use observe::Observer;
-pub use observe::{RunOutcome, RunRecord, RunRecorder, names as metric_names};
+pub use observe::{RunRecord, RunRecorder, names as metric_names};
 pub use preview::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
-pub use stats::{Outcome, Stats};
+pub use stats::Stats;
 
 use crate::clock::LocalClock;
 use crate::error::{Error, Result};

@@ -18,17 +18,21 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
 use super::decide::TickEvent;
-use super::stats::{Outcome, Stats};
+use super::stats::Stats;
 use crate::error::BoxError;
 use crate::lease::{FencingToken, Holder, Tick};
+use crate::outcome::Outcome;
 
 /// Metric names, as exported (Prometheus turns dots into `_` and adds unit suffixes).
 pub mod names {
     /// Counter of tick outcomes; attributes `job.name`, `outcome`
-    /// (`ran`, `failed`, `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`,
-    /// `coalesced`, `retried`, `timed_out`, `cancelled_by_newer`, `backfilled`).
+    /// ([`Outcome::as_str`](crate::Outcome::as_str): `succeeded`, `failed`,
+    /// `held_elsewhere`, `skipped_overlap`, `missed`, `lease_lost`, `coalesced`,
+    /// `retried`, `timed_out`, `cancelled_by_newer`, `backfilled`, `paused`).
     pub const TICK_OUTCOMES: &str = "scheduler.tick.outcomes";
-    /// Histogram of run durations in seconds; attributes `job.name`, `outcome`.
+    /// Histogram of run durations in seconds; attributes `job.name`, `outcome` (as the
+    /// run history records it: `succeeded`, `failed`, `cancelled`, `retried`,
+    /// `timed_out`, `cancelled_by_newer`).
     pub const RUN_DURATION: &str = "scheduler.run.duration";
     /// Histogram of fire lateness (start minus scheduled tick, store clock) in seconds; attribute `job.name`.
     pub const RUN_LATENESS: &str = "scheduler.run.lateness";
@@ -45,47 +49,6 @@ pub mod names {
     pub const STORE_ERRORS: &str = "scheduler.store.errors";
     /// Gauge: the store's clock minus this instance's clock, in seconds.
     pub const CLOCK_OFFSET: &str = "scheduler.clock.offset";
-}
-
-/// How a run ended, as recorded in the run history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RunOutcome {
-    /// It returned `Ok`.
-    Succeeded,
-    /// It returned an error or panicked.
-    Failed,
-    /// It was cancelled (shutdown past the grace period, or a lost lease of a job
-    /// that needs fencing).
-    Cancelled,
-    /// It failed (or timed out), and the tick is tried again under the same lease.
-    Retried,
-    /// It took longer than its timeout.
-    TimedOut,
-    /// A newer tick cancelled it (overlap policy "cancel running"); its tick counts
-    /// as done.
-    CancelledByNewer,
-}
-
-impl RunOutcome {
-    /// The outcome as stored: `succeeded`, `failed`, `cancelled`, `retried`,
-    /// `timed_out`, `cancelled_by_newer`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunOutcome::Succeeded => "succeeded",
-            RunOutcome::Failed => "failed",
-            RunOutcome::Cancelled => "cancelled",
-            RunOutcome::Retried => "retried",
-            RunOutcome::TimedOut => "timed_out",
-            RunOutcome::CancelledByNewer => "cancelled_by_newer",
-        }
-    }
-}
-
-impl fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// One finished run, as handed to a [`RunRecorder`].
@@ -106,7 +69,7 @@ pub struct RunRecord {
     /// When it ended, on the store's clock.
     pub finished: DateTime<Utc>,
     /// How it ended.
-    pub outcome: RunOutcome,
+    pub outcome: Outcome,
     /// The error's text, if it failed.
     pub error: Option<String>,
     /// Whether the lease was lost while it ran.
@@ -152,7 +115,7 @@ impl Instruments {
             outcomes: meter
                 .u64_counter(names::TICK_OUTCOMES)
                 .with_unit("{tick}")
-                .with_description("Tick attempts by outcome: ran, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out, cancelled_by_newer, backfilled")
+                .with_description("Tick attempts by outcome: succeeded, failed, held_elsewhere, skipped_overlap, missed, lease_lost, coalesced, retried, timed_out, cancelled_by_newer, backfilled, paused")
                 .build(),
             run_duration: meter
                 .f64_histogram(names::RUN_DURATION)
@@ -311,29 +274,29 @@ impl Observer {
     pub(crate) fn run_ended(&self, job: &str, run: RunRecord) {
         match (&run.error, run.lease_lost) {
             (None, false) => {
-                self.outcome(job, Outcome::Ran);
+                self.outcome(job, Outcome::Succeeded);
                 tracing::debug!(job, tick = %run.tick, "run finished");
             }
             (None, true) => {
-                self.outcome(job, Outcome::Ran);
+                self.outcome(job, Outcome::Succeeded);
                 tracing::warn!(job, tick = %run.tick,
                     "run finished after its lease was lost; the tick may have run twice");
             }
-            (Some(error), _) if run.outcome == RunOutcome::Cancelled => {
+            (Some(error), _) if run.outcome == Outcome::Cancelled => {
                 self.outcome(job, Outcome::Failed);
                 tracing::warn!(job, tick = %run.tick, error = %error,
                     "run interrupted; the tick may be retried");
             }
-            (Some(error), _) if run.outcome == RunOutcome::Retried => {
+            (Some(error), _) if run.outcome == Outcome::Retried => {
                 self.outcome(job, Outcome::Retried);
                 tracing::warn!(job, tick = %run.tick, attempt = run.attempt, error = %error,
                     "run failed; retrying under the same lease");
             }
-            (_, _) if run.outcome == RunOutcome::CancelledByNewer => {
+            (_, _) if run.outcome == Outcome::CancelledByNewer => {
                 self.outcome(job, Outcome::CancelledByNewer);
                 tracing::info!(job, tick = %run.tick, "run ended after a newer tick cancelled it");
             }
-            (Some(error), _) if run.outcome == RunOutcome::TimedOut => {
+            (Some(error), _) if run.outcome == Outcome::TimedOut => {
                 self.outcome(job, Outcome::TimedOut);
                 tracing::error!(job, tick = %run.tick, attempt = run.attempt, error = %error,
                     "run timed out");
@@ -362,11 +325,11 @@ impl Observer {
                 KeyValue::new("outcome", run.outcome.as_str()),
             ];
             m.run_duration.record(took.as_secs_f64(), &attrs);
-            if run.outcome == RunOutcome::Succeeded {
+            if run.outcome == Outcome::Succeeded {
                 let at = run.finished.timestamp_micros() as f64 / 1e6;
                 m.last_success.record(at, &[job_attr(&run.job)]);
             }
-            if run.outcome != RunOutcome::Retried {
+            if run.outcome != Outcome::Retried {
                 // A retried run keeps its lease.
                 m.held.add(-1, &[]);
             }

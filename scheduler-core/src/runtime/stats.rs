@@ -4,79 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-/// What happened to one tick attempt of a job, as counted by [`Stats`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The run finished without error.
-    Ran,
-    /// The run returned an error, panicked, or was cancelled.
-    Failed,
-    /// Another instance held the lease (it ran the tick, or still runs the previous one).
-    HeldElsewhere,
-    /// This instance still ran the previous tick: the new one was skipped.
-    SkippedOverlap,
-    /// The tick could not be attempted within its catch-up window (database down,
-    /// process paused) and was superseded.
-    Missed,
-    /// The lease was lost while the run was under way.
-    LeaseLost,
-    /// The tick could not start and a later one was run in its place (catch-up
-    /// policy [`CatchUp::Latest`](crate::CatchUp::Latest)).
-    Coalesced,
-    /// The run failed and is tried again under the same lease (its retry policy).
-    Retried,
-    /// The run took longer than its timeout and was cancelled.
-    TimedOut,
-    /// A newer tick cancelled the run (overlap policy
-    /// [`Overlap::CancelRunning`](crate::Overlap::CancelRunning)).
-    CancelledByNewer,
-    /// A tick of a backfill ran to success
-    /// ([`Scheduler::backfill`](crate::Scheduler::backfill)).
-    Backfilled,
-    /// The job was paused by an operator: the tick was not run, and is not missed
-    /// ([`Controls::pause`](crate::Controls::pause)).
-    Paused,
-}
-
-impl Outcome {
-    const ALL: [Outcome; 12] = [
-        Outcome::Ran,
-        Outcome::Failed,
-        Outcome::HeldElsewhere,
-        Outcome::SkippedOverlap,
-        Outcome::Missed,
-        Outcome::LeaseLost,
-        Outcome::Coalesced,
-        Outcome::Retried,
-        Outcome::TimedOut,
-        Outcome::CancelledByNewer,
-        Outcome::Backfilled,
-        Outcome::Paused,
-    ];
-
-    /// The outcome's name, as logs and metrics spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ran => "ran",
-            Outcome::Failed => "failed",
-            Outcome::HeldElsewhere => "held_elsewhere",
-            Outcome::SkippedOverlap => "skipped_overlap",
-            Outcome::Missed => "missed",
-            Outcome::LeaseLost => "lease_lost",
-            Outcome::Coalesced => "coalesced",
-            Outcome::Retried => "retried",
-            Outcome::TimedOut => "timed_out",
-            Outcome::CancelledByNewer => "cancelled_by_newer",
-            Outcome::Backfilled => "backfilled",
-            Outcome::Paused => "paused",
-        }
-    }
-
-    fn index(self) -> usize {
-        Self::ALL.iter().position(|o| *o == self).unwrap_or(0)
-    }
-}
+use crate::outcome::Outcome;
 
 /// Counts of tick outcomes per job, shared with the running scheduler.
 ///
@@ -114,13 +42,13 @@ impl Stats {
 
     pub(crate) fn add(&self, job: &str, outcome: Outcome) {
         if let Some(counts) = self.counts(job) {
-            counts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+            counts[outcome as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// How many ticks of `job` ended with `outcome`.
     pub fn count(&self, job: &str, outcome: Outcome) -> u64 {
         self.counts(job)
-            .map_or(0, |counts| counts[outcome.index()].load(Ordering::Relaxed))
+            .map_or(0, |counts| counts[outcome as usize].load(Ordering::Relaxed))
     }
 }

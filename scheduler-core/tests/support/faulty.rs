@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use scheduler_core::{ControlRequest, Controls, Page, ScheduleRow, TriggerState};
+use scheduler_core::{ControlRequest, Controls, Outcome, Page, ScheduleRow, TriggerState};
 
 /// The memory store `inner`, with faults.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ impl Controls for Faulty {
         &self,
         id: scheduler_core::TriggerId,
         holder: Option<&scheduler_core::Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> scheduler_core::Result<bool> {
         if holder.is_some()

@@ -2,8 +2,8 @@
 //! runs and leases.
 
 use scheduler_core::{
-    ControlAction, ControlRecord, Holder, LeaseRow, Pause, Resume, RunRow, ScheduleRow, Scope,
-    Trigger, TriggerId, TriggerState,
+    ControlAction, ControlRecord, Holder, LeaseRow, Outcome, Pause, Resume, RunRow, ScheduleRow,
+    Scope, Trigger, TriggerId, TriggerState,
 };
 use sea_orm::{DbErr, QueryResult};
 
@@ -75,7 +75,7 @@ pub(super) fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Re
                 ));
             };
             TriggerState::Done {
-                outcome,
+                outcome: Outcome::from_stored(&outcome),
                 error: get(row, "error", operation)?,
                 finished_at,
             }
@@ -166,7 +166,7 @@ pub(super) fn run_from_row(row: &QueryResult, operation: &'static str) -> Result
         token: get(row, "token", operation)?,
         started: time(row, "started", operation)?,
         finished: time(row, "finished", operation)?,
-        outcome: get(row, "outcome", operation)?,
+        outcome: Outcome::from_stored(&get::<String>(row, "outcome", operation)?),
         error: get(row, "error", operation)?,
         attempt: u32::try_from(attempt)
             .map_err(|_| bad_row(operation, format!("attempt {attempt} is negative")))?,

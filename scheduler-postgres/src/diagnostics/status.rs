@@ -1,6 +1,7 @@
 //! Every lease of a lease table, with its job's last run: [`lease_status`].
 
 use chrono::{DateTime, Utc};
+use scheduler_core::Outcome;
 use scheduler_migrations::TableName;
 use sea_orm::{DbErr, QueryResult};
 
@@ -87,8 +88,8 @@ pub struct LastRun {
     pub started: DateTime<Utc>,
     /// When it ended.
     pub finished: DateTime<Utc>,
-    /// `succeeded`, `failed` or `cancelled`.
-    pub outcome: String,
+    /// How it ended ([`Outcome::Unknown`] for a word a newer version stored).
+    pub outcome: Outcome,
     /// The error's text, if it failed.
     pub error: Option<String>,
     /// Whether its lease was lost while it ran.
@@ -215,7 +216,7 @@ fn lease_from_row(row: &QueryResult, has_history: bool) -> Result<LeaseStatus> {
                 tick: read_time(row, "run_tick", &lease, "the tick of its last run")?,
                 started,
                 finished: read_time(row, "run_finished", &lease, "the finished of its last run")?,
-                outcome: get(row, "run_outcome", READ_LEASES)?,
+                outcome: Outcome::from_stored(&get::<String>(row, "run_outcome", READ_LEASES)?),
                 error: get(row, "run_error", READ_LEASES)?,
                 lease_lost: get(row, "run_lease_lost", READ_LEASES)?,
             }),

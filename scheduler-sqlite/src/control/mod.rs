@@ -24,7 +24,7 @@ use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, Controls, LeaseRow, Page, Pause,
     Resume, RunRow, ScheduleRow, Trigger, TriggerId,
 };
-use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
+use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Outcome, Tick, Ttl};
 use sea_orm::{TransactionTrait, Value};
 
 use self::rows::{
@@ -227,7 +227,7 @@ impl Controls for SqliteStore {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> scheduler_core::Result<bool> {
         const OP: &str = "finish a trigger";
@@ -245,7 +245,7 @@ impl Controls for SqliteStore {
         let values = vec![
             id.0.into(),
             holder,
-            outcome.to_owned().into(),
+            outcome.as_str().into(),
             error.map(str::to_owned).into(),
         ];
         let finished = !rows(self, &txn, OP, &self.control.finish, values)
@@ -501,7 +501,7 @@ impl Controls for SqliteStore {
                     token: get(row, "token", OP)?,
                     started: time(row, "started", OP)?,
                     finished: time(row, "finished", OP)?,
-                    outcome: get(row, "outcome", OP)?,
+                    outcome: Outcome::from_stored(&get::<String>(row, "outcome", OP)?),
                     error: get(row, "error", OP)?,
                     attempt: u32::try_from(get::<i64>(row, "attempt", OP)?)
                         .map_err(|_| bad_row(OP, "attempt out of range".to_owned()))?,

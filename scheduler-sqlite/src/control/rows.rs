@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use scheduler_core::control::{
     ControlAction, ControlRecord, Page, Pause, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
-use scheduler_core::{Holder, Scope};
+use scheduler_core::{Holder, Outcome, Scope};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
 
 use crate::error::{Error, Result};
@@ -114,8 +114,10 @@ pub(super) fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Re
                 .ok_or_else(|| missing("started_at"))?,
         },
         "done" => TriggerState::Done {
-            outcome: get::<Option<String>>(row, "outcome", operation)?
-                .ok_or_else(|| missing("outcome"))?,
+            outcome: Outcome::from_stored(
+                &get::<Option<String>>(row, "outcome", operation)?
+                    .ok_or_else(|| missing("outcome"))?,
+            ),
             error: get(row, "error", operation)?,
             finished_at: optional_time(row, "finished_at", operation)?
                 .ok_or_else(|| missing("finished_at"))?,

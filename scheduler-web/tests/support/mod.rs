@@ -13,9 +13,9 @@ use axum::http::{Request, Response, StatusCode, header};
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Page, Pause,
-    Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store, TakeRequest,
-    Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
+    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
+    Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store,
+    TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
 use scheduler_web::{Actions, Dashboard};
 use tower::ServiceExt as _;
@@ -53,7 +53,7 @@ impl FakeStore {
     }
 
     /// A run of `job`, `late` after its tick, taking `took`.
-    pub fn add_run(&self, job: &str, outcome: &str, error: Option<&str>) -> i64 {
+    pub fn add_run(&self, job: &str, outcome: Outcome, error: Option<&str>) -> i64 {
         let mut s = self.state.lock().unwrap();
         let id = s.runs.len() as i64 + 1;
         let tick = Utc::now() - TimeDelta::seconds(60) + TimeDelta::seconds(id);
@@ -65,7 +65,7 @@ impl FakeStore {
             token: id,
             started: tick + TimeDelta::milliseconds(3),
             finished: tick + TimeDelta::milliseconds(250),
-            outcome: outcome.to_owned(),
+            outcome,
             error: error.map(str::to_owned),
             attempt: 1,
         });
@@ -231,7 +231,7 @@ impl Controls for FakeStore {
         &self,
         _: TriggerId,
         _: Option<&Holder>,
-        _: &str,
+        _: Outcome,
         _: Option<&str>,
     ) -> Result<bool> {
         Ok(false)

@@ -336,7 +336,7 @@ pub async fn prepare(store: &PostgresStore) -> Result<()> {
 pub fn answered(stats: &Stats, jobs: &[JobSpec]) -> u64 {
     jobs.iter()
         .map(|job| {
-            [Outcome::Ran, Outcome::Failed, Outcome::HeldElsewhere]
+            [Outcome::Succeeded, Outcome::Failed, Outcome::HeldElsewhere]
                 .iter()
                 .map(|outcome| stats.count(job.name, *outcome))
                 .sum::<u64>()

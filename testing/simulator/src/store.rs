@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Error, Holder, Lease,
-    LeaseKey, LeaseName, LeaseRow, MemoryStore, Page, Release, Renewed, Result, RunRow,
+    LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRow,
     ScheduleRow, Store, TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl,
 };
 use tokio::sync::watch;
@@ -229,7 +229,7 @@ impl Controls for SimStore {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> Result<bool> {
         self.send().await?;

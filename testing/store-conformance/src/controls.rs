@@ -11,8 +11,8 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     ControlAction, ControlRequest, ControlState, Controls, Error, Holder, Lease, LeaseName,
-    LeaseRow, Page, Pause, Release, ScheduleRow, Scope, Store, TakeRequest, Taken, Tick, TriggerId,
-    TriggerState,
+    LeaseRow, Outcome, Page, Pause, Release, ScheduleRow, Scope, Store, TakeRequest, Taken, Tick,
+    TriggerId, TriggerState,
 };
 use tokio::task::JoinSet;
 
@@ -578,7 +578,7 @@ pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b:
     running_under(1).await;
     assert!(
         !controls(a)
-            .finish_trigger(trigger.id, Some(&holders[0]), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holders[0]), Outcome::Succeeded, None)
             .await
             .expect("finish"),
         "the first claimant can no longer end it"
@@ -613,7 +613,7 @@ pub async fn claim_is_taken_over_after_the_claimant_vanished(a: &SharedStore, b:
     assert_eq!(claim(a, 3, 60_000).await, None, "claimed before its finish");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holders[2]), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holders[2]), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
@@ -630,7 +630,7 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
     let skipped = c.trigger(&request(job, "alice")).await.expect("trigger");
     let before = a.now().await.expect("clock");
     assert!(
-        c.finish_trigger(skipped.id, None, "skipped", None)
+        c.finish_trigger(skipped.id, None, Outcome::Skipped, None)
             .await
             .expect("finish")
     );
@@ -647,13 +647,13 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
             error,
             finished_at,
         } => {
-            assert_eq!((outcome.as_str(), error), ("skipped", None));
+            assert_eq!((outcome, error), (Outcome::Skipped, None));
             within(finished_at, before, after, "finished_at");
         }
         other => panic!("not done: {other:?}"),
     }
     assert!(
-        !c.finish_trigger(skipped.id, None, "ran", None)
+        !c.finish_trigger(skipped.id, None, Outcome::Succeeded, None)
             .await
             .expect("finish"),
         "ended twice"
@@ -681,7 +681,7 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
     assert!(open.iter().all(|t| t.id != skipped.id), "done is not open");
     for stranger in [None, Some(Holder::generate())] {
         assert!(
-            !c.finish_trigger(failing.id, stranger.as_ref(), "succeeded", None)
+            !c.finish_trigger(failing.id, stranger.as_ref(), Outcome::Succeeded, None)
                 .await
                 .expect("finish"),
             "ended by {stranger:?}, not its claimant"
@@ -689,7 +689,7 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
     }
     assert!(
         controls(b)
-            .finish_trigger(failing.id, Some(&holder), "failed", Some("boom"))
+            .finish_trigger(failing.id, Some(&holder), Outcome::Failed, Some("boom"))
             .await
             .expect("finish")
     );
@@ -701,10 +701,7 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
         .state
     {
         TriggerState::Done { outcome, error, .. } => {
-            assert_eq!(
-                (outcome.as_str(), error.as_deref()),
-                ("failed", Some("boom"))
-            );
+            assert_eq!((outcome, error.as_deref()), (Outcome::Failed, Some("boom")));
         }
         other => panic!("not done: {other:?}"),
     }
@@ -714,6 +711,36 @@ pub async fn finish_and_status(a: &SharedStore, b: &SharedStore) {
         c.trigger_status(TriggerId(i64::MAX)).await.expect("status"),
         None
     );
+}
+
+/// Every outcome a trigger ends with reads back as written (the store keeps its
+/// word, [`Outcome::as_str`]); none is [`Outcome::Unknown`].
+pub async fn every_outcome_reads_back(a: &SharedStore) {
+    let c = controls(a);
+    for &outcome in Outcome::ALL {
+        if outcome == Outcome::Unknown {
+            continue;
+        }
+        let trigger = c
+            .trigger(&request("ctl-trigger-outcomes", "alice"))
+            .await
+            .expect("trigger");
+        assert!(
+            c.finish_trigger(trigger.id, None, outcome, None)
+                .await
+                .expect("finish")
+        );
+        let state = c
+            .trigger_status(trigger.id)
+            .await
+            .expect("status")
+            .expect("the trigger")
+            .state;
+        assert!(
+            matches!(state, TriggerState::Done { outcome: o, .. } if o == outcome),
+            "{outcome}: {state:?}"
+        );
+    }
 }
 
 /// The tick a lease row gets when a trigger's claim creates it: earlier than any
@@ -777,7 +804,7 @@ pub async fn a_trigger_leaves_a_due_tick_takeable(a: &SharedStore, b: &SharedSto
     assert!(waiting.won.is_empty(), "{waiting:?}");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holder), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
@@ -813,7 +840,7 @@ pub async fn a_trigger_leaves_a_due_tick_takeable(a: &SharedStore, b: &SharedSto
     assert_eq!(claimed.token.get(), due.token.get() + 1);
     assert!(
         controls(a)
-            .finish_trigger(trigger.id, Some(&holder), "failed", Some("boom"))
+            .finish_trigger(trigger.id, Some(&holder), Outcome::Failed, Some("boom"))
             .await
             .expect("finish")
     );
@@ -854,7 +881,7 @@ pub async fn a_trigger_leaves_a_completed_tick_completed(a: &SharedStore, b: &Sh
             .finish_trigger(
                 trigger.id,
                 Some(&holder),
-                "cancelled",
+                Outcome::Cancelled,
                 Some("stopped by the operator")
             )
             .await
@@ -906,7 +933,7 @@ pub async fn a_trigger_leaves_a_completed_tick_completed(a: &SharedStore, b: &Sh
     assert_eq!(again.token.get(), vanished.token.get() + 1);
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&second), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&second), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
@@ -936,7 +963,7 @@ pub async fn a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(
     );
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holder), "succeeded", None)
+            .finish_trigger(trigger.id, Some(&holder), Outcome::Succeeded, None)
             .await
             .expect("finish")
     );
@@ -965,9 +992,14 @@ pub async fn finish_gives_the_lease_back_to_its_holder_only(a: &SharedStore, b: 
     let c = controls(a);
     let trigger = c.trigger(&request(job, "alice")).await.expect("trigger");
     assert!(
-        !c.finish_trigger(trigger.id, Some(&Holder::generate()), "skipped", None)
-            .await
-            .expect("finish"),
+        !c.finish_trigger(
+            trigger.id,
+            Some(&Holder::generate()),
+            Outcome::Skipped,
+            None
+        )
+        .await
+        .expect("finish"),
         "a pending trigger was ended by a holder"
     );
     assert_eq!(
@@ -984,7 +1016,7 @@ pub async fn finish_gives_the_lease_back_to_its_holder_only(a: &SharedStore, b: 
     let held = lease_row(a, &lease).await.expect("the lease row");
     for stranger in [None, Some(Holder::generate())] {
         assert!(
-            !c.finish_trigger(trigger.id, stranger.as_ref(), "succeeded", None)
+            !c.finish_trigger(trigger.id, stranger.as_ref(), Outcome::Succeeded, None)
                 .await
                 .expect("finish"),
             "ended by {stranger:?}, not its claimant"
@@ -1011,7 +1043,7 @@ pub async fn finish_gives_the_lease_back_to_its_holder_only(a: &SharedStore, b: 
         .expect("the expired lease is free");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holder), "timed_out", None)
+            .finish_trigger(trigger.id, Some(&holder), Outcome::TimedOut, None)
             .await
             .expect("finish"),
         "the trigger still runs under its claimant"
@@ -1092,7 +1124,7 @@ pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
     assert!(renewed[0].cancel_requested, "{renewed:?}");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holder), "cancelled_by_newer", None)
+            .finish_trigger(trigger.id, Some(&holder), Outcome::CancelledByNewer, None)
             .await
             .expect("finish")
     );
@@ -1429,7 +1461,7 @@ pub async fn reads_for_dashboards(a: &SharedStore, b: &SharedStore) {
     let full = reader.poll(None).await.expect("poll").expect("state");
     assert_eq!(open, full.triggers);
     assert!(
-        c.finish_trigger(trigger.id, None, "skipped", None)
+        c.finish_trigger(trigger.id, None, Outcome::Skipped, None)
             .await
             .expect("finish")
     );
@@ -1473,6 +1505,7 @@ pub async fn all(stores: &[SharedStore]) {
     claim_waits_for_a_held_lease(a, b).await;
     claim_is_taken_over_after_the_claimant_vanished(a, b).await;
     finish_and_status(a, b).await;
+    every_outcome_reads_back(a).await;
     a_trigger_leaves_a_due_tick_takeable(a, b).await;
     a_trigger_leaves_a_completed_tick_completed(a, b).await;
     a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(a, b).await;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, Controls, Holder, Lease, LeaseKey, LeaseName,
-    LeaseRow, MemoryStore, Page, Release, Renewed, Result, RunRow, ScheduleRow, Store, TakeRequest,
-    Taken, Tick, Trigger, TriggerId, Ttl, async_trait,
+    LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRow, ScheduleRow, Store,
+    TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl, async_trait,
 };
 use scheduler_store_tests::SharedStore;
 
@@ -66,7 +66,7 @@ impl Controls for RequiredOnly {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> Result<bool> {
         self.0.finish_trigger(id, holder, outcome, error).await

@@ -13,6 +13,7 @@ use crate::control::{
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
 use crate::memory::{MemoryStore, Row, delta, lease};
+use crate::outcome::Outcome;
 
 #[async_trait]
 impl Controls for MemoryStore {
@@ -179,7 +180,7 @@ impl Controls for MemoryStore {
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
-        outcome: &str,
+        outcome: Outcome,
         error: Option<&str>,
     ) -> Result<bool> {
         let now = self.call()?;
@@ -197,7 +198,7 @@ impl Controls for MemoryStore {
             return Ok(false);
         }
         trigger.trigger.state = TriggerState::Done {
-            outcome: outcome.to_owned(),
+            outcome,
             error: error.map(str::to_owned),
             finished_at: now,
         };

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::ticks::Running;
 use crate::lease::Release;
+use crate::outcome::Outcome;
 use crate::policy::Retry;
-use crate::runtime::RunOutcome;
 
 /// How an attempt's task ended, as the driver reads its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub(crate) enum Handover {
 /// A run's end: its outcome and what becomes of its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunEnd {
-    pub(crate) outcome: RunOutcome,
+    pub(crate) outcome: Outcome,
     pub(crate) handover: Handover,
     /// The run handed its tick back (interrupted or cancelled): not done.
     pub(crate) interrupted: bool,
@@ -61,11 +61,11 @@ pub(crate) fn run_end(ended: Ended, run: &Running, draining: bool, backfill: boo
         Ended::TimedOut | Ended::Failed => run.cancelled,
     };
     let outcome = match ended {
-        _ if run.superseded => RunOutcome::CancelledByNewer,
-        Ended::Succeeded => RunOutcome::Succeeded,
-        _ if interrupted => RunOutcome::Cancelled,
-        Ended::TimedOut => RunOutcome::TimedOut,
-        Ended::Interrupted | Ended::Failed => RunOutcome::Failed,
+        _ if run.superseded => Outcome::CancelledByNewer,
+        Ended::Succeeded => Outcome::Succeeded,
+        _ if interrupted => Outcome::Cancelled,
+        Ended::TimedOut => Outcome::TimedOut,
+        Ended::Interrupted | Ended::Failed => Outcome::Failed,
     };
     let handover = if run.trigger.is_some() && !(draining && interrupted && !run.lost) {
         Handover::FinishTrigger
@@ -116,7 +116,7 @@ mod tests {
         Running::new(lease, at, None)
     }
 
-    fn end(ended: Ended, r: &Running, draining: bool, backfill: bool) -> (RunOutcome, Handover) {
+    fn end(ended: Ended, r: &Running, draining: bool, backfill: bool) -> (Outcome, Handover) {
         let e = run_end(ended, r, draining, backfill);
         (e.outcome, e.handover)
     }
@@ -129,30 +129,30 @@ mod tests {
         let r = run();
         assert_eq!(
             end(Ended::Succeeded, &r, false, false),
-            (RunOutcome::Succeeded, R(Completed))
+            (Outcome::Succeeded, R(Completed))
         );
         assert_eq!(
             end(Ended::Failed, &r, false, false),
-            (RunOutcome::Failed, R(Completed))
+            (Outcome::Failed, R(Completed))
         );
         assert_eq!(
             end(Ended::TimedOut, &r, false, false),
-            (RunOutcome::TimedOut, R(Completed))
+            (Outcome::TimedOut, R(Completed))
         );
         assert_eq!(
             end(Ended::Interrupted, &r, false, false),
-            (RunOutcome::Cancelled, R(Interrupted))
+            (Outcome::Cancelled, R(Interrupted))
         );
         // Cancelled (a shutdown, a fenced run's lost lease): handed back.
         let mut cancelled = run();
         cancelled.cancelled = true;
         assert_eq!(
             end(Ended::Failed, &cancelled, true, false),
-            (RunOutcome::Cancelled, R(Interrupted))
+            (Outcome::Cancelled, R(Interrupted))
         );
         assert_eq!(
             end(Ended::Succeeded, &cancelled, true, false),
-            (RunOutcome::Succeeded, R(Completed))
+            (Outcome::Succeeded, R(Completed))
         );
     }
 
@@ -169,7 +169,7 @@ mod tests {
         ] {
             assert_eq!(
                 end(ended, &r, false, false),
-                (RunOutcome::CancelledByNewer, R(Completed))
+                (Outcome::CancelledByNewer, R(Completed))
             );
         }
     }
@@ -187,15 +187,15 @@ mod tests {
         let r = run();
         assert_eq!(
             end(Ended::Succeeded, &r, false, true),
-            (RunOutcome::Succeeded, R(Completed))
+            (Outcome::Succeeded, R(Completed))
         );
         assert_eq!(
             end(Ended::Failed, &r, false, true),
-            (RunOutcome::Failed, R(Interrupted))
+            (Outcome::Failed, R(Interrupted))
         );
         assert_eq!(
             end(Ended::TimedOut, &r, false, true),
-            (RunOutcome::TimedOut, R(Interrupted))
+            (Outcome::TimedOut, R(Interrupted))
         );
     }
 
@@ -205,16 +205,16 @@ mod tests {
         r.trigger = Some(TriggerId(3));
         assert_eq!(
             end(Ended::Failed, &r, false, false),
-            (RunOutcome::Failed, FinishTrigger)
+            (Outcome::Failed, FinishTrigger)
         );
         assert_eq!(
             end(Ended::Interrupted, &r, false, false),
-            (RunOutcome::Cancelled, FinishTrigger)
+            (Outcome::Cancelled, FinishTrigger)
         );
         // Cut by a graceful shutdown: handed back, the trigger claimed again elsewhere.
         assert_eq!(
             end(Ended::Interrupted, &r, true, false),
-            (RunOutcome::Cancelled, R(Interrupted))
+            (Outcome::Cancelled, R(Interrupted))
         );
         r.lost = true;
         assert_eq!(end(Ended::Interrupted, &r, true, false).1, FinishTrigger);

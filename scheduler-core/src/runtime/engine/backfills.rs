@@ -19,9 +19,10 @@ use super::{Engine, Slot};
 use crate::error::{BoxError, Error, StoreFailure};
 use crate::job::{Idempotent, JobContext};
 use crate::lease::{ControlKey, Lease, LeaseKey, LeaseName, TakeRequest, Tick};
+use crate::outcome::Outcome;
 use crate::policy::Policy;
+use crate::runtime::BackfillReport;
 use crate::runtime::decide::{self, Answer, BackfillPlan, Handover};
-use crate::runtime::{BackfillReport, Outcome};
 
 /// What a backfill needs of a registered job.
 #[derive(Clone)]

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use super::Engine;
 use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId};
 use crate::lease::Holder;
+use crate::outcome::Outcome;
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
@@ -91,7 +92,7 @@ pub(super) struct Finish {
     /// meanwhile, another instance could claim the trigger again.
     pub(super) lease: crate::lease::LeaseName,
     pub(super) holder: Holder,
-    pub(super) outcome: &'static str,
+    pub(super) outcome: Outcome,
     pub(super) error: Option<String>,
 }
 

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::{CLOCK_STALE, Engine};
 use crate::lease::{FencingToken, LeaseKey, Release, Tick};
-use crate::runtime::Outcome;
+use crate::outcome::Outcome;
 
 impl Engine {
     /// Whether to send the queued releases now: once they have lingered (for more

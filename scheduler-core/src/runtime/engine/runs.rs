@@ -15,10 +15,11 @@ use super::{Engine, RunResult, Slot};
 use crate::error::BoxError;
 use crate::job::{Idempotent, Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, LeaseKey};
+use crate::outcome::Outcome;
+use crate::runtime::RunRecord;
 use crate::runtime::decide::{
     AttemptEnd, Command, Ended, Handover, RunEnd, Running, TickEvent, Won,
 };
-use crate::runtime::{RunOutcome, RunRecord};
 
 /// The driver's hold on a run's task: the token that stops it, its current
 /// attempt's (with the instant it begins: an attempt that has not begun when the
@@ -260,7 +261,7 @@ impl Engine {
                         token: running.lease.token,
                         started,
                         finished: now,
-                        outcome: RunOutcome::Retried,
+                        outcome: Outcome::Retried,
                         error,
                         lease_lost: false,
                         attempt: failed,
@@ -308,7 +309,7 @@ impl Engine {
                         id,
                         lease: running.lease.name.clone(),
                         holder: running.lease.holder.clone(),
-                        outcome: end.outcome.as_str(),
+                        outcome: end.outcome,
                         error,
                     });
                 }

@@ -597,7 +597,7 @@ fn a_failed_attempt_whose_lease_expired_unrenewed_is_lost_not_retried() {
     match j.on_attempt_ended(&c, Ended::Failed, ms(1_000_600), false) {
         AttemptEnd::Ended { lost, run, end } => {
             assert!(lost && run.lost);
-            assert_eq!(end.outcome, crate::runtime::RunOutcome::Cancelled);
+            assert_eq!(end.outcome, crate::outcome::Outcome::Cancelled);
         }
         other => panic!("{other:?}"),
     }

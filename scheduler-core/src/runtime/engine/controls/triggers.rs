@@ -12,6 +12,7 @@ use super::super::Engine;
 use crate::control::{Trigger, TriggerId, TriggerState};
 use crate::error::Error;
 use crate::lease::{Holder, Lease, Tick};
+use crate::outcome::Outcome;
 use crate::runtime::decide::{TriggerRefused, claimed_elsewhere, on_trigger_refused};
 
 impl Engine {
@@ -142,7 +143,7 @@ impl Engine {
                             c.finish_trigger(
                                 id,
                                 None,
-                                "skipped",
+                                Outcome::Skipped,
                                 Some("the job was running; its overlap policy skips a run asked for meanwhile"),
                             )
                             .await
@@ -236,7 +237,7 @@ impl Engine {
             };
             match gate.run("finish trigger", call).await {
                 Ok(recorded) => {
-                    debug!(trigger = %f.id, outcome = f.outcome, recorded,
+                    debug!(trigger = %f.id, outcome = %f.outcome, recorded,
                         "triggered run recorded, its lease handed back");
                 }
                 Err(err) => {
