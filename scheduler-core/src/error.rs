@@ -51,7 +51,7 @@ pub enum Error {
         /// The job.
         job: String,
         /// What is wrong with the schedule.
-        cause: crate::schedule::ScheduleError,
+        cause: scheduler_spec::Error,
     },
     /// A job's jitter, catch-up window, timeout or retries cannot work with each
     /// other or with its schedule (a jitter as long as the period, say).

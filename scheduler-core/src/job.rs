@@ -10,28 +10,10 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::BoxError;
+pub use crate::lease::Scope;
 use crate::lease::{FencingToken, Holder, LeaseName, Tick};
 use crate::policy::Policy;
 use crate::schedule::Schedule;
-
-/// How many runs a tick gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Scope {
-    /// One run per tick in the whole cluster.
-    #[default]
-    Cluster,
-    /// One run per tick per node: the lease name includes the node id.
-    Node,
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Scope::Cluster => "cluster",
-            Scope::Node => "node",
-        })
-    }
-}
 
 /// What a second run of the same tick would do. A holder cut off from the database
 /// for longer than the ttl loses its lease to another instance while it may still be

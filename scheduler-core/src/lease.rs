@@ -13,6 +13,25 @@ use chrono::{DateTime, SubsecRound, Utc};
 
 use crate::error::{Error, Result};
 
+/// How many runs a tick gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// One run per tick in the whole cluster.
+    #[default]
+    Cluster,
+    /// One run per tick per node: the lease name includes the node id.
+    Node,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Cluster => "cluster",
+            Scope::Node => "node",
+        })
+    }
+}
+
 /// The name of a lease: a job's name for cluster jobs, `job:node` for node jobs
 /// ([`LeaseName::for_job`]).
 ///
@@ -46,7 +65,7 @@ impl LeaseName {
     ///
     /// # Errors
     /// [`Error::InvalidName`] if the result breaks the rules of [`LeaseName::new`].
-    pub fn for_job(job: &str, scope: crate::job::Scope, node: &str) -> Result<Self> {
+    pub fn for_job(job: &str, scope: Scope, node: &str) -> Result<Self> {
         fn escape(s: &str) -> std::borrow::Cow<'_, str> {
             if s.contains(['\\', ':']) {
                 s.replace('\\', "\\\\").replace(':', "\\:").into()
@@ -55,8 +74,8 @@ impl LeaseName {
             }
         }
         match scope {
-            crate::job::Scope::Cluster => Self::new(escape(job)),
-            crate::job::Scope::Node => Self::new(format!("{}:{}", escape(job), escape(node))),
+            Scope::Cluster => Self::new(escape(job)),
+            Scope::Node => Self::new(format!("{}:{}", escape(job), escape(node))),
         }
     }
 
@@ -456,7 +475,7 @@ mod tests {
 
     #[test]
     fn cluster_and_node_lease_names_never_collide() {
-        use crate::job::Scope::{Cluster, Node};
+        use super::Scope::{Cluster, Node};
         let lease = |job, scope, node| LeaseName::for_job(job, scope, node).map(|l| l.0).ok();
         assert_eq!(lease("sweep", Cluster, "eu").as_deref(), Some("sweep"));
         assert_eq!(lease("uptime", Node, "eu").as_deref(), Some("uptime:eu"));

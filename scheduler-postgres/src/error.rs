@@ -4,6 +4,7 @@ use scheduler_core::StoreFailure;
 use sea_orm::DbErr;
 
 use crate::hints;
+pub(crate) use crate::hints::{sqlstate, sqlx_error};
 
 /// Everything that can go wrong in the PostgreSQL store.
 ///
@@ -164,17 +165,6 @@ pub(crate) fn describe(err: &DbErr) -> String {
     }
 }
 
-/// sqlx's error inside a sea-orm one.
-pub(crate) fn sqlx_error(err: &DbErr) -> Option<&sea_orm::sqlx::Error> {
-    use sea_orm::RuntimeErr;
-    match err {
-        DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e))
-        | DbErr::Conn(RuntimeErr::SqlxError(e)) => Some(e),
-        _ => None,
-    }
-}
-
 /// `Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -228,13 +218,5 @@ impl Error {
                 _ => StoreFailure::Other,
             },
         }
-    }
-}
-
-/// The SQLSTATE of a database error, if the error came from the server.
-pub(crate) fn sqlstate(err: &DbErr) -> Option<String> {
-    match sqlx_error(err)? {
-        sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-        _ => None,
     }
 }

@@ -6,8 +6,6 @@
 
 use sea_orm::DbErr;
 
-use crate::error::sqlstate;
-
 /// SQLSTATE 25006 (`read_only_sql_transaction`).
 pub(crate) const READ_ONLY: &str = "; the server is read-only (a hot standby or a read-only replica): point the URL at the primary";
 
@@ -61,6 +59,25 @@ pub(crate) fn hint(sqlstate: &str) -> Option<&'static str> {
 /// the table no hint for it.
 pub(crate) fn for_error(err: &DbErr) -> &'static str {
     sqlstate(err).as_deref().and_then(hint).unwrap_or_default()
+}
+
+/// sqlx's error inside a sea-orm one.
+pub(crate) fn sqlx_error(err: &DbErr) -> Option<&sea_orm::sqlx::Error> {
+    use sea_orm::RuntimeErr;
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// The SQLSTATE of a database error, if the error came from the server.
+pub(crate) fn sqlstate(err: &DbErr) -> Option<String> {
+    match sqlx_error(err)? {
+        sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

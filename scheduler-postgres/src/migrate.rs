@@ -42,7 +42,7 @@ use scheduler_migrations::{MIGRATIONS, TableName, postgres as ddl};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
 
 use crate::error::{Error, Result, sqlstate};
-use crate::store::PostgresStore;
+use crate::session::Session;
 
 /// Why a hot standby is refused (see [`in_recovery`]).
 const STANDBY: &str = "the server is read-only: it is a hot standby (pg_is_in_recovery() is true)";
@@ -60,10 +60,10 @@ pub(crate) fn in_recovery(err: &Error) -> bool {
 /// which any user may read (the bookkeeping table may not be readable by an app user
 /// with only the lease table's grants). A missing lease table is left to the
 /// statements' own errors.
-pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
+pub(crate) async fn check(session: &Session, table: &TableName) -> Result<()> {
     const OP: &str = "check the lease table's columns and tables";
     // The lease table's columns, and the tables of its schema named after it.
-    let rows = match store
+    let rows = match session
         .query(
             OP,
             "SELECT ARRAY(SELECT attname::text FROM pg_catalog.pg_attribute \
@@ -75,10 +75,7 @@ pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
                             AND starts_with(relname::text, $2) \
                             AND relkind IN ('r', 'p')) \
                       AS tables",
-            vec![
-                store.table().quoted().into(),
-                store.table().table().to_owned().into(),
-            ],
+            vec![table.quoted().into(), table.table().to_owned().into()],
         )
         .await
     {
@@ -101,14 +98,14 @@ pub(crate) async fn check(store: &PostgresStore) -> Result<()> {
     let (columns, tables) = (read("columns")?, read("tables")?);
     if let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) {
         return Err(not_migrated(
-            store.table(),
+            table,
             migration,
             &format!("lacks column(s) {}", names.join(", ")),
         ));
     }
-    if let Some((migration, names)) = scheduler_migrations::missing_tables(store.table(), &tables) {
+    if let Some((migration, names)) = scheduler_migrations::missing_tables(table, &tables) {
         return Err(not_migrated(
-            store.table(),
+            table,
             migration,
             &format!("has no table(s) {} beside it", names.join(", ")),
         ));
@@ -134,9 +131,8 @@ fn not_migrated(table: &TableName, migration: &str, lacks: &str) -> Error {
 /// Applies every pending migration of the store's lease table; creates the schema of
 /// a qualified one only when `create_schema` says so (a typo in it would otherwise
 /// start a second, silent cluster).
-pub(crate) async fn run(store: &PostgresStore, create_schema: bool) -> Result<()> {
-    let table: &TableName = store.table();
-    let txn = begin(store).await?;
+pub(crate) async fn run(session: &Session, table: &TableName, create_schema: bool) -> Result<()> {
+    let txn = begin(session).await?;
     let server = Server::read(&txn, table).await.map_err(setup)?;
     server.check_writable()?;
     lock(&txn, ddl::lock_key(table)).await.map_err(setup)?;
@@ -222,8 +218,8 @@ pub(crate) async fn run(store: &PostgresStore, create_schema: bool) -> Result<()
 /// default: each statement after the lock sees what was committed before it was
 /// granted. The level is the transaction's first statement, before anything (behind
 /// a pooler, `DEALLOCATE ALL`) could take a snapshot.
-async fn begin(store: &PostgresStore) -> Result<DatabaseTransaction> {
-    store.begin_read_committed().await.map_err(Error::connect)
+async fn begin(session: &Session) -> Result<DatabaseTransaction> {
+    session.begin_read_committed().await.map_err(Error::connect)
 }
 
 /// [`Error::Migrate`] for a step before any migration.

@@ -7,7 +7,6 @@ use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{ConnectOptions, DbErr, RuntimeErr};
 
 use crate::error::{Error, Result, sqlx_error};
-use crate::session::Pooling;
 
 /// How a [`PostgresStore`](crate::PostgresStore) connects and where it keeps its
 /// leases.
@@ -192,6 +191,84 @@ impl PostgresOptions {
         self.transaction_pooling |= pgbouncer;
         (self, url)
     }
+}
+
+/// Whether a transaction pooler sits between the store and the server. Read from
+/// [`PostgresOptions::transaction_pooling`] (which the URL's `pgbouncer=true` sets)
+/// by [`Pooling::of`], once per pool and once per store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pooling {
+    /// Straight to PostgreSQL (or through a session pooler): a statement is prepared
+    /// once per connection and cached.
+    Direct,
+    /// Behind a pooler in transaction pooling mode (PgBouncer `pool_mode =
+    /// transaction`): each transaction may run on another server connection, so a
+    /// statement prepared under a name in one is gone, or another client's, in the
+    /// next. Statements run unnamed, each in a transaction of its own; transactions
+    /// start with `DEALLOCATE ALL`; the pool has no statement cache.
+    Transaction,
+}
+
+impl Pooling {
+    /// The mode `options` ask for.
+    pub(crate) fn of(options: &PostgresOptions) -> Self {
+        if options.transaction_pooling {
+            Pooling::Transaction
+        } else {
+            Pooling::Direct
+        }
+    }
+
+    /// Sets up a pool for this mode.
+    pub(crate) fn configure(self, connect: &mut ConnectOptions) {
+        if self == Pooling::Transaction {
+            // sqlx names every statement it prepares; with the cache off each gets a
+            // fresh name (never reused on another server connection), and transactions
+            // opened by the store start with `DEALLOCATE ALL` so the names of other
+            // clients' statements left on a server connection cannot clash.
+            connect.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
+        }
+    }
+
+    /// Sets up a pool the store creates for itself so that each of its connections
+    /// carries `timeout` as its `statement_timeout` (a `SET` once per connection, when
+    /// it is opened), and returns the bound that sets: directly on PostgreSQL only.
+    /// Behind a transaction pooler a session setting would land on whichever server
+    /// connection the pooler handed out, so there it is `None`.
+    ///
+    /// It is a session setting, not a startup parameter, so that `SET LOCAL
+    /// statement_timeout TO DEFAULT` (in [`Session::begin`](crate::session::Session::begin)) gives a transaction the
+    /// server's own default back.
+    pub(crate) fn bound_connections(
+        self,
+        connect: &mut ConnectOptions,
+        timeout: Duration,
+    ) -> Option<Duration> {
+        if self != Pooling::Direct {
+            return None;
+        }
+        let bound_ms = millis(timeout);
+        // `SET` takes no parameters; this is an integer, not text.
+        let set = format!("SET statement_timeout = {bound_ms}");
+        connect.map_sqlx_postgres_pool_opts(move |pool| {
+            let set = set.clone();
+            pool.after_connect(move |conn, _| {
+                let set = sea_orm::sqlx::AssertSqlSafe(set.clone());
+                Box::pin(async move {
+                    use sea_orm::sqlx::Executor;
+                    conn.execute(sea_orm::sqlx::raw_sql(set)).await.map(drop)
+                })
+            })
+        });
+        Some(Duration::from_millis(bound_ms))
+    }
+}
+
+/// A bound in whole milliseconds as PostgreSQL's timeouts take it: at least 1 (0 would
+/// turn the bound off), at most `i32::MAX`.
+pub(crate) fn millis(bound: Duration) -> u64 {
+    let ms = bound.as_millis().clamp(1, i32::MAX.unsigned_abs().into());
+    u64::try_from(ms).unwrap_or(i32::MAX.unsigned_abs().into())
 }
 
 /// The sea-orm pool options [`PostgresStore::connect`](crate::PostgresStore::connect)

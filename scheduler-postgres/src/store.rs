@@ -159,7 +159,7 @@ impl PostgresStore {
             let deadline = tokio::time::Instant::now() + options.connect_timeout;
             let mut wait = Duration::from_millis(100);
             loop {
-                match migrate::run(&store, options.create_schema).await {
+                match migrate::run(&store.session, &store.table, options.create_schema).await {
                     Err(err)
                         if migrate::in_recovery(&err)
                             && tokio::time::Instant::now() + wait < deadline =>
@@ -173,7 +173,7 @@ impl PostgresStore {
                 }
             }
         } else if options.check_schema {
-            migrate::check(&store).await?;
+            migrate::check(&store.session, &store.table).await?;
         }
         Ok(store)
     }

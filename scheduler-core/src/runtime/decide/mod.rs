@@ -36,5 +36,5 @@ pub(crate) use controls::{
     on_schedule_row, on_trigger_refused,
 };
 pub(crate) use events::{Command, TickEvent, Won};
-pub(crate) use runs::{Ended, Handover, RunEnd, retry_wait, run_end};
-pub(crate) use ticks::{AttemptEnd, JobTicks, Running};
+pub(crate) use runs::{Ended, Handover, RunEnd, Running, retry_wait, run_end};
+pub(crate) use ticks::{AttemptEnd, JobTicks};

@@ -9,8 +9,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::cadence::Cadence;
 use super::events::{Command, PassedOver, TickEvent};
-use super::runs::RunEnd;
-use crate::lease::{Holder, Lease, Release, Tick};
+use super::runs::{RunEnd, Running};
+use crate::lease::{Holder, Release, Tick};
 use crate::policy::{CatchUp, Overlap};
 
 /// The tick a job is trying to take.
@@ -56,52 +56,6 @@ pub(crate) enum AttemptEnd {
     },
     /// No run was under way.
     Gone,
-}
-
-/// A run this instance holds the lease for.
-#[derive(Debug)]
-pub(crate) struct Running {
-    pub(crate) lease: Lease,
-    /// When the run begins (store clock): when the take was answered, or the tick's
-    /// fire time if the take was answered ahead of it.
-    pub(crate) started: DateTime<Utc>,
-    /// The run was told to stop ([`Command::CancelRun`], or by the driver at a
-    /// shutdown or at the lease's expiry): it is not retried.
-    pub(crate) cancelled: bool,
-    /// The lease was lost while it ran: it is neither renewed nor released.
-    pub(crate) lost: bool,
-    /// Which attempt at the tick runs: 1, then 2 for the first retry, …
-    pub(crate) attempt: u32,
-    /// A newer tick cancelled it ([`Overlap::CancelRunning`]): it completes its tick
-    /// when it ends, however it ends.
-    pub(crate) superseded: bool,
-    /// The operator's trigger this run answers, if it is one
-    /// ([`JobTicks::on_manual`]).
-    pub(crate) trigger: Option<crate::control::TriggerId>,
-    /// The run's own task cancelled it at the lease's expiry (a job that needs
-    /// fencing): the lease counts as lost then, even if a renewal answered
-    /// afterwards.
-    pub(crate) expired: bool,
-}
-
-impl Running {
-    /// The first attempt's run under `lease`, beginning at `started`.
-    pub(crate) fn new(
-        lease: Lease,
-        started: DateTime<Utc>,
-        trigger: Option<crate::control::TriggerId>,
-    ) -> Self {
-        Running {
-            lease,
-            started,
-            cancelled: false,
-            lost: false,
-            attempt: 1,
-            superseded: false,
-            trigger,
-            expired: false,
-        }
-    }
 }
 
 /// One job's ticks.

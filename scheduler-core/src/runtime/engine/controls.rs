@@ -19,8 +19,6 @@ use tracing::{info, warn};
 
 use super::Engine;
 use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId};
-use crate::lease::Holder;
-use crate::outcome::Outcome;
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
@@ -50,7 +48,7 @@ pub(super) struct ControlLoop {
     /// Triggers of jobs this instance runs, not yet claimed or ended, as last read.
     waiting: Vec<Trigger>,
     /// Ended triggered runs whose end is still to be recorded.
-    pub(super) to_finish: Vec<Finish>,
+    pub(super) to_finish: Vec<super::Finish>,
     /// The backoff of recording them after a failure.
     pub(super) finish_retry: Retry,
     /// The dynamic schedules running here, by name.
@@ -79,21 +77,6 @@ pub(super) struct ControlLoop {
 struct Dynamic {
     version: i64,
     entries: Vec<usize>,
-}
-
-/// The end of a triggered run, to record: [`Controls::finish_trigger`] also hands
-/// the run's lease back in the same statement, restoring the job's row as it was
-/// before the claim (a scheduled tick's completion untouched).
-///
-/// [`Controls::finish_trigger`]: crate::Controls::finish_trigger
-pub(super) struct Finish {
-    pub(super) id: TriggerId,
-    /// The run's lease, still renewed until the end is recorded: were it to expire
-    /// meanwhile, another instance could claim the trigger again.
-    pub(super) lease: crate::lease::LeaseName,
-    pub(super) holder: Holder,
-    pub(super) outcome: Outcome,
-    pub(super) error: Option<String>,
 }
 
 impl ControlLoop {

@@ -93,6 +93,21 @@ const AHEAD_MARGIN: Duration = Duration::from_millis(10);
 /// (`store_clock.rs`): 6 ms at a minute.
 const CLOCK_STALE: Duration = Duration::from_secs(60);
 
+/// The end of a triggered run, to record: [`Controls::finish_trigger`] also hands
+/// the run's lease back in the same statement, restoring the job's row as it was
+/// before the claim (a scheduled tick's completion untouched).
+///
+/// [`Controls::finish_trigger`]: crate::Controls::finish_trigger
+pub(super) struct Finish {
+    pub(super) id: crate::control::TriggerId,
+    /// The run's lease, still renewed until the end is recorded: were it to expire
+    /// meanwhile, another instance could claim the trigger again.
+    pub(super) lease: crate::lease::LeaseName,
+    pub(super) holder: crate::lease::Holder,
+    pub(super) outcome: crate::outcome::Outcome,
+    pub(super) error: Option<String>,
+}
+
 pub(super) struct Engine {
     s: Scheduler,
     jobs: Vec<JobTicks>,

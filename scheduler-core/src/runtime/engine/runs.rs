@@ -112,6 +112,17 @@ impl Engine {
             .to_std()
             .unwrap_or_default();
         self.s.observe.started(&e.name, lateness);
+        self.start_run(i, wait, lateness);
+    }
+
+    /// Starts job `i`'s run: new handles for it and its first attempt, spawned to
+    /// begin after `wait`.
+    pub(super) fn start_run(
+        &mut self,
+        i: usize,
+        wait: std::time::Duration,
+        lateness: std::time::Duration,
+    ) {
         self.runs.insert(i, RunHandles::new());
         self.spawn_attempt(i, wait, lateness);
     }
@@ -305,7 +316,7 @@ impl Engine {
             Handover::Release(how) => self.to_release.push((running.lease.key(), how)),
             Handover::FinishTrigger => {
                 if let (Some(id), Some(ctl)) = (running.trigger, &mut self.ctl) {
-                    ctl.to_finish.push(super::controls::Finish {
+                    ctl.to_finish.push(super::Finish {
                         id,
                         lease: running.lease.name.clone(),
                         holder: running.lease.holder.clone(),

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::lease::Held;
-use crate::lease::{FencingToken, LeaseName};
+use crate::lease::{FencingToken, Lease, LeaseName};
 use crate::policy::Policy;
 use crate::runtime::decide::cadence::{Polling, overlap_step};
 use crate::runtime::decide::events::{Command, Won};

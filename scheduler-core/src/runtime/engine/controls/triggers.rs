@@ -203,12 +203,11 @@ impl Engine {
         if let Some(ctl) = &mut self.ctl {
             ctl.ran_here.insert(trigger.id);
         }
-        self.runs.insert(i, super::super::runs::RunHandles::new());
         let e = &self.s.entries[i];
         info!(job = %e.name, trigger = %trigger.id, by = %trigger.by, why = %trigger.why,
             "triggered run starting");
         self.s.observe.started(&e.name, Duration::ZERO);
-        self.spawn_attempt(i, Duration::ZERO, Duration::ZERO);
+        self.start_run(i, Duration::ZERO, Duration::ZERO);
     }
 
     /// Records the ends of triggered runs (kept for the next turn if the store
