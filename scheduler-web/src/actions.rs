@@ -13,11 +13,11 @@ use maud::{Markup, html};
 use scheduler_core::{ControlRequest, Controls, ScheduleRow, Scope};
 use serde::Deserialize;
 
-use crate::dashboard::{Actor, Ctx, Shared};
 use crate::jobs::JobView;
 use crate::layout::{self, Nav, page};
 use crate::link;
 use crate::problem::Problem;
+use crate::shared::{Actor, Ctx, Shared};
 
 /// The fields of the pause, resume and trigger forms; all optional, so that a form
 /// without its CSRF token is refused as such rather than as malformed.

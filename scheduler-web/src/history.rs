@@ -8,11 +8,11 @@ use maud::{Markup, html};
 use scheduler_core::{ControlRecord, Page, RunRow, TriggerId, TriggerState};
 use serde::Deserialize;
 
-use crate::dashboard::Ctx;
 use crate::jobs::{self, JobView, status_line};
 use crate::layout::{self, Nav, page, refreshing_page};
 use crate::link;
 use crate::problem::Problem;
+use crate::shared::Ctx;
 use crate::words;
 
 #[derive(Debug, Deserialize)]

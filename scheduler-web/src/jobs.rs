@@ -11,10 +11,10 @@ use scheduler_core::{
 };
 use serde::Deserialize;
 
-use crate::dashboard::{Ctx, Shared};
 use crate::layout::{self, Nav, page};
 use crate::link;
 use crate::problem::Problem;
+use crate::shared::{Ctx, Shared};
 use crate::words::{self, Described};
 
 /// Runs read per job for its last run and lateness.

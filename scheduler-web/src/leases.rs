@@ -4,10 +4,10 @@ use axum::extract::State;
 use axum::response::Html;
 use maud::html;
 
-use crate::dashboard::Ctx;
 use crate::jobs::status_line;
 use crate::layout::{self, Nav, page};
 use crate::problem::Problem;
+use crate::shared::Ctx;
 
 /// The node id in a holder (`node:pid:random`); the whole holder when it has
 /// another shape.

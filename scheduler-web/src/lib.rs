@@ -101,6 +101,8 @@ mod layout;
 mod leases;
 mod link;
 mod problem;
+mod shared;
 mod words;
 
-pub use dashboard::{Actions, Actor, Dashboard};
+pub use dashboard::Dashboard;
+pub use shared::{Actions, Actor};
