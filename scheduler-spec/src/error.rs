@@ -40,7 +40,7 @@ pub enum Error {
         expr: String,
     },
     /// A name that is not an IANA time zone.
-    #[error("unknown time zone {name:?}; {}", crate::zone::time_zone_hint(name))]
+    #[error("unknown time zone {name:?}; {}", time_zone_hint(name))]
     UnknownTimeZone {
         /// The rejected name.
         name: String,
@@ -49,3 +49,17 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to write instead of the unknown time zone `name`: `did you mean
+/// "Europe/Berlin"?` when a zone differs from it only in case, else a pointer to IANA
+/// names.
+pub fn time_zone_hint(name: &str) -> String {
+    let near = chrono_tz::TZ_VARIANTS
+        .iter()
+        .map(|tz| tz.name())
+        .find(|known| known.eq_ignore_ascii_case(name.trim()));
+    match near {
+        Some(known) => format!("did you mean {known:?}?"),
+        None => r#"use an IANA name such as "Europe/Berlin" or "UTC""#.to_owned(),
+    }
+}

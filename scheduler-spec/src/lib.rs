@@ -45,10 +45,11 @@ mod zone;
 
 pub use crate::cron::{CronExpr, CronSchedule};
 pub use crate::duration::parse_duration;
+pub use crate::error::time_zone_hint;
 pub use crate::error::{Error, Result};
 pub use crate::every::Every;
 pub use crate::name::{MAX_NAME_LEN, check_name};
 pub use crate::policy::{DEFAULT_CATCH_UP_MAX, MAX_CATCH_UP, Timing, TimingError, check_timing};
-pub use crate::zone::{parse_time_zone, time_zone_hint};
+pub use crate::zone::parse_time_zone;
 
 pub use chrono_tz::Tz;

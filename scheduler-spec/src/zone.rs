@@ -17,20 +17,6 @@ pub fn parse_time_zone(name: &str) -> Result<Tz> {
     })
 }
 
-/// What to write instead of the unknown time zone `name`: `did you mean
-/// "Europe/Berlin"?` when a zone differs from it only in case, else a pointer to IANA
-/// names.
-pub fn time_zone_hint(name: &str) -> String {
-    let near = chrono_tz::TZ_VARIANTS
-        .iter()
-        .map(|tz| tz.name())
-        .find(|known| known.eq_ignore_ascii_case(name.trim()));
-    match near {
-        Some(known) => format!("did you mean {known:?}?"),
-        None => r#"use an IANA name such as "Europe/Berlin" or "UTC""#.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
