@@ -58,6 +58,7 @@
 
 mod batch;
 mod control;
+mod control_sql;
 pub mod error;
 pub mod history;
 mod migrate;

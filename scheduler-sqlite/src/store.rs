@@ -19,7 +19,7 @@ use sea_orm::{
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::batch;
-use crate::control::ControlSql;
+use crate::control_sql::ControlSql;
 use crate::error::{Error, Origin, Result, connect_error};
 use crate::migrate;
 use crate::open::{check_path, check_version, check_writable, literal_path, use_wal};

@@ -15,7 +15,6 @@
 mod audit;
 mod rows;
 mod schedules;
-mod sql;
 
 use std::collections::BTreeSet;
 
@@ -31,7 +30,6 @@ use self::rows::{
     bad_row, node_of, one, optional_time, pause_from_row, record_from_row, rows, schedule_from_row,
     trigger_from_row,
 };
-pub(crate) use self::sql::ControlSql;
 use crate::batch;
 use crate::error::Result;
 use crate::row::{get, name_from_row, time};

@@ -5,6 +5,8 @@
 //! The tests in `tests/` run the checks on this workspace; the unit tests below run
 //! them on made-up metadata, to show that they fail when they should.
 
+pub mod layout;
+
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -238,7 +240,15 @@ impl Metadata {
         serde_json::from_slice(json).map_err(Error::Json)
     }
 
-    /// The workspace's crates that may be published, by name.
+    /// The workspace's crates, public or not.
+    pub fn members(&self) -> Vec<&Package> {
+        self.workspace_members
+            .iter()
+            .filter_map(|id| self.package(id))
+            .collect()
+    }
+
+    /// The workspace's crates that are published (`publish` not `false`).
     pub fn public_crates(&self) -> Vec<&Package> {
         let mut public: Vec<&Package> = self
             .workspace_members

@@ -1,4 +1,5 @@
-//! The control statements, with the table names spliced in once.
+//! The control statements, with the table names spliced in once (the store holds
+//! them; the controls run them).
 //!
 //! The tables are migration 3's (`scheduler_migrations::sqlite`), named after the
 //! lease table; every time is integer microseconds on SQLite's clock ([`NOW`]).
