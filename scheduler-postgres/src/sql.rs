@@ -168,12 +168,18 @@ impl Sql {
         );
         // Marks a run of an older tick that still holds the lease, once per newer
         // tick; a row that is free, released, or already asked by this tick or a
-        // later one is left alone.
+        // later one is left alone, and so is a triggered run's row for a tick no
+        // later than its trigger's instant (the row keeps the scheduled tick it held
+        // before the claim). Open triggers are few (the partial index's condition).
         let request_cancel = format!(
-            "UPDATE {t} SET cancel_tick = $2 \
-             WHERE name = $1 AND tick < $2 AND released_at IS NULL AND expires_at > now() \
-               AND (cancel_tick IS NULL OR cancel_tick < $2) \
-             RETURNING name"
+            "UPDATE {t} l SET cancel_tick = $2 \
+             WHERE l.name = $1 AND l.tick < $2 AND l.released_at IS NULL \
+               AND l.expires_at > now() AND (l.cancel_tick IS NULL OR l.cancel_tick < $2) \
+               AND NOT EXISTS (SELECT 1 FROM {triggers} tg \
+                   WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = l.name \
+                     AND tg.holder = l.holder AND tg.requested_at >= $2) \
+             RETURNING l.name",
+            triggers = table.with_suffix("_triggers"),
         );
         let release = format!(
             "UPDATE {t} l SET expires_at = LEAST(l.expires_at, now()), \

@@ -128,6 +128,13 @@ async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before() {
 }
 
 #[tokio::test]
+async fn a_trigger_is_not_stopped_by_an_older_tick() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 2).await;
+    rules::a_trigger_is_not_stopped_by_an_older_tick(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn poll_sees_each_change_and_nothing_else() {
     let db = TestDb::new().await;
     let s = instances(&db, 2).await;

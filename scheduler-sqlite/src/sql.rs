@@ -109,11 +109,17 @@ impl Sql {
         );
         // `?1` the name, `?2` the newer tick (microseconds): marks a run of an older
         // tick that still holds the lease, once per newer tick.
+        // A triggered run's row is left alone for a tick no later than its trigger's
+        // instant (the row keeps the scheduled tick it held before the claim).
         let request_cancel = format!(
-            "UPDATE {t} SET cancel_tick = ?2 \
-             WHERE name = ?1 AND tick < ?2 AND released_at IS NULL AND expires_at > {NOW} \
-               AND (cancel_tick IS NULL OR cancel_tick < ?2) \
-             RETURNING name"
+            "UPDATE {t} AS l SET cancel_tick = ?2 \
+             WHERE l.name = ?1 AND l.tick < ?2 AND l.released_at IS NULL \
+               AND l.expires_at > {NOW} AND (l.cancel_tick IS NULL OR l.cancel_tick < ?2) \
+               AND NOT EXISTS (SELECT 1 FROM {triggers} AS tg \
+                   WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = l.name \
+                     AND tg.holder = l.holder AND tg.requested_at >= ?2) \
+             RETURNING name",
+            triggers = table.with_suffix("_triggers"),
         );
         let release = format!(
             "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \

@@ -131,6 +131,13 @@ async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before() {
 }
 
 #[tokio::test]
+async fn a_trigger_is_not_stopped_by_an_older_tick() {
+    let dir = TempDir::new("trigger-older-tick");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::a_trigger_is_not_stopped_by_an_older_tick(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn poll_sees_each_change_and_nothing_else() {
     let dir = TempDir::new("poll");
     let s = instances(&dir.join("leases.db"), 2).await;

@@ -1137,6 +1137,58 @@ pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
     assert_eq!(retried.token.get(), claimed.token.get() + 1);
 }
 
+/// A triggered run is asked to stop (`Overlap::CancelRunning`) only by a tick later
+/// than its trigger's instant. The lease row keeps the scheduled tick it held before
+/// the claim, so a scheduled tick between that one and the trigger's instant (one
+/// taken late, by an instance behind) is newer than the row, yet older than the run.
+pub async fn a_trigger_is_not_stopped_by_an_older_tick(a: &SharedStore, b: &SharedStore) {
+    let job = "ctl-trigger-older-tick";
+    let lease = name(job);
+    let t = tick(a, -1).await;
+    let done = take_tick(a, &lease, t).await.won.pop().expect("free");
+    a.release(&[done.key()], Release::Completed)
+        .await
+        .expect("release");
+    let trigger = controls(b)
+        .trigger(&request(job, "alice"))
+        .await
+        .expect("trigger");
+    let instant = Tick::new(trigger.requested_at);
+    let holder = Holder::generate();
+    let claimed = claim(b, trigger.id, &lease, &holder, 60_000)
+        .await
+        .expect("free");
+    // Due before the trigger was asked for: it does not cut the triggered run.
+    let between = Tick::new(instant.at() - TimeDelta::milliseconds(500));
+    assert!(between > t, "{between:?} after {t:?}");
+    for older in [between, instant] {
+        assert!(
+            !a.request_cancel(&lease, older)
+                .await
+                .expect("request cancel"),
+            "the tick {older:?}, no later than the trigger, asked its run to stop"
+        );
+    }
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert!(!renewed[0].cancel_requested, "{renewed:?}");
+    // A later tick does.
+    let later = Tick::new(instant.at() + TimeDelta::seconds(1));
+    assert!(
+        a.request_cancel(&lease, later)
+            .await
+            .expect("request cancel")
+    );
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert!(renewed[0].cancel_requested, "{renewed:?}");
+    assert!(
+        controls(b)
+            .finish_trigger(trigger.id, Some(&holder), Outcome::CancelledByNewer, None)
+            .await
+            .expect("finish")
+    );
+}
+
 /// The change `watcher` sees since version `seen`, which becomes the new version;
 /// asserts that there is one, and none after it.
 async fn changed(watcher: &dyn Controls, seen: &mut i64) -> ControlState {
