@@ -24,7 +24,9 @@
 //! replays the same run exactly: [`Report::digest`] is the same every time.
 
 mod cluster;
+mod extras;
 mod job;
+mod operators;
 mod scenario;
 mod store;
 mod world;
@@ -51,6 +53,10 @@ pub struct Options {
     /// Simulated time after everything healed, for liveness and the healthy
     /// cluster's takes.
     pub quiet: Duration,
+    /// Whether operators also put, change and remove dynamic schedules and
+    /// backfill past ranges (drawn from a stream of their own: without them a seed
+    /// replays as it did before they existed).
+    pub extras: bool,
 }
 
 impl Default for Options {
@@ -58,6 +64,7 @@ impl Default for Options {
         Self {
             chaos: Duration::from_secs(120),
             quiet: Duration::from_secs(30),
+            extras: true,
         }
     }
 }
@@ -116,6 +123,11 @@ enum Action {
     Pause(usize, Option<usize>),
     Resume(usize, bool),
     Trigger(usize),
+    /// Put dynamic schedule `.0` every `.1` seconds under policy `.2`.
+    Put(usize, u64, &'static str),
+    Remove(usize),
+    /// Backfill on instance `.0` job `.1`, from `.2 + .3` to `.2` ms before now.
+    Backfill(usize, usize, u64, u64),
 }
 
 /// Draws the cluster for `seed`.
@@ -189,6 +201,8 @@ fn setup(seed: u64, rng: &mut StdRng) -> Setup {
         nodes,
         skews_ms,
         jobs,
+        dynamic: Vec::new(),
+        backfills: false,
     }
 }
 
@@ -242,8 +256,16 @@ fn script(setup: &Setup, chaos: Duration, rng: &mut StdRng) -> Vec<(u64, Action)
 /// Simulates the cluster of `seed` for `options`' time.
 pub fn simulate(seed: u64, options: Options) -> Report {
     let mut rng = StdRng::seed_from_u64(seed);
-    let setup = setup(seed, &mut rng);
-    let script = script(&setup, options.chaos, &mut rng);
+    let mut setup = setup(seed, &mut rng);
+    let mut script = script(&setup, options.chaos, &mut rng);
+    if options.extras {
+        let (dynamic, extras) =
+            extras::draw(seed, setup.nodes.len(), setup.jobs.len(), options.chaos);
+        setup.dynamic = dynamic;
+        setup.backfills = true;
+        script.extend(extras);
+        script.sort_by_key(|(at, _)| *at);
+    }
     on_paused_time(seed, run(setup, script, options, rng))
 }
 
@@ -276,6 +298,8 @@ pub fn healthy(
                 fail_percent: 0,
             })
             .collect(),
+        dynamic: Vec::new(),
+        backfills: false,
     };
     let rng = StdRng::seed_from_u64(seed);
     on_paused_time(seed, run(setup, Vec::new(), options, rng))
@@ -322,8 +346,12 @@ async fn run(
                 name: s.name.clone(),
                 node_scoped: s.scope == Scope::Node,
                 every: s.every,
+                active: None,
             })
             .collect(),
+        hears_within: setup
+            .control_poll
+            .map(|poll| poll + setup.ttl + Duration::from_secs(3)),
         ..World::default()
     }));
     let job_names: Vec<String> = setup.jobs.iter().map(|s| s.name.clone()).collect();
@@ -345,6 +373,9 @@ async fn run(
             }
             Action::Resume(j, catch_up) => cluster.resume(&job_names[j], catch_up).await,
             Action::Trigger(j) => cluster.trigger(&job_names[j]).await,
+            Action::Put(d, every, policy) => cluster.put_schedule(d, every, policy).await,
+            Action::Remove(d) => cluster.remove_schedule(d).await,
+            Action::Backfill(i, j, back, len) => cluster.backfill(i, j, back, len),
         }
     }
     tokio::time::sleep_until(started + options.chaos).await;

@@ -98,6 +98,8 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
         skews_ms: vec![0; scenario.nodes.len()],
         nodes: scenario.nodes,
         jobs: scenario.jobs.into_iter().map(|j| j.spec).collect(),
+        dynamic: Vec::new(),
+        backfills: false,
     };
     let mut script: Vec<(u64, Action)> = scenario
         .script

@@ -40,6 +40,19 @@ pub(crate) struct JobModel {
     pub(crate) name: String,
     pub(crate) node_scoped: bool,
     pub(crate) every: Duration,
+    /// A dynamic schedule's version: from its put to its next change or removal
+    /// (`None`: a job registered in code, always there).
+    pub(crate) active: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+}
+
+/// An operator's backfill: the tick's key job (`job` or `job:node`), its range, and
+/// when it was asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct Backfill {
+    pub(crate) job: String,
+    pub(crate) from: DateTime<Utc>,
+    pub(crate) to: DateTime<Utc>,
+    pub(crate) asked: DateTime<Utc>,
 }
 
 /// The record of one simulated run, and the violations found in it.
@@ -51,8 +64,18 @@ pub(crate) struct World {
     /// Attempts by tick.
     pub(crate) attempts: BTreeMap<Key, Vec<Attempt>>,
     /// Committed runs (the work done under a lease still held): by tick, the
-    /// instance and the instant.
-    pub(crate) commits: BTreeMap<Key, Vec<(usize, DateTime<Utc>)>>,
+    /// instance, the instant, and whether under a tick's own lease (`job\@tick`: a
+    /// backfill's or a resume's catch-up).
+    pub(crate) commits: BTreeMap<Key, Vec<(usize, DateTime<Utc>, bool, String)>>,
+    /// Dynamic schedules put (changed), by name and instant.
+    pub(crate) puts: Vec<(String, DateTime<Utc>)>,
+    /// Operators' backfills, as asked for.
+    pub(crate) backfills: Vec<Backfill>,
+    /// Dynamic schedules removed: the name, when, and when put again.
+    pub(crate) removals: Vec<(String, DateTime<Utc>, Option<DateTime<Utc>>)>,
+    /// How long after a control an instance surely heard of it (its poll, and a
+    /// margin), if it polls at all.
+    pub(crate) hears_within: Option<Duration>,
     /// When each lease holder was granted (store clock).
     pub(crate) grants: HashMap<(String, String), DateTime<Utc>>,
     /// The last token granted per lease.
@@ -167,8 +190,11 @@ impl World {
             .grants
             .get(&(lease.to_owned(), holder.to_owned()))
             .copied();
-        let trigger = self.is_trigger(key);
+        // An operator's backfill runs regardless of pauses.
+        let trigger = self.is_trigger(key)
+            || granted.is_some_and(|g| lease.contains('@') && self.backfilled(job, *tick, g));
         let job_name = job.split(':').next().unwrap_or(job).to_owned();
+        self.check_removed(&job_name, inst, attempt, now);
         if let Some(g) = granted
             && !trigger
             && let Some(p) = self.paused_at(&job_name, node, g)
@@ -238,14 +264,116 @@ impl World {
         self.triggers.iter().any(|(j, at)| j == job && *at == key.1)
     }
 
+    /// Whether an operator's backfill asked for `job`'s `tick` by `at` (it runs
+    /// the tick again, once, whether the live schedule ran it or not).
+    pub(crate) fn backfilled(&self, job: &str, tick: DateTime<Utc>, at: DateTime<Utc>) -> bool {
+        self.backfills
+            .iter()
+            .any(|b| b.job == job && b.from <= tick && tick <= b.to && b.asked <= at)
+    }
+
+    /// Whether dynamic schedule `job` changed before `tick`, and instance `inst`
+    /// may not have read the change by `now` (not polled since, or faulty).
+    fn relaid(&self, job: &str, tick: DateTime<Utc>, inst: usize, now: DateTime<Utc>) -> bool {
+        let name = job.split(':').next().unwrap_or(job);
+        let within = self.hears_within.map_or(TimeDelta::MAX, delta);
+        self.puts.iter().any(|(n, p)| {
+            n == name
+                && *p <= tick
+                && (tick <= *p + within || self.faulty_within(inst, *p, now))
+        })
+    }
+
+    /// A run of dynamic schedule `job` began: not long after its removal, unless
+    /// its instance could not hear of it.
+    fn check_removed(&mut self, job: &str, inst: usize, attempt: u32, now: DateTime<Utc>) {
+        let Some(within) = self.hears_within else {
+            return;
+        };
+        let late = self.removals.iter().find(|(name, at, again)| {
+            name == job
+                && attempt == 1
+                && *at + delta(within) < now
+                && again.is_none_or(|again| now < again)
+        });
+        if let Some(&(_, at, _)) = late
+            && !self.faulty_within(inst, at, now)
+        {
+            self.violation(
+                now,
+                format!(
+                    "dynamic schedule {job} removed at {} ran on i{inst}",
+                    short(at)
+                ),
+            );
+        }
+    }
+
+    /// An operator's backfill of `job` (its key job) from `from` to `to` returned:
+    /// each tick of the range ran under its own lease, unless some failed.
+    pub(crate) fn backfill_returned(
+        &mut self,
+        job: &str,
+        every: Duration,
+        (from, to): (DateTime<Utc>, DateTime<Utc>),
+        report: &scheduler_core::BackfillReport,
+        now: DateTime<Utc>,
+    ) {
+        self.note(now, format!("backfill of {job} returned {report:?}"));
+        let step = delta(every).num_milliseconds().max(1);
+        let mut t = from.timestamp_millis().div_euclid(step) * step;
+        let mut ticks = Vec::new();
+        while let Some(tick) = DateTime::<Utc>::from_timestamp_millis(t) {
+            t += step;
+            if tick > to {
+                break;
+            }
+            if tick >= from {
+                ticks.push(tick);
+            }
+        }
+        if report.ticks != ticks.len() {
+            self.violation(
+                now,
+                format!("backfill of {job} counted {} ticks of {}", report.ticks, ticks.len()),
+            );
+        }
+        if report.failed > 0 || report.paused > 0 {
+            return;
+        }
+        for tick in ticks {
+            let done = self
+                .commits
+                .get(&(job.to_owned(), tick))
+                .is_some_and(|v| v.iter().any(|c| c.2));
+            if !done {
+                self.violation(
+                    now,
+                    format!("backfill of {job} returned, tick {} never ran", short(tick)),
+                );
+            }
+        }
+    }
+
     /// A run committed its work under a lease it still held.
-    pub(crate) fn committed(&mut self, key: &Key, inst: usize, now: DateTime<Utc>) {
+    pub(crate) fn committed(&mut self, key: &Key, lease: &str, inst: usize, now: DateTime<Utc>) {
         let (job, tick) = key;
         self.note(now, format!("i{inst} commits {job} tick {}", short(*tick)));
+        let own = lease.contains('@');
         let earlier = self.commits.entry(key.clone()).or_default();
-        earlier.push((inst, now));
+        earlier.push((inst, now, own, lease.to_owned()));
         let earlier: Vec<_> = earlier[..earlier.len() - 1].to_vec();
-        for (first, at) in earlier {
+        for (first, at, first_own, first_lease) in earlier {
+            // A backfill runs a tick the live schedule ran once more.
+            if own != first_own && self.backfilled(job, *tick, now) {
+                continue;
+            }
+            // The documented limit: a change of a dynamic schedule's lease slots
+            // moves its ticks to other leases; an instance that has not read the
+            // change yet runs its ticks under the old ones.
+            if !own && !first_own && first_lease != lease && self.relaid(job, *tick, inst, now) {
+                continue;
+            }
             // The documented window: the first holder could not hand the tick back
             // completed (it was cut off from the store, or died) before its lease
             // expired, and another instance took the tick over.
@@ -295,6 +423,9 @@ impl World {
                 vec![String::new()]
             };
             let step = every.num_milliseconds().max(1);
+            if job.active.is_some() && self.hears_within.is_none() {
+                continue;
+            }
             let first = begin.timestamp_millis().div_euclid(step) * step + step;
             let mut t = first;
             while let Some(tick) = DateTime::<Utc>::from_timestamp_millis(t) {
@@ -302,6 +433,12 @@ impl World {
                     break;
                 }
                 t += step;
+                if job
+                    .active
+                    .is_some_and(|(a, b)| tick < a || b.is_some_and(|b| tick + every >= b))
+                {
+                    continue;
+                }
                 let from = tick - ttl - TimeDelta::seconds(2);
                 let to = tick + every + TimeDelta::seconds(1);
                 if self.events.iter().any(|&e| from <= e && e <= to)

@@ -14,6 +14,7 @@ fn options() -> Options {
     Options {
         chaos: secs(30),
         quiet: secs(15),
+        ..Options::default()
     }
 }
 
