@@ -28,7 +28,7 @@ impl std::fmt::Debug for HandlerBox {
 
 /// Where the shortest gap of a schedule is measured to lay its ticks out over lease
 /// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
-const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
+pub(crate) const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
     chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
 
 /// A registered job, and the policy it was registered with, if not its own.

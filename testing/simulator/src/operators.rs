@@ -105,7 +105,10 @@ impl Cluster {
         let mut w = self.world();
         w.note(
             record.at,
-            format!("operator puts {} every {every_s}s, policy {policy:?}", spec.name),
+            format!(
+                "operator puts {} every {every_s}s, policy {policy:?}",
+                spec.name
+            ),
         );
         w.events.push(record.at);
         w.puts.push((spec.name.clone(), record.at));
@@ -126,7 +129,10 @@ impl Cluster {
     /// Removes dynamic schedule `d`.
     pub(crate) async fn remove_schedule(&mut self, d: usize) {
         let name = self.setup.dynamic[d].name.clone();
-        let Ok(Some(record)) = self.store.remove_schedule(&name, "simulator", "extras").await
+        let Ok(Some(record)) = self
+            .store
+            .remove_schedule(&name, "simulator", "extras")
+            .await
         else {
             return;
         };

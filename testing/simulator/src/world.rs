@@ -278,9 +278,7 @@ impl World {
         let name = job.split(':').next().unwrap_or(job);
         let within = self.hears_within.map_or(TimeDelta::MAX, delta);
         self.puts.iter().any(|(n, p)| {
-            n == name
-                && *p <= tick
-                && (tick <= *p + within || self.faulty_within(inst, *p, now))
+            n == name && *p <= tick && (tick <= *p + within || self.faulty_within(inst, *p, now))
         })
     }
 
@@ -335,7 +333,11 @@ impl World {
         if report.ticks != ticks.len() {
             self.violation(
                 now,
-                format!("backfill of {job} counted {} ticks of {}", report.ticks, ticks.len()),
+                format!(
+                    "backfill of {job} counted {} ticks of {}",
+                    report.ticks,
+                    ticks.len()
+                ),
             );
         }
         if report.failed > 0 || report.paused > 0 {
