@@ -91,6 +91,43 @@ pub struct Report {
     pub simulated: Duration,
     /// The cluster, as drawn.
     pub setup: String,
+    /// The store's clock when the cluster started.
+    pub started: DateTime<Utc>,
+    /// Every tick an attempt began for: the key job (`job`, or `job:node`) and the
+    /// tick's instant.
+    pub ran: std::collections::BTreeSet<(String, DateTime<Utc>)>,
+    /// The triggers asked for: the job and the trigger's instant.
+    pub triggers: Vec<(String, DateTime<Utc>)>,
+    /// The ticks committed, with how many times.
+    pub committed: std::collections::BTreeMap<(String, DateTime<Utc>), usize>,
+}
+
+impl Report {
+    /// How many times `job`'s tick `at` after the start (seconds) committed.
+    pub fn commits_of(&self, job: &str, at: u64) -> usize {
+        let tick = self.tick(at);
+        self.committed
+            .get(&(job.to_owned(), tick))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether an attempt of `job`'s tick `at` seconds after the start (whole
+    /// seconds of the store's clock, the first at or after it) began.
+    pub fn ran_tick(&self, job: &str, at: u64) -> bool {
+        self.ran.contains(&(job.to_owned(), self.tick(at)))
+    }
+
+    /// The whole second `at` seconds after the start (rounded up).
+    pub fn tick(&self, at: u64) -> DateTime<Utc> {
+        let secs = self.started.timestamp() + i64::try_from(at).unwrap_or(0);
+        let secs = if self.started.timestamp_subsec_millis() > 0 {
+            secs + 1
+        } else {
+            secs
+        };
+        DateTime::<Utc>::from_timestamp(secs, 0).unwrap_or_default()
+    }
 }
 
 impl Report {
@@ -392,6 +429,12 @@ async fn run(
     let simulated = started.elapsed();
     let mut w = cluster.world();
     let liveness_checked = w.check_liveness(t0, end);
+    let ran = w.attempts.keys().cloned().collect();
+    let committed = w
+        .commits
+        .iter()
+        .map(|(k, v)| (k.clone(), v.len()))
+        .collect();
     let takes_per_tick = takes_per_tick(&w, healed, end);
     let digest = w.trace.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, line| {
         line.bytes()
@@ -407,6 +450,10 @@ async fn run(
         takes_per_tick,
         simulated,
         setup: described,
+        started: t0,
+        ran,
+        committed,
+        triggers: w.triggers.clone(),
     }
 }
 
