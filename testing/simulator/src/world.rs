@@ -97,6 +97,8 @@ pub(crate) struct World {
     /// The ticks (incarnation of an instance, lease, tick) whose take was refused
     /// as paused at or after their instant.
     pub(crate) refused_paused: std::collections::HashSet<(usize, String, DateTime<Utc>)>,
+    /// Triggered runs' claims: by lease and holder, the trigger's instant.
+    pub(crate) claims: HashMap<(String, String), DateTime<Utc>>,
     /// Print the trace as it is written (`SIM_LIVE`).
     pub(crate) live: bool,
     /// The trace line of the first violation.
@@ -262,6 +264,38 @@ impl World {
     fn is_trigger(&self, key: &Key) -> bool {
         let job = key.0.split(':').next().unwrap_or(&key.0);
         self.triggers.iter().any(|(j, at)| j == job && *at == key.1)
+    }
+
+    /// A newer tick's request to stop marked the run holding `lease` as `holder`:
+    /// not a triggered run asked for after that tick.
+    pub(crate) fn asked_to_stop(
+        &mut self,
+        inst: usize,
+        lease: &str,
+        holder: &str,
+        newer: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        self.note(
+            now,
+            format!("i{inst} asks {lease} to stop for tick {}", short(newer)),
+        );
+        let claim = self
+            .claims
+            .get(&(lease.to_owned(), holder.to_owned()))
+            .copied();
+        if let Some(at) = claim
+            && newer <= at
+        {
+            self.violation(
+                now,
+                format!(
+                    "tick {} of {lease} asked the trigger of {} to stop: it is older",
+                    short(newer),
+                    short(at)
+                ),
+            );
+        }
     }
 
     /// Whether an operator's backfill asked for `job`'s `tick` by `at` (it runs
