@@ -268,6 +268,27 @@ async fn edge_09_a_trigger_of_a_job_nobody_runs_stays_pending() {
     assert!(matches!(now.state, TriggerState::Pending), "{now:?}");
 }
 
+/// Edge 10: handler registrations never expire. Documented limit: "A handler
+/// registration outlives the instances that made it: a dynamic schedule naming a
+/// handler no running instance has is accepted, and waits for one." Here the only
+/// instance that registered `h` has stopped; a row naming `h` is still accepted.
+#[tokio::test(start_paused = true)]
+async fn edge_10_a_handler_registration_outlives_its_instance() {
+    let store = Arc::new(MemoryStore::new());
+    let scheduler = Scheduler::builder(store.clone())
+        .node_id("n0")
+        .control_poll(Some(ms(200)))
+        .handler("h", |_ctx: JobContext, _args: Arc<str>| async {
+            Ok::<(), BoxError>(())
+        })
+        .build()
+        .unwrap();
+    scheduler.run_until(tokio::time::sleep(secs(2))).await;
+    tokio::time::sleep(secs(3_600)).await;
+    let row = scheduler_core::ScheduleRow::new("late", "h", "every 10s");
+    assert!(store.put_schedule(&row, "test", "edge 10").await.is_ok());
+}
+
 /// Edge 11: a dynamic schedule changed and removed over and over runs as its row
 /// says, every time (the entries it retires are kept, not reclaimed: documented
 /// limit, "An instance keeps the retired entries of a dynamic schedule changed or
