@@ -20,6 +20,10 @@ pub(crate) struct Attempt {
     pub(crate) ended: Option<DateTime<Utc>>,
 }
 
+/// A commit of a tick: the instance, the instant, whether under a tick's own
+/// lease, and the lease.
+pub(crate) type Commit = (usize, DateTime<Utc>, bool, String);
+
 /// A span of an operator's pause.
 #[derive(Debug, Clone)]
 pub(crate) struct PauseSpan {
@@ -66,7 +70,7 @@ pub(crate) struct World {
     /// Committed runs (the work done under a lease still held): by tick, the
     /// instance, the instant, and whether under a tick's own lease (`job\@tick`: a
     /// backfill's or a resume's catch-up).
-    pub(crate) commits: BTreeMap<Key, Vec<(usize, DateTime<Utc>, bool, String)>>,
+    pub(crate) commits: BTreeMap<Key, Vec<Commit>>,
     /// Dynamic schedules put (changed), by name and instant.
     pub(crate) puts: Vec<(String, DateTime<Utc>)>,
     /// Operators' backfills, as asked for.

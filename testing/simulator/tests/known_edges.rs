@@ -9,7 +9,7 @@ use scheduler_core::{
     BoxError, CatchUp, ControlRequest, Controls, Error, Idempotent, JobContext, MemoryStore,
     Overlap, Policy, Schedule, Scheduler, TriggerState,
 };
-use scheduler_simulator::{Act, Job, Options, Report, Scenario, scenario};
+use scheduler_simulator::{Act, Job, Options, Scenario, scenario};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -39,22 +39,6 @@ fn two(ttl: u64, jobs: Vec<Job>, script: Vec<(Duration, Act)>) -> Scenario {
 
 fn all(max: u32) -> Policy {
     Policy::default().catch_up(CatchUp::All { max })
-}
-
-/// The commits of the trigger asked for of `job`.
-fn trigger_commits(report: &Report, job: &str) -> Vec<usize> {
-    report
-        .triggers
-        .iter()
-        .filter(|(j, _)| j == job)
-        .map(|(j, at)| {
-            report
-                .committed
-                .get(&(j.clone(), *at))
-                .copied()
-                .unwrap_or(0)
-        })
-        .collect()
 }
 
 /// Edge 1: a resume with catch-up, paused again before any instance polled.
