@@ -169,11 +169,16 @@ impl Sql {
         // Marks a run of an older tick that still holds the lease, once per newer
         // tick; a row that is free, released, or already asked by this tick or a
         // later one is left alone.
+        // A triggered run (whose row keeps the scheduled tick before it) is marked
+        // only for a tick later than its trigger's instant.
         let request_cancel = format!(
-            "UPDATE {t} SET cancel_tick = $2 \
-             WHERE name = $1 AND tick < $2 AND released_at IS NULL AND expires_at > now() \
-               AND (cancel_tick IS NULL OR cancel_tick < $2) \
-             RETURNING name"
+            "UPDATE {t} l SET cancel_tick = $2 \
+             WHERE l.name = $1 AND l.tick < $2 AND l.released_at IS NULL \
+               AND l.expires_at > now() AND (l.cancel_tick IS NULL OR l.cancel_tick < $2) \
+               AND NOT EXISTS (SELECT 1 FROM {triggers} tg \
+                 WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = l.name \
+                   AND tg.holder = l.holder AND tg.requested_at >= $2) \
+             RETURNING l.name"
         );
         let release = format!(
             "UPDATE {t} l SET expires_at = LEAST(l.expires_at, now()), \

@@ -108,12 +108,18 @@ impl Sql {
              WHERE {mine} RETURNING name, expires_at, coalesce(cancel_tick > tick, 0) AS cancel_requested"
         );
         // `?1` the name, `?2` the newer tick (microseconds): marks a run of an older
-        // tick that still holds the lease, once per newer tick.
+        // tick that still holds the lease, once per newer tick. A triggered run
+        // (whose row keeps the scheduled tick before it) only for a tick later than
+        // its trigger's instant.
         let request_cancel = format!(
             "UPDATE {t} SET cancel_tick = ?2 \
              WHERE name = ?1 AND tick < ?2 AND released_at IS NULL AND expires_at > {NOW} \
                AND (cancel_tick IS NULL OR cancel_tick < ?2) \
-             RETURNING name"
+               AND NOT EXISTS (SELECT 1 FROM {triggers} AS tg \
+                 WHERE tg.state <> 'done' AND tg.state = 'running' AND tg.lease = {t}.name \
+                   AND tg.holder = {t}.holder AND tg.requested_at >= ?2) \
+             RETURNING name",
+            triggers = table.with_suffix("_triggers"),
         );
         let release = format!(
             "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \

@@ -1113,6 +1113,17 @@ pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
         !renewed[0].cancel_requested,
         "the triggered run was asked to stop by its own request: {renewed:?}"
     );
+    // Asked of the triggered run itself, a tick no later than its instant (the
+    // trigger's own request sent late, or a scheduled tick older than the trigger:
+    // the row's tick is still the scheduled one before it) does not stop it.
+    assert!(
+        !a.request_cancel(&lease, instant)
+            .await
+            .expect("request cancel"),
+        "a tick no later than the trigger's instant marked the triggered run"
+    );
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert!(!renewed[0].cancel_requested, "{renewed:?}");
     // A later tick asks it to stop.
     let later = Tick::new(instant.at() + TimeDelta::seconds(1));
     assert!(
