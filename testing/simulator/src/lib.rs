@@ -103,7 +103,8 @@ pub struct Report {
 }
 
 impl Report {
-    /// How many times `job`'s tick `at` after the start (seconds) committed.
+    /// How many times `job`'s tick `at` seconds after the start committed (see
+    /// [`tick`](Self::tick)).
     pub fn commits_of(&self, job: &str, at: u64) -> usize {
         let tick = self.tick(at);
         self.committed
@@ -112,20 +113,16 @@ impl Report {
             .unwrap_or(0)
     }
 
-    /// Whether an attempt of `job`'s tick `at` seconds after the start (whole
-    /// seconds of the store's clock, the first at or after it) began.
+    /// Whether an attempt of `job`'s tick `at` seconds after the start began (see
+    /// [`tick`](Self::tick)).
     pub fn ran_tick(&self, job: &str, at: u64) -> bool {
         self.ran.contains(&(job.to_owned(), self.tick(at)))
     }
 
-    /// The whole second `at` seconds after the start (rounded up).
+    /// The instant `at` whole seconds after the start's whole second (the store's
+    /// clock starts off the whole second; ticks every second fall on it).
     pub fn tick(&self, at: u64) -> DateTime<Utc> {
         let secs = self.started.timestamp() + i64::try_from(at).unwrap_or(0);
-        let secs = if self.started.timestamp_subsec_millis() > 0 {
-            secs + 1
-        } else {
-            secs
-        };
         DateTime::<Utc>::from_timestamp(secs, 0).unwrap_or_default()
     }
 }
