@@ -1,6 +1,6 @@
 //! The operators' extras, drawn from a stream of their own (so that a seed's
-//! cluster and its faults are drawn as before): dynamic schedules put, changed and
-//! removed, and backfills of past ranges.
+//! cluster and its faults are drawn as before): dynamic schedules put, changed,
+//! removed, paused, resumed and triggered, and backfills of past ranges.
 
 use std::time::Duration;
 
@@ -56,13 +56,22 @@ pub(crate) fn draw(
     let mut at = rng.random_range(2_000..=6_000u64);
     while at < end {
         let d = rng.random_range(0..dynamic.len());
-        match rng.random_range(0..6u32) {
+        match rng.random_range(0..8u32) {
             0..=2 => {
                 let every = rng.random_range(1..=3u64);
                 let policy = POLICIES[rng.random_range(0..POLICIES.len())];
                 out.push((at, Action::Put(d, every, policy)));
             }
             3 => out.push((at, Action::Remove(d))),
+            // A dynamic schedule paused and resumed (with or without catch-up), or
+            // triggered: its index follows the jobs in code.
+            4 => {
+                let node = rng.random_bool(0.3).then(|| rng.random_range(0..instances));
+                let lasts = rng.random_range(1_000..=8_000u64);
+                out.push((at, Action::Pause(jobs + d, node)));
+                out.push((at + lasts, Action::Resume(jobs + d, rng.random_bool(0.6))));
+            }
+            5 => out.push((at, Action::Trigger(jobs + d))),
             _ => {
                 let i = rng.random_range(0..instances);
                 let j = rng.random_range(0..jobs);

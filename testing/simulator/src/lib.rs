@@ -388,7 +388,14 @@ async fn run(
             .map(|poll| poll + setup.ttl + Duration::from_secs(3)),
         ..World::default()
     }));
-    let job_names: Vec<String> = setup.jobs.iter().map(|s| s.name.clone()).collect();
+    // The jobs in code, then the dynamic schedules (which operators pause, resume
+    // and trigger too).
+    let job_names: Vec<String> = setup
+        .jobs
+        .iter()
+        .chain(&setup.dynamic)
+        .map(|s| s.name.clone())
+        .collect();
     let mut cluster = Cluster::new(setup, store.clone(), world.clone());
     for i in 0..cluster.len() {
         cluster.start(i).await;
