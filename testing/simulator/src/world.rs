@@ -310,13 +310,16 @@ impl World {
             .any(|b| b.job == job && b.from <= tick && tick <= b.to && b.asked <= at)
     }
 
-    /// Whether dynamic schedule `job` changed before `tick`, and instance `inst`
-    /// may not have read the change by `now` (not polled since, or faulty).
+    /// Whether dynamic schedule `job` changed around `tick` (within the time an
+    /// instance takes to read it), or before it while instance `inst` was faulty.
     fn relaid(&self, job: &str, tick: DateTime<Utc>, inst: usize, now: DateTime<Utc>) -> bool {
         let name = job.split(':').next().unwrap_or(job);
         let within = self.hears_within.map_or(TimeDelta::MAX, delta);
+        let near = |a: DateTime<Utc>, b: DateTime<Utc>| {
+            a.checked_add_signed(within).is_none_or(|end| b <= end)
+        };
         self.puts.iter().any(|(n, p)| {
-            n == name && *p <= tick && (tick <= *p + within || self.faulty_within(inst, *p, now))
+            n == name && near(tick, *p) && (near(*p, tick) || self.faulty_within(inst, *p, now))
         })
     }
 
@@ -408,10 +411,12 @@ impl World {
             if own != first_own && self.backfilled(job, *tick, now) {
                 continue;
             }
-            // The documented limit: a change of a dynamic schedule's lease slots
-            // moves its ticks to other leases; an instance that has not read the
-            // change yet runs its ticks under the old ones.
-            if !own && !first_own && first_lease != lease && self.relaid(job, *tick, inst, now) {
+            // The documented limit: a change of a dynamic schedule's lease slots, or
+            // of its catch-up to or from `all`, moves its ticks (or its caught-up
+            // ones) to other leases; an instance that has not read the change yet
+            // runs them under the old ones.
+            // (Two instances: one instance reads one version of the row.)
+            if first != inst && first_lease != lease && self.relaid(job, *tick, inst, now) {
                 continue;
             }
             // The documented window: the first holder could not hand the tick back
