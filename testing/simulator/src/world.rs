@@ -289,8 +289,12 @@ impl World {
             // of its catch-up to or from `all`, moves its ticks (or its caught-up
             // ones) to other leases; an instance that has not read the change yet
             // runs them under the old ones.
-            // (Two instances: one instance reads one version of the row.)
-            if first != inst && first_lease != lease && self.relaid(job, *tick, inst, now) {
+            // (A catch-up's lease against a live one only between two instances:
+            // one instance reads the change and the resume in one version.)
+            if first_lease != lease
+                && (first != inst || (!own && !first_own))
+                && self.relaid(job, *tick, inst, now)
+            {
                 continue;
             }
             // The documented window: the first holder could not hand the tick back
