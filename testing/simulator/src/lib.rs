@@ -9,7 +9,8 @@
 //!   as under SIGSTOP), calls slow, failing before they reach the store, or
 //!   committed with their answer lost, graceful shutdowns;
 //! - operators: pause and resume (with and without catch-up, everywhere and per
-//!   node), trigger now.
+//!   node), trigger now; with [`Options::extras`], dynamic schedules put, changed,
+//!   removed, paused, resumed and triggered, and backfills of past ranges.
 //!
 //! The reference model (`world.rs`) checks every run: no tick of a job committed
 //! twice (outside the documented window: its first holder was cut off from the

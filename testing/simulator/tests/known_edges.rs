@@ -284,7 +284,7 @@ async fn edge_10_a_handler_registration_outlives_its_instance() {
 /// Edge 11: a dynamic schedule changed and removed over and over runs as its row
 /// says, every time (the entries it retires are kept, not reclaimed: documented
 /// limit, "An instance keeps the retired entries of a dynamic schedule changed or
-/// removed (a few hundred bytes each) until it restarts.").
+/// removed (each its job entry and tick state) until it restarts.").
 #[test]
 fn edge_11_a_dynamic_schedule_changed_and_removed_runs_as_its_row_says() {
     let mut script = Vec::new();
