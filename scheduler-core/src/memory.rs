@@ -367,12 +367,18 @@ impl Store for MemoryStore {
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         let now = self.call()?;
         let mut rows = self.lock();
+        let tables = self.tables();
         match rows.get_mut(name) {
+            // A triggered run is asked to stop only by a tick later than its
+            // trigger's instant (the row's tick is the scheduled one before it).
             Some(row)
                 if row.tick < newer
                     && !row.completed
                     && row.expires_at > now
-                    && row.cancel_tick.is_none_or(|t| t < newer) =>
+                    && row.cancel_tick.is_none_or(|t| t < newer)
+                    && tables
+                        .triggered_at(name, &row.holder)
+                        .is_none_or(|at| at < newer.at()) =>
             {
                 row.cancel_tick = Some(newer);
                 Ok(true)

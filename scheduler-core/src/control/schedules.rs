@@ -74,14 +74,26 @@ impl ScheduleRow {
         crate::lease::validate_name(&self.name)?;
         crate::lease::validate_name(&self.handler)?;
         let schedule = self.to_schedule()?;
-        schedule
+        let compiled = schedule
             .compile()
             .map_err(|cause| crate::Error::InvalidSchedule {
                 job: self.name.clone(),
                 cause,
             })?;
-        policy_from_spec(&self.policy).map_err(|reason| crate::Error::InvalidControl {
-            reason: format!("schedule {:?}: policy: {reason}", self.name),
+        let policy =
+            policy_from_spec(&self.policy).map_err(|reason| crate::Error::InvalidControl {
+                reason: format!("schedule {:?}: policy: {reason}", self.name),
+            })?;
+        // The rules that need the period, as every instance checks them when the
+        // row becomes a job: a row they would all refuse is refused here (a cron
+        // schedule's gaps measured from a fixed instant, as its lease slots are).
+        let timing = scheduler_spec::Timing {
+            period: compiled.shortest_gap(crate::runtime::SLOT_ANCHOR),
+            ..policy.timing()
+        };
+        scheduler_spec::check_timing(&timing).map_err(|cause| crate::Error::InvalidTiming {
+            job: self.name.clone(),
+            cause,
         })?;
         Ok(schedule)
     }

@@ -66,3 +66,19 @@ fn rows_are_checked() {
     zoned.zone = Some("Mars/Olympus".into());
     assert!(zoned.check().is_err());
 }
+
+/// A row whose policy's timing no instance accepts for its period (a retry backoff
+/// of 1 s on a job every second) is refused when put, not logged by every instance
+/// that reads it and never run (found by the simulator's seed 43 with extras).
+#[test]
+fn rows_whose_timing_no_instance_runs_are_refused() {
+    let mut row = ScheduleRow::new("r", "h", "every 1s");
+    row.policy = "retry = 1".into();
+    let err = row.check().unwrap_err();
+    assert!(matches!(err, crate::Error::InvalidTiming { .. }), "{err}");
+    row.policy = r#"retry = 1, retry_backoff = "100ms""#.into();
+    assert!(row.check().is_ok());
+    let mut cron = ScheduleRow::new("r", "h", "0 0 9 * * *");
+    cron.policy = "retry = 1".into();
+    assert!(cron.check().is_ok());
+}

@@ -101,6 +101,18 @@ impl Tables {
         })
     }
 
+    /// The instant of the trigger whose run holds the lease row `name` as `holder`,
+    /// if a triggered run holds it (the row's own tick stays the scheduled one).
+    pub(super) fn triggered_at(&self, name: &LeaseName, holder: &Holder) -> Option<DateTime<Utc>> {
+        self.triggers
+            .iter()
+            .find(|r| {
+                r.lease.as_ref() == Some(name)
+                    && matches!(&r.trigger.state, TriggerState::Running { holder: h, .. } if h == holder)
+            })
+            .map(|r| r.trigger.requested_at)
+    }
+
     /// Every pause in force, by job and node.
     fn paused_now(&self) -> Vec<Pause> {
         self.controls

@@ -28,8 +28,12 @@ impl std::fmt::Debug for HandlerBox {
 
 /// Where the shortest gap of a schedule is measured to lay its ticks out over lease
 /// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
-const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
+pub(crate) const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
     chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
+
+/// The bytes a catch-up's lease adds to the job's: `\@` and a tick in Unix
+/// microseconds (at most 19 digits).
+const CATCH_UP_SUFFIX: usize = 2 + 19;
 
 /// A registered job, and the policy it was registered with, if not its own.
 struct JobBox(Arc<dyn Idempotent>, Option<Policy>);
@@ -355,6 +359,19 @@ pub(crate) fn entries_for(
             let policy = policy.overlap(Overlap::Skip);
             (lease, schedule.slot(slots, slot, gap_ms), policy)
         };
+        // A resume's catch-up under `CatchUp::All` runs each tick under a lease
+        // of its own, `{lease}\@{micros}`: a name with no room for that suffix
+        // could never be caught up.
+        if matches!(policy_whole.catch_up, crate::policy::CatchUp::All { .. })
+            && lease.as_str().len() + CATCH_UP_SUFFIX > LeaseName::MAX_LEN
+        {
+            return Err(Error::InvalidName {
+                name: name.chars().take(60).collect(),
+                reason: "under catch_up = all, a job's lease name must leave 21 bytes of the \
+                         200 for its catch-ups' leases (`\\@` and the tick in microseconds): \
+                         shorten the job's name (or its node's, for a node-scoped job)",
+            });
+        }
         entries.push(Entry {
             lease,
             slot,

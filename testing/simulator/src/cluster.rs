@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use scheduler_core::{ControlRequest, Controls, LocalClock, MemoryStore, Scheduler};
+use scheduler_core::{Backfiller, LocalClock, MemoryStore, Scheduler};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::job::{SimJob, Spec};
+use crate::job::{Body, SimHandler, SimJob, Spec};
 use crate::store::{Faults, SimStore};
 use crate::world::World;
 
@@ -23,14 +23,23 @@ pub(crate) struct Setup {
     pub(crate) nodes: Vec<String>,
     pub(crate) skews_ms: Vec<i64>,
     pub(crate) jobs: Vec<Spec>,
+    /// The dynamic schedules an operator may put (run by the `sim` handler, which
+    /// every instance registers when there are any).
+    pub(crate) dynamic: Vec<Spec>,
+    /// Whether operators backfill (each instance keeps a backfiller).
+    pub(crate) backfills: bool,
 }
 
 /// One instance: its node, its current incarnation's faults and task.
 #[derive(Debug)]
-struct Instance {
-    faults: Arc<Faults>,
+pub(crate) struct Instance {
+    pub(crate) faults: Arc<Faults>,
     task: Option<JoinHandle<()>>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// Its backfiller, when the script has backfills.
+    pub(crate) backfiller: Option<Backfiller>,
+    /// Its operators' backfills under way (dropped with it, as a process's).
+    pub(crate) backfills: Vec<JoinHandle<()>>,
 }
 
 /// The running cluster.
@@ -39,7 +48,7 @@ pub(crate) struct Cluster {
     pub(crate) setup: Setup,
     pub(crate) store: Arc<MemoryStore>,
     pub(crate) world: Arc<Mutex<World>>,
-    instances: Vec<Instance>,
+    pub(crate) instances: Vec<Instance>,
     /// Starts so far, all instances together.
     starts: usize,
 }
@@ -53,6 +62,8 @@ impl Cluster {
                 faults: Faults::new(),
                 task: None,
                 shutdown: None,
+                backfiller: None,
+                backfills: Vec::new(),
             })
             .collect();
         Self {
@@ -76,7 +87,7 @@ impl Cluster {
         self.instances[i].task.is_some() && self.instances[i].shutdown.is_some()
     }
 
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.store.clock().now()
     }
 
@@ -85,6 +96,10 @@ impl Cluster {
     pub(crate) async fn start(&mut self, i: usize) {
         if let Some(task) = self.instances[i].task.take() {
             let _ = task.await;
+        }
+        // The process that ran them is gone.
+        for backfill in self.instances[i].backfills.drain(..) {
+            backfill.abort();
         }
         let faults = Faults::new();
         self.starts += 1;
@@ -105,16 +120,28 @@ impl Cluster {
             .control_poll(self.setup.control_poll)
             .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
             .shutdown_grace(Duration::from_secs(2));
+        let body = Arc::new(Body {
+            inst: i,
+            incarnation,
+            seed: self.setup.seed,
+            store: self.store.clone(),
+            faults: faults.clone(),
+            world: self.world.clone(),
+        });
         for spec in &self.setup.jobs {
             builder = builder.job(SimJob {
                 spec: spec.clone(),
-                inst: i,
-                incarnation,
-                seed: self.setup.seed,
-                store: self.store.clone(),
-                faults: faults.clone(),
-                world: self.world.clone(),
+                body: body.clone(),
             });
+        }
+        if !self.setup.dynamic.is_empty() {
+            builder = builder.handler(
+                "sim",
+                SimHandler {
+                    specs: self.setup.dynamic.clone(),
+                    body,
+                },
+            );
         }
         let scheduler = match builder.build() {
             Ok(s) => s,
@@ -127,6 +154,7 @@ impl Cluster {
                 return;
             }
         };
+        let backfiller = self.setup.backfills.then(|| scheduler.backfiller());
         let (tx, rx) = oneshot::channel::<()>();
         let stall = faults.clone();
         let task = tokio::spawn(async move {
@@ -145,6 +173,8 @@ impl Cluster {
             faults,
             task: Some(task),
             shutdown: Some(tx),
+            backfiller,
+            backfills: Vec::new(),
         };
     }
 
@@ -170,6 +200,9 @@ impl Cluster {
         inst.faults.stalled.send_replace(false);
         if let Some(task) = inst.task.take() {
             task.abort();
+        }
+        for backfill in inst.backfills.drain(..) {
+            backfill.abort();
         }
         inst.shutdown = None;
         self.down(i, "killed");
@@ -258,87 +291,6 @@ impl Cluster {
         }
     }
 
-    /// Pauses `job` (on `node`, or everywhere).
-    pub(crate) async fn pause(&mut self, job: &str, node: Option<&str>) {
-        let open = self.world().pauses.iter().any(|p| {
-            p.job == job && p.to.is_none() && (p.node.is_none() || p.node.as_deref() == node)
-        });
-        if open {
-            return;
-        }
-        let mut req = ControlRequest::new(job, "simulator");
-        if let Some(node) = node {
-            req = req.node(node);
-        }
-        if let Ok(record) = self.store.pause(&req).await {
-            let mut w = self.world();
-            w.note(record.at, format!("operator pauses {job} on {node:?}"));
-            w.events.push(record.at);
-            w.pauses.push(crate::world::PauseSpan {
-                job: job.to_owned(),
-                node: node.map(str::to_owned),
-                from: record.at,
-                to: None,
-                catch_up: false,
-            });
-        }
-    }
-
-    /// Resumes every open pause of `job` (with or without catch-up).
-    pub(crate) async fn resume(&mut self, job: &str, catch_up: bool) {
-        let open: Vec<Option<String>> = self
-            .world()
-            .pauses
-            .iter()
-            .filter(|p| p.job == job && p.to.is_none())
-            .map(|p| p.node.clone())
-            .collect();
-        for node in open {
-            let mut req = ControlRequest::new(job, "simulator");
-            if let Some(node) = &node {
-                req = req.node(node.clone());
-            }
-            if let Ok(record) = self.store.resume(&req, catch_up).await {
-                let mut w = self.world();
-                w.note(
-                    record.at,
-                    format!("operator resumes {job} on {node:?}, catch-up {catch_up}"),
-                );
-                w.events.push(record.at);
-                if let Some(p) = w
-                    .pauses
-                    .iter_mut()
-                    .find(|p| p.job == job && p.node == node && p.to.is_none())
-                {
-                    p.to = Some(record.at);
-                    p.catch_up = catch_up;
-                }
-            }
-        }
-    }
-
-    /// Asks for one run of `job` now (off the whole second: a trigger's run has
-    /// the instant it was asked for as its tick, which the model must tell apart
-    /// from the job's own ticks).
-    pub(crate) async fn trigger(&mut self, job: &str) {
-        if self.now().timestamp_subsec_millis() == 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        if let Ok(t) = self
-            .store
-            .trigger(&ControlRequest::new(job, "simulator"))
-            .await
-        {
-            let mut w = self.world();
-            w.note(
-                t.requested_at,
-                format!("operator triggers {job} (#{})", t.id),
-            );
-            w.events.push(t.requested_at);
-            w.triggers.push((job.to_owned(), t.requested_at));
-        }
-    }
-
     /// Drains every instance and waits for them to end.
     pub(crate) async fn stop(&mut self) {
         for i in 0..self.len() {
@@ -347,6 +299,9 @@ impl Cluster {
         for inst in &mut self.instances {
             if let Some(task) = inst.task.take() {
                 let _ = task.await;
+            }
+            for backfill in inst.backfills.drain(..) {
+                backfill.abort();
             }
         }
     }
@@ -366,7 +321,7 @@ pub(crate) enum Fault {
 }
 
 /// Runs `fut`, not polling it while the process is stopped.
-async fn stallable(fut: impl std::future::Future<Output = ()>, faults: &Faults) {
+pub(crate) async fn stallable(fut: impl std::future::Future<Output = ()>, faults: &Faults) {
     let mut fut = std::pin::pin!(fut);
     let mut stalled = faults.stalled.subscribe();
     loop {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use scheduler_core::{
-    BoxError, Duplicate, Idempotent, JobContext, MemoryStore, Policy, Schedule, Scope,
+    BoxError, Duplicate, Handler, Idempotent, JobContext, MemoryStore, Policy, Schedule, Scope,
 };
 
 use crate::store::Faults;
@@ -27,12 +27,11 @@ pub(crate) struct Spec {
     pub(crate) fail_percent: u64,
 }
 
-/// `spec` as run by instance `inst`.
+/// What an instance's jobs share: who runs them, and where they record.
 #[derive(Debug)]
-pub(crate) struct SimJob {
-    pub(crate) spec: Spec,
+pub(crate) struct Body {
     pub(crate) inst: usize,
-    /// Which start of the instance runs it.
+    /// Which start of the instance runs them.
     pub(crate) incarnation: usize,
     pub(crate) seed: u64,
     pub(crate) store: Arc<MemoryStore>,
@@ -40,19 +39,34 @@ pub(crate) struct SimJob {
     pub(crate) world: Arc<Mutex<World>>,
 }
 
-impl SimJob {
+/// `spec` as run by one instance.
+#[derive(Debug)]
+pub(crate) struct SimJob {
+    pub(crate) spec: Spec,
+    pub(crate) body: Arc<Body>,
+}
+
+/// The handler of the dynamic schedules (`sim`): runs a row's tick as the spec of
+/// the same name says (a row's schedule and policy are the row's).
+#[derive(Debug)]
+pub(crate) struct SimHandler {
+    pub(crate) specs: Vec<Spec>,
+    pub(crate) body: Arc<Body>,
+}
+
+impl Body {
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
         crate::world::lock(&self.world)
     }
 
     /// A number from the seed, the run and `salt`: the same in every replay,
     /// whatever order the runs interleave in.
-    fn draw(&self, ctx: &JobContext, salt: u64) -> u64 {
+    fn draw(&self, spec: &Spec, ctx: &JobContext, salt: u64) -> u64 {
         let mut x = self.seed
             ^ (ctx.tick().at().timestamp_micros() as u64).rotate_left(17)
             ^ u64::from(ctx.attempt()).rotate_left(41)
             ^ salt.rotate_left(7);
-        for b in self.spec.name.bytes() {
+        for b in spec.name.bytes() {
             x = (x ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
         // splitmix64's finaliser.
@@ -61,12 +75,62 @@ impl SimJob {
         x ^ (x >> 31)
     }
 
-    fn key(&self, ctx: &JobContext) -> crate::world::Key {
-        let job = match self.spec.scope {
-            Scope::Node => format!("{}:{}", self.spec.name, ctx.node()),
-            _ => self.spec.name.clone(),
+    /// One attempt of `spec`'s run: works, may fail, commits under the lease still
+    /// held, and records every step.
+    async fn run(&self, spec: &Spec, ctx: JobContext) -> Result<(), BoxError> {
+        let job = match spec.scope {
+            Scope::Node => format!("{}:{}", spec.name, ctx.node()),
+            _ => spec.name.clone(),
         };
-        (job, ctx.tick().at())
+        let key = (job, ctx.tick().at());
+        let (lease, token) = (ctx.lease().as_str().to_owned(), ctx.token().get());
+        let started = self.store.clock().now();
+        self.world().began(
+            &key,
+            (self.inst, self.incarnation),
+            ctx.node(),
+            &lease,
+            ctx.holder().as_str(),
+            token,
+            ctx.attempt(),
+            started,
+        );
+        let most = u64::try_from(spec.work.as_millis()).unwrap_or(u64::MAX);
+        let work = Duration::from_millis(self.draw(spec, &ctx, 1) % most.max(1));
+        let cancelled = tokio::select! {
+            biased;
+            () = ctx.cancellation().cancelled() => true,
+            () = tokio::time::sleep(work) => false,
+        };
+        // A stopped process does nothing until it runs again.
+        self.faults.running().await;
+        let now = self.store.clock().now();
+        let failed = self.draw(spec, &ctx, 2) % 100 < spec.fail_percent;
+        let result = if cancelled {
+            Err("cancelled".into())
+        } else if failed {
+            Err("failed, as the seed said".into())
+        } else {
+            // The fenced write: the work counts only under the lease still held.
+            let held = self.store.row(ctx.lease()).is_some_and(|row| {
+                row.holder == *ctx.holder()
+                    && row.token == ctx.token()
+                    && !row.completed
+                    && row.expires_at > now
+            });
+            if held {
+                self.world().committed(&key, &lease, self.inst, now);
+                Ok(())
+            } else {
+                self.world().note(
+                    now,
+                    format!("i{} lost the lease of {lease} before committing", self.inst),
+                );
+                Err("the lease was lost before the work committed".into())
+            }
+        };
+        self.world().ended(&key, token, &lease, now);
+        result
     }
 }
 
@@ -88,54 +152,16 @@ impl Idempotent for SimJob {
         self.spec.policy
     }
     async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
-        let key = self.key(&ctx);
-        let (lease, token) = (ctx.lease().as_str().to_owned(), ctx.token().get());
-        let started = self.store.clock().now();
-        self.world().began(
-            &key,
-            (self.inst, self.incarnation),
-            ctx.node(),
-            &lease,
-            ctx.holder().as_str(),
-            token,
-            ctx.attempt(),
-            started,
-        );
-        let most = u64::try_from(self.spec.work.as_millis()).unwrap_or(u64::MAX);
-        let work = Duration::from_millis(self.draw(&ctx, 1) % most.max(1));
-        let cancelled = tokio::select! {
-            biased;
-            () = ctx.cancellation().cancelled() => true,
-            () = tokio::time::sleep(work) => false,
+        self.body.run(&self.spec, ctx).await
+    }
+}
+
+#[async_trait]
+impl Handler for SimHandler {
+    async fn run(&self, ctx: JobContext, _args: Arc<str>) -> Result<(), BoxError> {
+        let Some(spec) = self.specs.iter().find(|s| s.name == ctx.job()) else {
+            return Err(format!("no dynamic spec named {}", ctx.job()).into());
         };
-        // A stopped process does nothing until it runs again.
-        self.faults.running().await;
-        let now = self.store.clock().now();
-        let failed = self.draw(&ctx, 2) % 100 < self.spec.fail_percent;
-        let result = if cancelled {
-            Err("cancelled".into())
-        } else if failed {
-            Err("failed, as the seed said".into())
-        } else {
-            // The fenced write: the work counts only under the lease still held.
-            let held = self.store.row(ctx.lease()).is_some_and(|row| {
-                row.holder == *ctx.holder()
-                    && row.token == ctx.token()
-                    && !row.completed
-                    && row.expires_at > now
-            });
-            if held {
-                self.world().committed(&key, self.inst, now);
-                Ok(())
-            } else {
-                self.world().note(
-                    now,
-                    format!("i{} lost the lease of {lease} before committing", self.inst),
-                );
-                Err("the lease was lost before the work committed".into())
-            }
-        };
-        self.world().ended(&key, token, &lease, now);
-        result
+        self.body.run(spec, ctx).await
     }
 }

@@ -9,7 +9,8 @@
 //!   as under SIGSTOP), calls slow, failing before they reach the store, or
 //!   committed with their answer lost, graceful shutdowns;
 //! - operators: pause and resume (with and without catch-up, everywhere and per
-//!   node), trigger now.
+//!   node), trigger now; with [`Options::extras`], dynamic schedules put, changed,
+//!   removed, paused, resumed and triggered, and backfills of past ranges.
 //!
 //! The reference model (`world.rs`) checks every run: no tick of a job committed
 //! twice (outside the documented window: its first holder was cut off from the
@@ -24,7 +25,9 @@
 //! replays the same run exactly: [`Report::digest`] is the same every time.
 
 mod cluster;
+mod extras;
 mod job;
+mod operators;
 mod scenario;
 mod store;
 mod world;
@@ -51,6 +54,10 @@ pub struct Options {
     /// Simulated time after everything healed, for liveness and the healthy
     /// cluster's takes.
     pub quiet: Duration,
+    /// Whether operators also put, change and remove dynamic schedules and
+    /// backfill past ranges (drawn from a stream of their own: without them a seed
+    /// replays as it did before they existed).
+    pub extras: bool,
 }
 
 impl Default for Options {
@@ -58,6 +65,7 @@ impl Default for Options {
         Self {
             chaos: Duration::from_secs(120),
             quiet: Duration::from_secs(30),
+            extras: true,
         }
     }
 }
@@ -84,6 +92,40 @@ pub struct Report {
     pub simulated: Duration,
     /// The cluster, as drawn.
     pub setup: String,
+    /// The store's clock when the cluster started.
+    pub started: DateTime<Utc>,
+    /// Every tick an attempt began for: the key job (`job`, or `job:node`) and the
+    /// tick's instant.
+    pub ran: std::collections::BTreeSet<(String, DateTime<Utc>)>,
+    /// The triggers asked for: the job and the trigger's instant.
+    pub triggers: Vec<(String, DateTime<Utc>)>,
+    /// The ticks committed, with how many times.
+    pub committed: std::collections::BTreeMap<(String, DateTime<Utc>), usize>,
+}
+
+impl Report {
+    /// How many times `job`'s tick `at` seconds after the start committed (see
+    /// [`tick`](Self::tick)).
+    pub fn commits_of(&self, job: &str, at: u64) -> usize {
+        let tick = self.tick(at);
+        self.committed
+            .get(&(job.to_owned(), tick))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether an attempt of `job`'s tick `at` seconds after the start began (see
+    /// [`tick`](Self::tick)).
+    pub fn ran_tick(&self, job: &str, at: u64) -> bool {
+        self.ran.contains(&(job.to_owned(), self.tick(at)))
+    }
+
+    /// The instant `at` whole seconds after the start's whole second (the store's
+    /// clock starts off the whole second; ticks every second fall on it).
+    pub fn tick(&self, at: u64) -> DateTime<Utc> {
+        let secs = self.started.timestamp() + i64::try_from(at).unwrap_or(0);
+        DateTime::<Utc>::from_timestamp(secs, 0).unwrap_or_default()
+    }
 }
 
 impl Report {
@@ -116,6 +158,11 @@ enum Action {
     Pause(usize, Option<usize>),
     Resume(usize, bool),
     Trigger(usize),
+    /// Put dynamic schedule `.0` every `.1` seconds under policy `.2`.
+    Put(usize, u64, &'static str),
+    Remove(usize),
+    /// Backfill on instance `.0` job `.1`, from `.2 + .3` to `.2` ms before now.
+    Backfill(usize, usize, u64, u64),
 }
 
 /// Draws the cluster for `seed`.
@@ -189,6 +236,8 @@ fn setup(seed: u64, rng: &mut StdRng) -> Setup {
         nodes,
         skews_ms,
         jobs,
+        dynamic: Vec::new(),
+        backfills: false,
     }
 }
 
@@ -242,8 +291,16 @@ fn script(setup: &Setup, chaos: Duration, rng: &mut StdRng) -> Vec<(u64, Action)
 /// Simulates the cluster of `seed` for `options`' time.
 pub fn simulate(seed: u64, options: Options) -> Report {
     let mut rng = StdRng::seed_from_u64(seed);
-    let setup = setup(seed, &mut rng);
-    let script = script(&setup, options.chaos, &mut rng);
+    let mut setup = setup(seed, &mut rng);
+    let mut script = script(&setup, options.chaos, &mut rng);
+    if options.extras {
+        let (dynamic, extras) =
+            extras::draw(seed, setup.nodes.len(), setup.jobs.len(), options.chaos);
+        setup.dynamic = dynamic;
+        setup.backfills = true;
+        script.extend(extras);
+        script.sort_by_key(|(at, _)| *at);
+    }
     on_paused_time(seed, run(setup, script, options, rng))
 }
 
@@ -276,6 +333,8 @@ pub fn healthy(
                 fail_percent: 0,
             })
             .collect(),
+        dynamic: Vec::new(),
+        backfills: false,
     };
     let rng = StdRng::seed_from_u64(seed);
     on_paused_time(seed, run(setup, Vec::new(), options, rng))
@@ -322,11 +381,22 @@ async fn run(
                 name: s.name.clone(),
                 node_scoped: s.scope == Scope::Node,
                 every: s.every,
+                active: None,
             })
             .collect(),
+        hears_within: setup
+            .control_poll
+            .map(|poll| poll + setup.ttl + Duration::from_secs(3)),
         ..World::default()
     }));
-    let job_names: Vec<String> = setup.jobs.iter().map(|s| s.name.clone()).collect();
+    // The jobs in code, then the dynamic schedules (which operators pause, resume
+    // and trigger too).
+    let job_names: Vec<String> = setup
+        .jobs
+        .iter()
+        .chain(&setup.dynamic)
+        .map(|s| s.name.clone())
+        .collect();
     let mut cluster = Cluster::new(setup, store.clone(), world.clone());
     for i in 0..cluster.len() {
         cluster.start(i).await;
@@ -345,6 +415,9 @@ async fn run(
             }
             Action::Resume(j, catch_up) => cluster.resume(&job_names[j], catch_up).await,
             Action::Trigger(j) => cluster.trigger(&job_names[j]).await,
+            Action::Put(d, every, policy) => cluster.put_schedule(d, every, policy).await,
+            Action::Remove(d) => cluster.remove_schedule(d).await,
+            Action::Backfill(i, j, back, len) => cluster.backfill(i, j, back, len),
         }
     }
     tokio::time::sleep_until(started + options.chaos).await;
@@ -361,6 +434,12 @@ async fn run(
     let simulated = started.elapsed();
     let mut w = cluster.world();
     let liveness_checked = w.check_liveness(t0, end);
+    let ran = w.attempts.keys().cloned().collect();
+    let committed = w
+        .commits
+        .iter()
+        .map(|(k, v)| (k.clone(), v.len()))
+        .collect();
     let takes_per_tick = takes_per_tick(&w, healed, end);
     let digest = w.trace.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, line| {
         line.bytes()
@@ -376,6 +455,10 @@ async fn run(
         takes_per_tick,
         simulated,
         setup: described,
+        started: t0,
+        ran,
+        committed,
+        triggers: w.triggers.clone(),
     }
 }
 

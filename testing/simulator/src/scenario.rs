@@ -74,6 +74,13 @@ pub enum Act {
     Failing(usize, bool),
     /// Make instance `.0`'s calls lose their answers, or not.
     Losing(usize, bool),
+    /// Put dynamic schedule `.0` (its index in [`Scenario::dynamic`]), every `.1`
+    /// seconds, under policy `.2` (`#[job]`'s key syntax).
+    Put(usize, u64, &'static str),
+    /// Remove dynamic schedule `.0`.
+    Remove(usize),
+    /// Backfill job `.1` on instance `.0`, from `.2 + .3` to `.2` before now.
+    Backfill(usize, usize, Duration, Duration),
 }
 
 /// A cluster and its script.
@@ -85,6 +92,9 @@ pub struct Scenario {
     pub ttl: Duration,
     /// The jobs, by index.
     pub jobs: Vec<Job>,
+    /// The dynamic schedules operators may put (only their name, scope and work
+    /// count: a row's schedule and policy are the [`Act::Put`]'s).
+    pub dynamic: Vec<Job>,
     /// What happens, at offsets from the start.
     pub script: Vec<(Duration, Act)>,
 }
@@ -98,6 +108,8 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
         skews_ms: vec![0; scenario.nodes.len()],
         nodes: scenario.nodes,
         jobs: scenario.jobs.into_iter().map(|j| j.spec).collect(),
+        dynamic: scenario.dynamic.into_iter().map(|j| j.spec).collect(),
+        backfills: true,
     };
     let mut script: Vec<(u64, Action)> = scenario
         .script
@@ -114,6 +126,14 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
                 Act::Stall(i, on) => Action::Fault(i, Fault::Stall, on),
                 Act::Failing(i, on) => Action::Fault(i, Fault::Failing, on),
                 Act::Losing(i, on) => Action::Fault(i, Fault::Losing, on),
+                Act::Put(d, every, policy) => Action::Put(d, every, policy),
+                Act::Remove(d) => Action::Remove(d),
+                Act::Backfill(i, j, back, len) => Action::Backfill(
+                    i,
+                    j,
+                    u64::try_from(back.as_millis()).unwrap_or(u64::MAX),
+                    u64::try_from(len.as_millis()).unwrap_or(u64::MAX),
+                ),
             };
             (at, action)
         })

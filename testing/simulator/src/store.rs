@@ -178,7 +178,13 @@ impl Store for SimStore {
 
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         self.send().await?;
+        let holder = self.inner.row(name).map(|row| row.holder);
         let marked = self.inner.request_cancel(name, newer).await;
+        if let (Ok(true), Some(holder)) = (&marked, holder) {
+            let now = self.inner.clock().now();
+            self.world()
+                .asked_to_stop(self.inst, name.as_str(), holder.as_str(), newer.at(), now);
+        }
         self.answer(marked).await
     }
 
@@ -214,6 +220,12 @@ impl Controls for SimStore {
         let claimed = self.inner.claim_trigger(id, lease, holder, ttl).await;
         if let Ok(Some(l)) = &claimed {
             let now = self.inner.clock().now();
+            if let Ok(Some(t)) = self.inner.trigger_status(id).await {
+                self.world().claims.insert(
+                    (l.name.as_str().to_owned(), l.holder.as_str().to_owned()),
+                    t.requested_at,
+                );
+            }
             self.world().granted(
                 self.inst,
                 l.name.as_str(),

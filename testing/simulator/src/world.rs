@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+mod extras;
+
 /// A tick of a job as the promise counts it: the job, its node for a node-scoped
 /// job, and the tick's instant (a trigger's run: the instant it was requested).
 pub(crate) type Key = (String, DateTime<Utc>);
@@ -19,6 +21,10 @@ pub(crate) struct Attempt {
     pub(crate) started: DateTime<Utc>,
     pub(crate) ended: Option<DateTime<Utc>>,
 }
+
+/// A commit of a tick: the instance, the instant, whether under a tick's own
+/// lease, and the lease.
+pub(crate) type Commit = (usize, DateTime<Utc>, bool, String);
 
 /// A span of an operator's pause.
 #[derive(Debug, Clone)]
@@ -40,6 +46,19 @@ pub(crate) struct JobModel {
     pub(crate) name: String,
     pub(crate) node_scoped: bool,
     pub(crate) every: Duration,
+    /// A dynamic schedule's version: from its put to its next change or removal
+    /// (`None`: a job registered in code, always there).
+    pub(crate) active: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+}
+
+/// An operator's backfill: the tick's key job (`job` or `job:node`), its range, and
+/// when it was asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct Backfill {
+    pub(crate) job: String,
+    pub(crate) from: DateTime<Utc>,
+    pub(crate) to: DateTime<Utc>,
+    pub(crate) asked: DateTime<Utc>,
 }
 
 /// The record of one simulated run, and the violations found in it.
@@ -51,8 +70,18 @@ pub(crate) struct World {
     /// Attempts by tick.
     pub(crate) attempts: BTreeMap<Key, Vec<Attempt>>,
     /// Committed runs (the work done under a lease still held): by tick, the
-    /// instance and the instant.
-    pub(crate) commits: BTreeMap<Key, Vec<(usize, DateTime<Utc>)>>,
+    /// instance, the instant, and whether under a tick's own lease (`job\@tick`: a
+    /// backfill's or a resume's catch-up).
+    pub(crate) commits: BTreeMap<Key, Vec<Commit>>,
+    /// Dynamic schedules put (changed), by name and instant.
+    pub(crate) puts: Vec<(String, DateTime<Utc>)>,
+    /// Operators' backfills, as asked for.
+    pub(crate) backfills: Vec<Backfill>,
+    /// Dynamic schedules removed: the name, when, and when put again.
+    pub(crate) removals: Vec<(String, DateTime<Utc>, Option<DateTime<Utc>>)>,
+    /// How long after a control an instance surely heard of it (its poll, and a
+    /// margin), if it polls at all.
+    pub(crate) hears_within: Option<Duration>,
     /// When each lease holder was granted (store clock).
     pub(crate) grants: HashMap<(String, String), DateTime<Utc>>,
     /// The last token granted per lease.
@@ -74,6 +103,8 @@ pub(crate) struct World {
     /// The ticks (incarnation of an instance, lease, tick) whose take was refused
     /// as paused at or after their instant.
     pub(crate) refused_paused: std::collections::HashSet<(usize, String, DateTime<Utc>)>,
+    /// Triggered runs' claims: by lease and holder, the trigger's instant.
+    pub(crate) claims: HashMap<(String, String), DateTime<Utc>>,
     /// Print the trace as it is written (`SIM_LIVE`).
     pub(crate) live: bool,
     /// The trace line of the first violation.
@@ -167,8 +198,11 @@ impl World {
             .grants
             .get(&(lease.to_owned(), holder.to_owned()))
             .copied();
-        let trigger = self.is_trigger(key);
+        // An operator's backfill runs regardless of pauses.
+        let trigger = self.is_trigger(key)
+            || granted.is_some_and(|g| lease.contains('@') && self.backfilled(job, *tick, g));
         let job_name = job.split(':').next().unwrap_or(job).to_owned();
+        self.check_removed(&job_name, inst, attempt, now);
         if let Some(g) = granted
             && !trigger
             && let Some(p) = self.paused_at(&job_name, node, g)
@@ -239,13 +273,30 @@ impl World {
     }
 
     /// A run committed its work under a lease it still held.
-    pub(crate) fn committed(&mut self, key: &Key, inst: usize, now: DateTime<Utc>) {
+    pub(crate) fn committed(&mut self, key: &Key, lease: &str, inst: usize, now: DateTime<Utc>) {
         let (job, tick) = key;
         self.note(now, format!("i{inst} commits {job} tick {}", short(*tick)));
+        let own = lease.contains('@');
         let earlier = self.commits.entry(key.clone()).or_default();
-        earlier.push((inst, now));
+        earlier.push((inst, now, own, lease.to_owned()));
         let earlier: Vec<_> = earlier[..earlier.len() - 1].to_vec();
-        for (first, at) in earlier {
+        for (first, at, first_own, first_lease) in earlier {
+            // A backfill runs a tick the live schedule ran once more.
+            if own != first_own && self.backfilled(job, *tick, now) {
+                continue;
+            }
+            // The documented limit: a change of a dynamic schedule's lease slots, or
+            // of its catch-up to or from `all`, moves its ticks (or its caught-up
+            // ones) to other leases; an instance that has not read the change yet
+            // runs them under the old ones.
+            // (A catch-up's lease against a live one only between two instances:
+            // one instance reads the change and the resume in one version.)
+            if first_lease != lease
+                && (first != inst || (!own && !first_own))
+                && self.relaid(job, *tick, inst, now)
+            {
+                continue;
+            }
             // The documented window: the first holder could not hand the tick back
             // completed (it was cut off from the store, or died) before its lease
             // expired, and another instance took the tick over.
@@ -295,6 +346,9 @@ impl World {
                 vec![String::new()]
             };
             let step = every.num_milliseconds().max(1);
+            if job.active.is_some() && self.hears_within.is_none() {
+                continue;
+            }
             let first = begin.timestamp_millis().div_euclid(step) * step + step;
             let mut t = first;
             while let Some(tick) = DateTime::<Utc>::from_timestamp_millis(t) {
@@ -302,6 +356,12 @@ impl World {
                     break;
                 }
                 t += step;
+                if job
+                    .active
+                    .is_some_and(|(a, b)| tick < a || b.is_some_and(|b| tick + every >= b))
+                {
+                    continue;
+                }
                 let from = tick - ttl - TimeDelta::seconds(2);
                 let to = tick + every + TimeDelta::seconds(1);
                 if self.events.iter().any(|&e| from <= e && e <= to)

@@ -14,6 +14,7 @@ fn options() -> Options {
     Options {
         chaos: secs(30),
         quiet: secs(15),
+        ..Options::default()
     }
 }
 
@@ -30,6 +31,7 @@ fn a_node_pause_of_a_cluster_job_resumed_with_catch_up_runs_no_tick_twice() {
             nodes: vec!["n0".into(), "n1".into()],
             ttl: secs(4),
             jobs: vec![Job::new("sweep", secs(1), all).fenced()],
+            dynamic: vec![],
             script: vec![
                 (secs(5), Act::Pause(0, Some(1))),
                 (secs(12), Act::Resume(0, true)),
@@ -54,6 +56,7 @@ fn a_catch_up_stops_at_a_pause_made_meanwhile() {
             nodes: vec!["n0".into(), "n1".into()],
             ttl: secs(3),
             jobs: vec![Job::new("report", secs(1), all).work(secs(3)).fenced()],
+            dynamic: vec![],
             script: vec![
                 (secs(5), Act::Pause(0, None)),
                 (secs(9), Act::Resume(0, true)),

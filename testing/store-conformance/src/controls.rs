@@ -1113,6 +1113,17 @@ pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
         !renewed[0].cancel_requested,
         "the triggered run was asked to stop by its own request: {renewed:?}"
     );
+    // Asked of the triggered run itself, a tick no later than its instant (the
+    // trigger's own request sent late, or a scheduled tick older than the trigger:
+    // the row's tick is still the scheduled one before it) does not stop it.
+    assert!(
+        !a.request_cancel(&lease, instant)
+            .await
+            .expect("request cancel"),
+        "a tick no later than the trigger's instant marked the triggered run"
+    );
+    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
+    assert!(!renewed[0].cancel_requested, "{renewed:?}");
     // A later tick asks it to stop.
     let later = Tick::new(instant.at() + TimeDelta::seconds(1));
     assert!(
@@ -1563,6 +1574,7 @@ pub async fn all(stores: &[SharedStore]) {
     a_trigger_on_a_new_lease_leaves_the_first_tick_takeable(a, b).await;
     finish_gives_the_lease_back_to_its_holder_only(a, b).await;
     a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(a, b).await;
+    a_trigger_is_not_stopped_by_an_older_tick(a, b).await;
     poll_sees_each_change(a, b).await;
     bad_schedules_store_nothing(a).await;
     reads_for_dashboards(a, b).await;

@@ -159,8 +159,11 @@ impl JobTicks {
         now: DateTime<Utc>,
     ) {
         self.start(cadence, now);
+        // Ticks from before the change are not this entry's; its start-up's ticks
+        // after the change are left to a resume's catch-up covering them (a pause
+        // and its resume read in the same poll as the change: run twice otherwise).
         if self.leave_after.is_some() {
-            self.leave_after = Some(now);
+            self.leave_after = Some(changed.map_or(now, |changed| changed.min(now)));
         }
         let Some(changed) = changed else {
             return;

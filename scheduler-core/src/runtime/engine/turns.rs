@@ -96,7 +96,14 @@ impl Engine {
         }
         'turns: loop {
             self.beat.beat();
-            self.turn().await;
+            // The shutdown is heard during a turn too (a slow store's take may
+            // keep a turn for up to two renewal periods): what the turn had not
+            // learned yet (a take's answer) is left as a lost answer would be.
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break 'turns,
+                () = self.turn() => {}
+            }
             if self.standalone && self.backfills.is_empty() {
                 break;
             }
