@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::job::{Body, SimHandler, SimJob, Spec};
+pub(crate) use crate::store::Fault;
 use crate::store::{Faults, SimStore};
 use crate::world::World;
 
@@ -305,19 +306,6 @@ impl Cluster {
             }
         }
     }
-}
-
-/// A fault of one instance.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Fault {
-    /// The process stops (its loop, its calls, its runs' work).
-    Stall,
-    /// Every call waits this many milliseconds first.
-    Slow(u64),
-    /// Every call fails before it reaches the store.
-    Failing,
-    /// Every call commits and its answer is lost.
-    Losing,
 }
 
 /// Runs `fut`, not polling it while the process is stopped.

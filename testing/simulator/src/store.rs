@@ -16,8 +16,20 @@ use scheduler_core::{
 };
 use tokio::sync::watch;
 
-use crate::cluster::Fault;
 use crate::world::World;
+
+/// A fault of one instance.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fault {
+    /// The process stops (its loop, its calls, its runs' work).
+    Stall,
+    /// Every call waits this many milliseconds first.
+    Slow(u64),
+    /// Every call fails before it reaches the store.
+    Failing,
+    /// Every call commits and its answer is lost.
+    Losing,
+}
 
 /// The faults of one instance, set by the driver.
 #[derive(Debug)]
