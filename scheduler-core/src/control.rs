@@ -38,7 +38,7 @@ use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
-pub use self::schedules::{ScheduleRow, policy_from_spec};
+pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
 use crate::error::Result;
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
