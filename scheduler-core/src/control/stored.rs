@@ -17,12 +17,6 @@ pub trait StoredRow {
     /// The store's error for a column missing, of another type, or out of range.
     type Error;
 
-    /// A text column.
-    ///
-    /// # Errors
-    /// The store's, when the column is missing, NULL or not text.
-    fn text(&self, col: &str) -> Result<String, Self::Error>;
-
     /// A nullable text column.
     ///
     /// # Errors
@@ -35,29 +29,11 @@ pub trait StoredRow {
     /// The store's, when the column is missing, NULL or not an integer.
     fn int(&self, col: &str) -> Result<i64, Self::Error>;
 
-    /// A 32-bit integer column (an `integer` in PostgreSQL), widened.
-    ///
-    /// # Errors
-    /// The store's, when the column is missing, NULL or not an integer.
-    fn int4(&self, col: &str) -> Result<i64, Self::Error>;
-
-    /// A boolean column.
-    ///
-    /// # Errors
-    /// The store's, when the column is missing, NULL or not a boolean.
-    fn flag(&self, col: &str) -> Result<bool, Self::Error>;
-
     /// A nullable boolean column.
     ///
     /// # Errors
     /// The store's, when the column is missing or not a boolean.
     fn opt_flag(&self, col: &str) -> Result<Option<bool>, Self::Error>;
-
-    /// A time column.
-    ///
-    /// # Errors
-    /// The store's, when the column is missing, NULL or out of range.
-    fn time(&self, col: &str) -> Result<DateTime<Utc>, Self::Error>;
 
     /// A nullable time column.
     ///
@@ -65,9 +41,58 @@ pub trait StoredRow {
     /// The store's, when the column is missing or out of range.
     fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, Self::Error>;
 
+    /// A text column ([`opt_text`](Self::opt_text), not NULL).
+    ///
+    /// # Errors
+    /// The store's, when the column is missing, NULL or not text.
+    fn text(&self, col: &str) -> Result<String, Self::Error> {
+        self.opt_text(col)?.ok_or_else(|| self.null(col))
+    }
+
+    /// A 32-bit integer column (an `integer` in PostgreSQL), widened; by default
+    /// read as [`int`](Self::int).
+    ///
+    /// # Errors
+    /// The store's, when the column is missing, NULL or not an integer.
+    fn int4(&self, col: &str) -> Result<i64, Self::Error> {
+        self.int(col)
+    }
+
+    /// A boolean column ([`opt_flag`](Self::opt_flag), not NULL).
+    ///
+    /// # Errors
+    /// The store's, when the column is missing, NULL or not a boolean.
+    fn flag(&self, col: &str) -> Result<bool, Self::Error> {
+        self.opt_flag(col)?.ok_or_else(|| self.null(col))
+    }
+
+    /// A time column ([`opt_time`](Self::opt_time), not NULL).
+    ///
+    /// # Errors
+    /// The store's, when the column is missing, NULL or out of range.
+    fn time(&self, col: &str) -> Result<DateTime<Utc>, Self::Error> {
+        self.opt_time(col)?.ok_or_else(|| self.null(col))
+    }
+
+    /// The error for column `col` found NULL where a value must be.
+    fn null(&self, col: &str) -> Self::Error {
+        self.bad(format!("{col} is NULL"))
+    }
+
     /// The store's error for a row whose values do not make sense together, `what`
     /// saying why.
     fn bad(&self, what: String) -> Self::Error;
+}
+
+/// Every row of `rows` through `decode`.
+///
+/// # Errors
+/// The first row's that does not decode.
+pub fn decode_all<R: StoredRow, T>(
+    rows: impl IntoIterator<Item = R>,
+    decode: fn(&R) -> Result<T, R::Error>,
+) -> Result<Vec<T>, R::Error> {
+    rows.into_iter().map(|row| decode(&row)).collect()
 }
 
 /// A node as stored (`''`: every node) as the API says it.

@@ -3,7 +3,7 @@
 //! core's, the same for every store.
 
 use chrono::{DateTime, Utc};
-use scheduler_core::control::stored::StoredRow;
+use scheduler_core::control::stored::{StoredRow, decode_all};
 use sea_orm::{DbErr, QueryResult};
 
 use crate::error::{Error, Result};
@@ -36,10 +36,6 @@ pub(super) struct Stored<'a> {
 impl StoredRow for Stored<'_> {
     type Error = Error;
 
-    fn text(&self, col: &str) -> Result<String> {
-        get(self.row, col, self.operation)
-    }
-
     fn opt_text(&self, col: &str) -> Result<Option<String>> {
         get(self.row, col, self.operation)
     }
@@ -50,10 +46,6 @@ impl StoredRow for Stored<'_> {
 
     fn int4(&self, col: &str) -> Result<i64> {
         get::<i32>(self.row, col, self.operation).map(i64::from)
-    }
-
-    fn flag(&self, col: &str) -> Result<bool> {
-        get(self.row, col, self.operation)
     }
 
     fn opt_flag(&self, col: &str) -> Result<Option<bool>> {
@@ -79,9 +71,7 @@ pub(super) fn all<'a, T>(
     operation: &'static str,
     decode: fn(&Stored<'a>) -> Result<T>,
 ) -> Result<Vec<T>> {
-    rows.iter()
-        .map(|row| decode(&Stored { row, operation }))
-        .collect()
+    decode_all(rows.iter().map(|row| Stored { row, operation }), decode)
 }
 
 /// The first row of `rows`, if any, through `decode`.

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use scheduler_core::control::Page;
-use scheduler_core::control::stored::StoredRow;
+use scheduler_core::control::stored::{StoredRow, decode_all};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
 
 use crate::error::{Error, Result};
@@ -77,10 +77,6 @@ pub(super) struct Stored<'a> {
 impl StoredRow for Stored<'_> {
     type Error = Error;
 
-    fn text(&self, col: &str) -> Result<String> {
-        get(self.row, col, self.operation)
-    }
-
     fn opt_text(&self, col: &str) -> Result<Option<String>> {
         get(self.row, col, self.operation)
     }
@@ -89,20 +85,8 @@ impl StoredRow for Stored<'_> {
         get(self.row, col, self.operation)
     }
 
-    fn int4(&self, col: &str) -> Result<i64> {
-        get(self.row, col, self.operation)
-    }
-
-    fn flag(&self, col: &str) -> Result<bool> {
-        flag(self.row, col, self.operation)
-    }
-
     fn opt_flag(&self, col: &str) -> Result<Option<bool>> {
         Ok(get::<Option<i64>>(self.row, col, self.operation)?.map(|v| v != 0))
-    }
-
-    fn time(&self, col: &str) -> Result<DateTime<Utc>> {
-        time(self.row, col, self.operation)
     }
 
     fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>> {
@@ -120,9 +104,7 @@ pub(super) fn all<'a, T>(
     operation: &'static str,
     decode: fn(&Stored<'a>) -> Result<T>,
 ) -> Result<Vec<T>> {
-    rows.iter()
-        .map(|row| decode(&Stored { row, operation }))
-        .collect()
+    decode_all(rows.iter().map(|row| Stored { row, operation }), decode)
 }
 
 /// The first row of `rows`, if any, through `decode`.
