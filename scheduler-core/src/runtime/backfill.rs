@@ -249,7 +249,7 @@ impl Backfiller {
     /// whose `\` only escape `\` and `:`), taken for the scheduler's lease ttl and
     /// renewed while it runs like a live run's, so the live schedule, its lease and its stats are never
     /// touched, and the backfill may run while the scheduler runs. A tick's run gets
-    /// a [`JobContext`] naming that lease and its fencing token: a fenced write is
+    /// a [`JobContext`](crate::JobContext) naming that lease and its fencing token: a fenced write is
     /// fenced against the tick's own lease. Each tick leaves its lease row in the
     /// store (one row per tick: a 10,000-tick backfill adds 10,000 rows, never
     /// deleted by the scheduler): a completed row is how any later backfill knows the
@@ -267,11 +267,11 @@ impl Backfiller {
     /// - **Failures.** A failed run is retried under the same lease as the job's
     ///   [`Policy::retry`](crate::Policy) says (the backoff doubling; the live
     ///   schedule's "not past the next tick" does not apply); a tick whose every
-    ///   attempt failed, or whose run returned [`Interrupted`], is counted `failed`
+    ///   attempt failed, or whose run returned [`Interrupted`](crate::Interrupted), is counted `failed`
     ///   and released as not completed: this call does not try it again, another
     ///   instance running the same backfill may, and so does the next backfill of
-    ///   the range. A panic counts as a failed attempt, and [`Policy::timeout`]
-    ///   (crate::Policy) bounds each attempt as it does live. Jitter, catch-up and
+    ///   the range. A panic counts as a failed attempt, and
+    ///   [`Policy::timeout`](crate::Policy) bounds each attempt as it does live. Jitter, catch-up and
     ///   overlap policies do not apply: ticks run as soon as they are won, the
     ///   oldest first, up to `concurrency` at once.
     /// - **Not the live schedule's ticks.** The backfill cannot know which past ticks
