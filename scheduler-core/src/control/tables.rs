@@ -147,7 +147,7 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
 /// it. Handed to [`ControlTables::write_schedule`], which reads the handlers.
 #[derive(Debug, Clone, Copy)]
 pub struct HandlerCheck<'a> {
-    row: &'a ScheduleRow,
+    pub(super) row: &'a ScheduleRow,
 }
 
 impl HandlerCheck<'_> {
