@@ -31,6 +31,8 @@ mod dashboard;
 mod records;
 mod schedules;
 mod state;
+pub mod stored;
+mod tables;
 
 use std::fmt;
 
@@ -38,8 +40,9 @@ use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
-pub use self::schedules::{ScheduleRow, policy_from_spec};
+pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
+pub use self::tables::{ControlTables, HandlerCheck};
 use crate::error::Result;
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
 use crate::outcome::Outcome;

@@ -34,6 +34,7 @@ pub mod control;
 #[cfg(feature = "test-util")]
 pub mod counted;
 pub mod error;
+pub mod history;
 pub mod job;
 pub mod lease;
 pub mod memory;

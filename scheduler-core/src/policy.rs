@@ -175,3 +175,34 @@ impl Policy {
         self
     }
 }
+
+/// The policies written as keys (`#[job]`'s, or a dynamic schedule's policy text),
+/// over the default where no key sets one: the one place the two become a
+/// [`Policy`].
+impl From<scheduler_spec::PolicySpec> for Policy {
+    fn from(spec: scheduler_spec::PolicySpec) -> Self {
+        use scheduler_spec::{CatchUpSpec, OverlapSpec};
+        let mut policy = Policy::default();
+        if let Some(catch_up) = spec.catch_up {
+            policy.catch_up = match catch_up {
+                CatchUpSpec::Skip => CatchUp::Skip,
+                CatchUpSpec::Latest => CatchUp::Latest,
+                CatchUpSpec::All { max } => CatchUp::All { max },
+            };
+        }
+        if let Some(overlap) = spec.overlap {
+            policy.overlap = match overlap {
+                OverlapSpec::Skip => Overlap::Skip,
+                OverlapSpec::BufferOne => Overlap::BufferOne,
+                OverlapSpec::CancelRunning => Overlap::CancelRunning,
+                OverlapSpec::Concurrent { max } => Overlap::Concurrent { max },
+            };
+        }
+        policy.retry = spec.retry.map(|retry| Retry {
+            attempts: retry.attempts,
+            backoff: retry.backoff,
+        });
+        policy.timeout = spec.timeout;
+        policy
+    }
+}

@@ -36,6 +36,11 @@ use scheduler_spec::{CronSchedule, Every};
 
 use crate::lease::Tick;
 
+/// Where the shortest gap of a schedule is measured to lay its ticks out over lease
+/// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
+pub(crate) const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
+    chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
+
 /// When a job's ticks fall: every period, or on a cron expression in a time zone.
 ///
 /// Building a `Schedule` never fails: it is checked when the scheduler is built

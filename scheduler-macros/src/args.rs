@@ -19,7 +19,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use proc_macro2::{Span, TokenStream};
 use scheduler_spec::{
-    CronExpr, CronSchedule, DEFAULT_CATCH_UP_MAX, Every, Timing, TimingError, Tz,
+    CronExpr, CronSchedule, DEFAULT_RETRY_BACKOFF, Every, OverlapWord, PolicyError, PolicyKeys,
+    Timing, TimingError, Tz,
 };
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
@@ -28,7 +29,11 @@ use syn::{Error, Expr, ExprLit, Lit, LitStr, Result, Token, Type};
 
 use literals::{duration, key, once, string};
 use policy::CatchUpKey;
-pub(crate) use policy::{CatchUp, Overlap, Policy, Retry};
+/// The policies the keys set: `scheduler_spec`'s, the ones a dynamic schedule's
+/// policy text sets.
+pub(crate) use scheduler_spec::{
+    CatchUpSpec as CatchUp, OverlapSpec as Overlap, PolicySpec as Policy,
+};
 use spelling::unknown_key;
 
 /// The keys `#[job]` accepts, in the order the docs list them.
@@ -50,9 +55,6 @@ const KEYS: [&str; 16] = [
     "timeout",
     "state",
 ];
-
-/// The wait before the first retry when `retry` is given without `retry_backoff`.
-const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What `#[job(...)]` says, checked.
 #[derive(Debug)]
@@ -128,7 +130,7 @@ struct Setters {
     catch_up: Option<Given<CatchUpKey>>,
     catch_up_window: Option<Given<Duration>>,
     catch_up_max: Option<Given<u32>>,
-    overlap: Option<Given<Overlap>>,
+    overlap: Option<Given<OverlapWord>>,
     max_concurrent: Option<Given<u32>>,
     retry: Option<Given<u32>>,
     retry_backoff: Option<Given<Duration>>,
@@ -327,63 +329,31 @@ impl Setters {
             (None, Some(window)) => Some((window.value, window.at)),
             (None, None) => None,
         };
-        let catch_up = match catch_up_key {
-            None | Some(CatchUpKey::Window(_)) => None,
-            Some(CatchUpKey::Skip) => Some(CatchUp::Skip),
-            Some(CatchUpKey::Latest) => Some(CatchUp::Latest),
-            Some(CatchUpKey::All) => Some(CatchUp::All {
-                max: self
-                    .catch_up_max
-                    .as_ref()
-                    .map_or(DEFAULT_CATCH_UP_MAX, |max| max.value),
-            }),
+        // The rules the policy keys keep together: `scheduler_spec`'s, each error on
+        // the key (or value) it concerns.
+        let keys = PolicyKeys {
+            catch_up: match catch_up_key {
+                Some(CatchUpKey::Policy(word)) => Some(word),
+                None | Some(CatchUpKey::Window(_)) => None,
+            },
+            catch_up_max: self.catch_up_max.as_ref().map(|max| max.value),
+            overlap: self.overlap.as_ref().map(|overlap| overlap.value),
+            max_concurrent: self.max_concurrent.as_ref().map(|max| max.value),
+            retry: self.retry.as_ref().map(|retry| retry.value),
+            retry_backoff: self.retry_backoff.as_ref().map(|backoff| backoff.value),
+            timeout: self.timeout.as_ref().map(|timeout| timeout.value),
         };
-        if let Some(max) = &self.catch_up_max
-            && catch_up_key != Some(CatchUpKey::All)
-        {
-            let msg = r#"`catch_up_max` bounds how many missed ticks `catch_up = "all"` runs, and applies to nothing else; add `catch_up = "all"` or remove `catch_up_max`"#;
-            return Err(Error::new(max.key, msg));
-        }
-        let retry = match (&self.retry, &self.retry_backoff) {
-            (Some(retry), backoff) => Some(Retry {
-                attempts: retry.value,
-                backoff: backoff
-                    .as_ref()
-                    .map_or(DEFAULT_RETRY_BACKOFF, |backoff| backoff.value),
-            }),
-            (None, Some(backoff)) => {
-                let msg = "`retry_backoff` is the wait before retrying a failed run, and there are no retries; add `retry = 3` (retries after the first attempt) or remove `retry_backoff`";
-                return Err(Error::new(backoff.key, msg));
-            }
-            (None, None) => None,
-        };
-        let overlap = match (self.overlap.as_ref().map(|o| o.value), &self.max_concurrent) {
-            (Some(Overlap::Concurrent { .. }), Some(max)) if max.value == 0 => {
-                let msg = "`max_concurrent` of 0 runs nothing; give at least 1";
-                return Err(Error::new(max.at, msg));
-            }
-            (Some(Overlap::Concurrent { .. }), Some(max)) => {
-                Some(Overlap::Concurrent { max: max.value })
-            }
-            (Some(Overlap::Concurrent { .. }), None) => {
-                let msg = "`overlap = \"concurrent\"` needs how many runs at once: add `max_concurrent = 2`";
-                return Err(Error::new(
-                    self.overlap.as_ref().map_or(Span::call_site(), |o| o.key),
-                    msg,
-                ));
-            }
-            (_, Some(max)) => {
-                let msg = r#"`max_concurrent` bounds the runs of `overlap = "concurrent"`, and applies to nothing else; add `overlap = "concurrent"` or remove `max_concurrent`"#;
-                return Err(Error::new(max.key, msg));
-            }
-            (overlap, None) => overlap,
-        };
-        let policy = Policy {
-            catch_up,
-            overlap,
-            retry,
-            timeout: self.timeout.as_ref().map(|t| t.value),
-        };
+        let policy = keys.resolve().map_err(|cause| {
+            let at = match cause {
+                PolicyError::CatchUpMaxWithoutAll => key_at(&self.catch_up_max),
+                PolicyError::BackoffWithoutRetry => key_at(&self.retry_backoff),
+                PolicyError::ZeroMaxConcurrent => value_at(&self.max_concurrent),
+                PolicyError::ConcurrentWithoutMax => key_at(&self.overlap),
+                PolicyError::MaxConcurrentWithoutConcurrent => key_at(&self.max_concurrent),
+                _ => None,
+            };
+            Error::new(at.unwrap_or_else(Span::call_site), cause)
+        })?;
         let jitter = self.jitter.as_ref().map(|j| j.value);
 
         // The rules `build()` applies, on the same settings.
@@ -391,12 +361,7 @@ impl Setters {
             period,
             jitter: jitter.unwrap_or_default(),
             window: window.map(|(window, _)| window),
-            timeout: policy.timeout,
-            retry: retry.map(|r| (r.attempts, r.backoff)),
-            catch_up_max: match catch_up {
-                Some(CatchUp::All { max }) => Some(max),
-                _ => None,
-            },
+            ..policy.timing()
         };
         scheduler_spec::check_timing(&timing).map_err(|cause| {
             // On the value the rule concerns; a default backoff on `retry`, saying so.
@@ -444,6 +409,11 @@ fn given<T>(meta: &ParseNestedMeta<'_>, value: T, at: Span) -> Option<Given<T>> 
         value,
         at,
     })
+}
+
+/// Where a key was written, if it was given.
+fn key_at<T>(given: &Option<Given<T>>) -> Option<Span> {
+    given.as_ref().map(|given| given.key)
 }
 
 /// Where a key's value was written, if the key was given.

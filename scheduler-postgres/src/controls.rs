@@ -14,16 +14,17 @@ mod rows;
 mod state;
 
 use async_trait::async_trait;
+use scheduler_core::control::stored::{
+    lease_row_from, pause_from, record_from, run_from, schedule_from, trigger_from,
+};
+use scheduler_core::control::{ControlTables, HandlerCheck};
 use scheduler_core::{
-    ControlRecord, ControlRequest, ControlState, Controls, FencingToken, Holder, Lease, LeaseName,
-    LeaseRow, Outcome, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
+    ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
+    Outcome, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
 };
-use sea_orm::Value;
+use sea_orm::{QueryResult, Value};
 
-use self::rows::{
-    all, lease_row_from_row, one_row, pause_from_row, record_from_row, run_from_row,
-    schedule_from_row, trigger_from_row,
-};
+use self::rows::{Stored, all, first, one_row};
 use crate::error::{Error, describe, sqlstate};
 use crate::row::{get, name_from_row, time};
 use crate::store::PostgresStore;
@@ -48,19 +49,21 @@ fn clean(text: &str) -> String {
     text.replace('\0', "\u{fffd}")
 }
 
-/// Checks a request's job, node, actor and reason.
-fn check_request(req: &ControlRequest) -> scheduler_core::Result<()> {
-    LeaseName::new(req.job.as_str())?;
-    if let Some(node) = &req.node {
-        LeaseName::new(node.as_str())?;
-    }
-    no_nul("the control's actor (`by`)", &req.by)?;
-    no_nul("the control's reason (`why`)", &req.why)
-}
-
 /// The node as the controls table keys it: `''` for every node.
 fn node_key(node: Option<&String>) -> String {
     node.cloned().unwrap_or_default()
+}
+
+/// The one row a control's statement returns, decoded by `decode`.
+fn one_of<T>(
+    rows: Vec<QueryResult>,
+    operation: &'static str,
+    decode: impl for<'a> Fn(&Stored<'a>) -> crate::error::Result<T>,
+) -> crate::error::Result<T> {
+    decode(&Stored {
+        row: &one_row(rows, operation)?,
+        operation,
+    })
 }
 
 /// A page's `before` and `limit` as parameters.
@@ -72,10 +75,13 @@ fn page_values(page: Page) -> (Value, Value) {
 }
 
 #[async_trait]
-impl Controls for PostgresStore {
-    async fn pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
+impl ControlTables for PostgresStore {
+    fn check_text(&self, what: &str, text: &str) -> scheduler_core::Result<()> {
+        no_nul(what, text)
+    }
+
+    async fn write_pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "pause a job";
-        check_request(req)?;
         let values = vec![
             req.job.clone().into(),
             node_key(req.node.as_ref()).into(),
@@ -83,16 +89,15 @@ impl Controls for PostgresStore {
             req.why.clone().into(),
         ];
         let rows = self.query(OP, &self.control_sql().pause, values).await?;
-        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+        Ok(one_of(rows, OP, |row| record_from(row))?)
     }
 
-    async fn resume(
+    async fn write_resume(
         &self,
         req: &ControlRequest,
         catch_up: bool,
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "resume a job";
-        check_request(req)?;
         let values = vec![
             req.job.clone().into(),
             node_key(req.node.as_ref()).into(),
@@ -101,12 +106,11 @@ impl Controls for PostgresStore {
             catch_up.into(),
         ];
         let rows = self.query(OP, &self.control_sql().resume, values).await?;
-        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+        Ok(one_of(rows, OP, |row| record_from(row))?)
     }
 
-    async fn trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
+    async fn write_trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
         const OP: &str = "trigger a run";
-        check_request(req)?;
         let values = vec![
             req.job.clone().into(),
             req.node.clone().into(),
@@ -114,21 +118,18 @@ impl Controls for PostgresStore {
             req.why.clone().into(),
         ];
         let rows = self.query(OP, &self.control_sql().trigger, values).await?;
-        Ok(trigger_from_row(&one_row(rows, OP)?, OP)?)
+        Ok(one_of(rows, OP, |row| trigger_from(row))?)
     }
 
-    async fn trigger_status(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
+    async fn read_trigger(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
         const OP: &str = "read a trigger";
         let rows = self
             .query(OP, &self.control_sql().trigger_status, vec![id.0.into()])
             .await?;
-        Ok(rows
-            .first()
-            .map(|row| trigger_from_row(row, OP))
-            .transpose()?)
+        Ok(first(&rows, OP, trigger_from)?)
     }
 
-    async fn claim_trigger(
+    async fn write_claim(
         &self,
         id: TriggerId,
         lease: &LeaseName,
@@ -158,7 +159,7 @@ impl Controls for PostgresStore {
         }))
     }
 
-    async fn finish_trigger(
+    async fn write_finish(
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
@@ -176,7 +177,7 @@ impl Controls for PostgresStore {
         Ok(!rows.is_empty())
     }
 
-    async fn control_history(
+    async fn read_control_history(
         &self,
         job: Option<&str>,
         page: Page,
@@ -186,7 +187,6 @@ impl Controls for PostgresStore {
         let sql = self.control_sql();
         let rows = match job {
             Some(job) => {
-                no_nul("the job", job)?;
                 self.query(
                     OP,
                     &sql.job_history,
@@ -196,68 +196,46 @@ impl Controls for PostgresStore {
             }
             None => self.query(OP, &sql.history, vec![before, limit]).await?,
         };
-        Ok(all(&rows, OP, record_from_row)?)
+        Ok(all(&rows, OP, record_from)?)
     }
 
-    async fn poll(&self, since: Option<i64>) -> scheduler_core::Result<Option<ControlState>> {
+    async fn read_version(&self) -> scheduler_core::Result<i64> {
         const OP: &str = "read the control version";
-        if let Some(since) = since {
-            let rows = self
-                .query(OP, &self.control_sql().version, Vec::new())
-                .await?;
-            let version: i64 = get(&one_row(rows, OP)?, "version", OP)?;
-            if version == since {
-                return Ok(None);
-            }
-        }
-        Ok(Some(self.control_state(since).await?))
+        let rows = self
+            .query(OP, &self.control_sql().version, Vec::new())
+            .await?;
+        Ok(get(&one_row(rows, OP)?, "version", OP)?)
     }
 
-    async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
+    async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(since).await?)
+    }
+
+    async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {
         const OP: &str = "read the pauses";
         let rows = self
             .query(OP, &self.control_sql().paused, Vec::new())
             .await?;
-        Ok(all(&rows, OP, pause_from_row)?)
+        Ok(all(&rows, OP, pause_from)?)
     }
 
-    async fn open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
+    async fn read_open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
         const OP: &str = "read the open triggers";
         let rows = self
             .query(OP, &self.control_sql().open_triggers, Vec::new())
             .await?;
-        Ok(all(&rows, OP, trigger_from_row)?)
+        Ok(all(&rows, OP, trigger_from)?)
     }
 
-    async fn put_schedule(
+    async fn write_schedule(
         &self,
         row: &ScheduleRow,
         by: &str,
         why: &str,
+        handler: &HandlerCheck<'_>,
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "store a dynamic schedule";
-        row.check()?;
-        for (what, text) in [
-            ("the schedule", row.schedule.as_str()),
-            ("the zone", row.zone.as_deref().unwrap_or_default()),
-            ("the policy", row.policy.as_str()),
-            ("the arguments", row.args.as_str()),
-            ("the control's actor (`by`)", by),
-            ("the control's reason (`why`)", why),
-        ] {
-            no_nul(&format!("schedule {:?}: {what}", row.name), text)?;
-        }
-        let known = self.registered_handlers().await?;
-        if !known.contains(&row.handler) {
-            return Err(scheduler_core::Error::UnknownHandler {
-                handler: row.handler.clone(),
-                known: if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                },
-            });
-        }
+        handler.check(&self.registered_handlers().await?)?;
         let values = vec![
             row.name.clone().into(),
             row.handler.clone().into(),
@@ -285,19 +263,16 @@ impl Controls for PostgresStore {
             }
             Err(err) => return Err(err.into()),
         };
-        Ok(record_from_row(&one_row(rows, OP)?, OP)?)
+        Ok(one_of(rows, OP, |row| record_from(row))?)
     }
 
-    async fn remove_schedule(
+    async fn write_removal(
         &self,
         name: &str,
         by: &str,
         why: &str,
     ) -> scheduler_core::Result<Option<ControlRecord>> {
         const OP: &str = "remove a dynamic schedule";
-        no_nul("the schedule's name", name)?;
-        no_nul("the control's actor (`by`)", by)?;
-        no_nul("the control's reason (`why`)", why)?;
         let values = vec![
             name.to_owned().into(),
             by.to_owned().into(),
@@ -306,23 +281,19 @@ impl Controls for PostgresStore {
         let rows = self
             .query(OP, &self.control_sql().remove_schedule, values)
             .await?;
-        Ok(rows
-            .first()
-            .map(|row| record_from_row(row, OP))
-            .transpose()?)
+        Ok(first(&rows, OP, record_from)?)
     }
 
-    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
+    async fn read_schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
         const OP: &str = "read the dynamic schedules";
         let rows = self
             .query(OP, &self.control_sql().schedules, Vec::new())
             .await?;
-        Ok(all(&rows, OP, schedule_from_row)?)
+        Ok(all(&rows, OP, schedule_from)?)
     }
 
-    async fn schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
+    async fn read_schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
         const OP: &str = "read a dynamic schedule";
-        no_nul("the schedule's name", name)?;
         let rows = self
             .query(
                 OP,
@@ -330,68 +301,60 @@ impl Controls for PostgresStore {
                 vec![name.to_owned().into()],
             )
             .await?;
-        Ok(rows
-            .first()
-            .map(|row| schedule_from_row(row, OP))
-            .transpose()?)
+        Ok(first(&rows, OP, schedule_from)?)
     }
 
-    async fn schedules_page(
+    async fn read_schedules_page(
         &self,
         after: Option<&str>,
         limit: u32,
     ) -> scheduler_core::Result<Vec<ScheduleRow>> {
         const OP: &str = "read a page of the dynamic schedules";
         let after = after.unwrap_or_default();
-        no_nul("the name to page after", after)?;
         // Every name sorts after `''` (a name is never empty).
         let values = vec![after.to_owned().into(), i64::from(limit).into()];
         let rows = self
             .query(OP, &self.control_sql().schedules_page, values)
             .await?;
-        Ok(all(&rows, OP, schedule_from_row)?)
+        Ok(all(&rows, OP, schedule_from)?)
     }
 
-    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+    async fn write_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
         const OP: &str = "register handlers";
-        LeaseName::new(node)?;
-        let mut names: Vec<String> = names.to_vec();
-        for name in &names {
-            LeaseName::new(name.as_str())?;
-        }
-        names.sort();
-        names.dedup();
         if names.is_empty() {
             return Ok(());
         }
         self.execute(
             OP,
             &self.control_sql().register_handlers,
-            vec![node.to_owned().into(), names.into()],
+            vec![node.to_owned().into(), names.to_vec().into()],
         )
         .await?;
         Ok(())
     }
 
-    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
+    async fn read_handlers(&self) -> scheduler_core::Result<Vec<String>> {
         Ok(self.registered_handlers().await?)
     }
 
-    async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
+    async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         const OP: &str = "read the leases";
         let rows = self
             .query(OP, &self.control_sql().leases, Vec::new())
             .await?;
-        Ok(all(&rows, OP, lease_row_from_row)?)
+        Ok(all(&rows, OP, lease_row_from)?)
     }
 
-    async fn runs(&self, job: Option<&str>, page: Page) -> scheduler_core::Result<Vec<RunRow>> {
+    async fn read_runs(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> scheduler_core::Result<Vec<RunRow>> {
         const OP: &str = "read the run history";
         let (before, limit) = page_values(page);
         let sql = self.control_sql();
         let rows = match job {
             Some(job) => {
-                no_nul("the job", job)?;
                 self.query(
                     OP,
                     &sql.job_runs,
@@ -410,13 +373,15 @@ impl Controls for PostgresStore {
             }
             Err(err) => return Err(err.into()),
         };
-        Ok(all(&rows, OP, run_from_row)?)
+        Ok(all(&rows, OP, run_from)?)
     }
 
     /// Directly on PostgreSQL, a `LISTEN` on one connection of the store's own (not a
     /// pooled one), started by the first scheduler that watches and closed when the
     /// last one stops; `None` behind a transaction pooler.
-    fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
+    fn watch_controls(
+        &self,
+    ) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
         self.watch.subscribe()
     }
 }

@@ -16,7 +16,11 @@
 //!   [`CronSchedule::check_fires_after`] (the "never fires" check);
 //! - [`check_name`]: the rule for job and lease names;
 //! - [`check_timing`]: the rules a job's jitter, window, timeout and retries keep
-//!   with its period.
+//!   with its period;
+//! - [`PolicySpec`] and [`PolicyKeys`]: the policy keys (`catch_up`, `overlap`,
+//!   `retry`, …), the rules they keep together, and a dynamic schedule's policy text
+//!   ([`PolicySpec::parse`]);
+//! - [`closest`]: the guess for a misspelled key or word.
 //!
 //! ```
 //! use chrono::{DateTime, Utc};
@@ -41,6 +45,7 @@ mod error;
 mod every;
 mod name;
 mod policy;
+mod spelling;
 mod zone;
 
 pub use crate::cron::{CronExpr, CronSchedule};
@@ -49,7 +54,12 @@ pub use crate::error::time_zone_hint;
 pub use crate::error::{Error, Result};
 pub use crate::every::Every;
 pub use crate::name::{MAX_NAME_LEN, check_name};
-pub use crate::policy::{DEFAULT_CATCH_UP_MAX, MAX_CATCH_UP, Timing, TimingError, check_timing};
+pub use crate::policy::{
+    CatchUpSpec, CatchUpWord, DEFAULT_CATCH_UP_MAX, DEFAULT_RETRY_BACKOFF, MAX_CATCH_UP,
+    OverlapSpec, OverlapWord, POLICY_KEYS, PolicyError, PolicyKeys, PolicySpec, RetrySpec, Timing,
+    TimingError, check_timing,
+};
+pub use crate::spelling::{closest, did_you_mean};
 pub use crate::zone::parse_time_zone;
 
 pub use chrono_tz::Tz;

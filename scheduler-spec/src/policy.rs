@@ -1,6 +1,14 @@
-//! The rules a job's timing settings must keep together: [`check_timing`].
+//! The rules a job's timing settings must keep together ([`check_timing`]), and the
+//! policy keys that set them ([`keys`]).
+
+mod keys;
 
 use std::time::Duration;
+
+pub use self::keys::{
+    CatchUpSpec, CatchUpWord, DEFAULT_RETRY_BACKOFF, OverlapSpec, OverlapWord, POLICY_KEYS,
+    PolicyError, PolicyKeys, PolicySpec, RetrySpec,
+};
 
 /// The largest `max` of a catch-up policy that runs every missed tick. The ticks to
 /// catch up are found and kept at start-up, and after a resume: a bound keeps that

@@ -42,7 +42,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use scheduler_core::{BoxError, Idempotent, JobContext, RunRecord, RunRecorder, Schedule, Scope};
+use scheduler_core::history::{self, SweepBatches};
+pub use scheduler_core::history::{HistoryOptions, MAX_ERROR_LEN, RETENTION_JOB};
+use scheduler_core::{BoxError, RunRecord, RunRecorder};
 pub use scheduler_migrations::HistoryTable;
 use scheduler_migrations::sqlite as ddl;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
@@ -51,10 +53,6 @@ use crate::error::{Error, Result};
 use crate::sql::NOW;
 use crate::store::SqliteStore;
 
-/// The longest error text kept for a run, in bytes; longer text is cut at a
-/// character boundary and ends with `…`.
-pub const MAX_ERROR_LEN: usize = 2000;
-
 /// How many rows one statement of the retention sweep deletes at most (each batch
 /// holds the file's write lock while it runs, so lease writes wait for it).
 pub const SWEEP_BATCH: i64 = 1_000;
@@ -62,38 +60,6 @@ pub const SWEEP_BATCH: i64 = 1_000;
 /// How many runs one history transaction records at most (the file's write lock is
 /// held while it runs, so lease writes wait for it).
 pub const RECORD_BATCH: usize = 500;
-
-/// The retention job's name.
-pub const RETENTION_JOB: &str = "scheduler-history-retention";
-
-/// The longest retention honoured (100 years); longer ones are clamped to it.
-const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// How a [`RunHistory`] behaves.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct HistoryOptions {
-    /// How long runs are kept: the [retention job](RunHistory::retention_job) deletes
-    /// runs that started longer ago than this, on the database's clock. Default
-    /// 30 days; at most 100 years (longer is clamped).
-    pub retention: Duration,
-}
-
-impl Default for HistoryOptions {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(30 * 24 * 3600),
-        }
-    }
-}
-
-impl HistoryOptions {
-    /// Keeps runs for `retention`.
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = retention;
-        self
-    }
-}
 
 /// The run history of one lease table: records runs (those that end together in one
 /// transaction) and sweeps old ones with its
@@ -155,7 +121,7 @@ impl RunHistory {
             ),
             store: store.clone(),
             table,
-            retention: options.retention.min(MAX_RETENTION),
+            retention: options.clamped_retention(),
             queue: Arc::default(),
         })
     }
@@ -174,9 +140,7 @@ impl RunHistory {
     /// [`RETENTION_JOB`], hourly, cluster scope, harmless if duplicated. Register it
     /// with the scheduler that records the runs.
     pub fn retention_job(&self) -> RetentionJob {
-        RetentionJob {
-            history: self.clone(),
-        }
+        RetentionJob::new(self.clone())
     }
 
     /// Deletes the runs older than the retention now, in batches of at most
@@ -189,26 +153,7 @@ impl RunHistory {
     /// # Errors
     /// [`Error::Statement`] if a batch fails; the batches before it stay deleted.
     pub async fn sweep(&self) -> Result<u64> {
-        self.sweep_until(|| false).await
-    }
-
-    async fn sweep_until(&self, stop: impl Fn() -> bool) -> Result<u64> {
-        const OP: &str = "delete old runs from the history";
-        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
-        let mut deleted = 0;
-        loop {
-            let batch = self
-                .execute(
-                    OP,
-                    &self.sweep,
-                    vec![retention_ms.into(), SWEEP_BATCH.into()],
-                )
-                .await?;
-            deleted += batch;
-            if batch < SWEEP_BATCH.unsigned_abs() || stop() {
-                return Ok(deleted);
-            }
-        }
+        self.sweep_until(&|| false).await
     }
 
     async fn execute(&self, operation: &'static str, sql: &str, values: Vec<Value>) -> Result<u64> {
@@ -257,20 +202,6 @@ async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
     Ok(())
 }
 
-/// `text` bounded to [`MAX_ERROR_LEN`] bytes, without NUL (which SQLite's text
-/// functions stop at).
-fn error_text(text: &str) -> String {
-    let clean = text.replace('\0', "\u{fffd}");
-    if clean.len() <= MAX_ERROR_LEN {
-        return clean;
-    }
-    let mut end = MAX_ERROR_LEN - '…'.len_utf8();
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &clean[..end])
-}
-
 #[async_trait]
 impl RunRecorder for RunHistory {
     async fn record(&self, run: &RunRecord) -> Result<(), BoxError> {
@@ -283,7 +214,7 @@ impl RunRecorder for RunHistory {
             run.started.timestamp_micros().into(),
             run.finished.timestamp_micros().into(),
             run.outcome.as_str().into(),
-            run.error.as_deref().map(error_text).into(),
+            run.error.as_deref().map(history::error_text).into(),
             run.lease_lost.into(),
             i64::from(run.attempt).into(),
         ];
@@ -352,47 +283,30 @@ impl RunHistory {
     }
 }
 
-/// The retention sweep as a job: deletes the runs older than the history's retention,
-/// in bounded batches. Hourly, cluster scope, harmless if duplicated (a second sweep
-/// finds nothing to delete). Made by [`RunHistory::retention_job`].
-#[derive(Debug, Clone)]
-pub struct RetentionJob {
-    history: RunHistory,
-}
+/// The retention sweep of a [`RunHistory`] as a job: deletes the runs older than the
+/// history's retention, in batches of at most [`SWEEP_BATCH`] rows. Hourly, cluster
+/// scope, harmless if duplicated. Made by [`RunHistory::retention_job`].
+pub type RetentionJob = history::RetentionJob<RunHistory>;
 
 #[async_trait]
-impl Idempotent for RetentionJob {
-    fn name(&self) -> &str {
-        RETENTION_JOB
+impl SweepBatches for RunHistory {
+    type Error = Error;
+    const BATCH: i64 = SWEEP_BATCH;
+
+    fn retention(&self) -> Duration {
+        self.retention
     }
 
-    fn schedule(&self) -> Schedule {
-        Schedule::every(Duration::from_secs(3600))
+    fn table_name(&self) -> String {
+        self.table.to_string()
     }
 
-    fn scope(&self) -> Scope {
-        Scope::Cluster
-    }
-
-    async fn run(&self, ctx: JobContext) -> Result<(), BoxError> {
-        let deleted = self.history.sweep_until(|| ctx.is_cancelled()).await?;
-        tracing::debug!(table = %self.history.table, deleted, "swept the run history");
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_text_is_bounded_and_holds_no_nul() {
-        assert_eq!(error_text("boom"), "boom");
-        assert_eq!(error_text("a\0b"), "a\u{fffd}b");
-        let long = "é".repeat(MAX_ERROR_LEN);
-        let cut = error_text(&long);
-        assert!(cut.len() <= MAX_ERROR_LEN);
-        assert!(cut.ends_with('…'));
-        assert!(cut.starts_with("éé"));
+    async fn sweep_batch(&self, retention_ms: i64, limit: i64) -> Result<u64> {
+        self.execute(
+            "delete old runs from the history",
+            &self.sweep,
+            vec![retention_ms.into(), limit.into()],
+        )
+        .await
     }
 }

@@ -58,7 +58,16 @@ impl JobView {
 
     /// A dynamic schedule.
     pub(crate) fn dynamic(row: &ScheduleRow, now: DateTime<Utc>) -> Self {
-        let next = match row.to_schedule() {
+        // Read once; a row that no longer reads (rows are checked when put) shows
+        // each part's own error.
+        let (schedule, policy) = match row.parse() {
+            Ok(parsed) => (Ok(parsed.schedule), Ok(parsed.policy)),
+            Err(_) => (
+                row.to_schedule(),
+                scheduler_core::control::policy_from_spec(&row.policy),
+            ),
+        };
+        let next = match schedule {
             Ok(schedule) if row.enabled => next_tick(&schedule, now),
             Ok(_) => Ok(None),
             Err(e) => Err(e.to_string()),
@@ -68,7 +77,7 @@ impl JobView {
             schedule: words::schedule_text(&row.schedule, row.zone.as_deref()),
             next,
             scope: row.scope,
-            policy: scheduler_core::control::policy_from_spec(&row.policy),
+            policy,
             fencing: None,
             pauses: Vec::new(),
             runs: Vec::new(),

@@ -82,3 +82,109 @@ fn rows_whose_timing_no_instance_runs_are_refused() {
     cron.policy = "retry = 1".into();
     assert!(cron.check().is_ok());
 }
+
+#[test]
+fn a_row_is_read_once_into_its_schedule_policy_and_handler() {
+    let mut row = ScheduleRow::new("r", "h", "every 30s");
+    row.policy = "overlap = buffer_one, retry = 2".into();
+    let parsed = row.parse().unwrap();
+    assert_eq!(parsed.handler, "h");
+    assert_eq!(parsed.schedule, row.to_schedule().unwrap());
+    assert_eq!(parsed.policy.overlap, Overlap::BufferOne);
+    assert_eq!(parsed.policy, policy_from_spec(&row.policy).unwrap());
+    row.policy = "overlap = sometimes".into();
+    assert_eq!(
+        row.parse().unwrap_err().to_string(),
+        "schedule \"r\": policy: overlap = \"sometimes\": skip, buffer_one, cancel_running or concurrent"
+    );
+}
+
+#[test]
+fn a_handler_is_checked_against_the_registered_ones() {
+    let row = ScheduleRow::new("r", "report", "every 30s");
+    let check = HandlerCheck { row: &row };
+    assert!(check.check(&["mail".into(), "report".into()]).is_ok());
+    let known = ["mail".to_owned(), "audit".to_owned(), "mail".to_owned()];
+    assert_eq!(
+        check.check(&known).unwrap_err().to_string(),
+        crate::Error::UnknownHandler {
+            handler: "report".into(),
+            known: "audit, mail".into()
+        }
+        .to_string()
+    );
+    assert!(matches!(
+        check.check(&[]).unwrap_err(),
+        crate::Error::UnknownHandler { known, .. } if known == "none"
+    ));
+}
+
+/// A row of named values, as a store would read it.
+struct Fake(std::collections::HashMap<&'static str, Option<String>>);
+
+impl stored::StoredRow for Fake {
+    type Error = String;
+
+    fn opt_text(&self, col: &str) -> std::result::Result<Option<String>, String> {
+        self.0.get(col).cloned().ok_or_else(|| format!("no {col}"))
+    }
+
+    fn int(&self, col: &str) -> std::result::Result<i64, String> {
+        let text = self.text(col)?;
+        text.parse().map_err(|_| format!("{col} = {text:?}"))
+    }
+
+    fn opt_flag(&self, col: &str) -> std::result::Result<Option<bool>, String> {
+        Ok(self.opt_text(col)?.map(|v| v == "true"))
+    }
+
+    fn opt_time(
+        &self,
+        col: &str,
+    ) -> std::result::Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+        self.opt_text(col)?
+            .map(|v| v.parse().map_err(|_| format!("{col} = {v:?}")))
+            .transpose()
+    }
+
+    fn bad(&self, what: String) -> String {
+        what
+    }
+}
+
+#[test]
+fn stored_rows_are_decoded_and_their_nonsense_refused() {
+    let at = "2026-01-01T00:00:00Z";
+    let trigger = |state: &str, holder: Option<&str>| {
+        Fake(
+            [
+                ("id", Some("7")),
+                ("state", Some(state)),
+                ("holder", holder),
+                ("started_at", Some(at)),
+                ("job", Some("j")),
+                ("node", None),
+                ("requested_at", Some(at)),
+                ("actor", Some("alice")),
+                ("why", Some("")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k, v.map(str::to_owned)))
+            .collect(),
+        )
+    };
+    let running = stored::trigger_from(&trigger("running", Some("n:1:a"))).unwrap();
+    assert!(matches!(running.state, TriggerState::Running { .. }));
+    assert_eq!((running.id, running.node), (TriggerId(7), None));
+    assert_eq!(
+        stored::trigger_from(&trigger("running", None)).unwrap_err(),
+        "trigger 7 is running without a holder or a start"
+    );
+    assert_eq!(
+        stored::trigger_from(&trigger("lost", None)).unwrap_err(),
+        "trigger 7 is in an unknown state \"lost\""
+    );
+    let mut missing = trigger("pending", None);
+    missing.0.insert("job", None);
+    assert_eq!(stored::trigger_from(&missing).unwrap_err(), "job is NULL");
+}

@@ -26,11 +26,6 @@ impl std::fmt::Debug for HandlerBox {
     }
 }
 
-/// Where the shortest gap of a schedule is measured to lay its ticks out over lease
-/// slots: 2000-01-01T00:00:00Z, a fixed instant, so every instance agrees.
-pub(crate) const SLOT_ANCHOR: chrono::DateTime<chrono::Utc> =
-    chrono::DateTime::from_timestamp_nanos(946_684_800_000_000_000);
-
 /// The bytes a catch-up's lease adds to the job's: `\@` and a tick in Unix
 /// microseconds (at most 19 digits).
 const CATCH_UP_SUFFIX: usize = 2 + 19;
@@ -340,7 +335,7 @@ pub(crate) fn entries_for(
     // schedules spent most of their start-up here).
     let gap_ms = if slots > 1 {
         schedule
-            .shortest_gap(SLOT_ANCHOR)
+            .shortest_gap(crate::schedule::SLOT_ANCHOR)
             .and_then(|gap| i64::try_from(gap.as_millis()).ok())
             .unwrap_or(1000)
     } else {

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::control::{ScheduleRow, policy_from_spec};
-use crate::error::{BoxError, Error, Result};
+use crate::control::ScheduleRow;
+use crate::error::{BoxError, Result};
 use crate::job::{Handler, Idempotent, JobContext, Scope};
 use crate::policy::Policy;
 use crate::schedule::Schedule;
@@ -22,17 +22,14 @@ impl DynamicJob {
     /// The job of `row`, run by `handler`.
     ///
     /// # Errors
-    /// What [`ScheduleRow::check`] finds wrong with the row.
+    /// What [`ScheduleRow::parse`] finds wrong with the row.
     pub(crate) fn new(row: &ScheduleRow, handler: Arc<dyn Handler>) -> Result<Self> {
-        let schedule = row.check()?;
-        let policy = policy_from_spec(&row.policy).map_err(|reason| Error::InvalidControl {
-            reason: format!("schedule {:?}: policy: {reason}", row.name),
-        })?;
+        let parsed = row.parse()?;
         Ok(Self {
             name: row.name.clone(),
-            schedule,
+            schedule: parsed.schedule,
             scope: row.scope,
-            policy,
+            policy: parsed.policy,
             handler,
             args: row.args.as_str().into(),
         })

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
 pub use builder::{DEFAULT_CONTROL_POLL, SchedulerBuilder};
-pub(crate) use builder::{HandlerBox, SLOT_ANCHOR, Settings, entries_for};
+pub(crate) use builder::{HandlerBox, Settings, entries_for};
 pub use health::{Health, HealthReport};
 use observe::Observer;
 pub use observe::{RunRecord, RunRecorder, names as metric_names};

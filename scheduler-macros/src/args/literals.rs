@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
+use scheduler_spec::closest;
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
 use syn::{Error, Expr, ExprLit, Lit, LitInt, LitStr, Result, Token};
 
 use super::Given;
-use super::spelling::closest;
 
 pub(super) fn key(meta: &ParseNestedMeta<'_>) -> Span {
     meta.path.span()

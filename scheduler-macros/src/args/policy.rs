@@ -1,65 +1,23 @@
 //! The policy keys (`catch_up`, `catch_up_window`, `catch_up_max`, `overlap`,
-//! `max_concurrent`, `retry`, `retry_backoff`, `timeout`) and the policies they set.
+//! `max_concurrent`, `retry`, `retry_backoff`, `timeout`): reading each where it is
+//! written. The words they take and the rules they keep together are
+//! `scheduler_spec`'s ([`PolicyKeys`](scheduler_spec::PolicyKeys)), the ones a
+//! dynamic schedule's policy text keeps.
 
 use std::time::Duration;
 
+use scheduler_spec::{CatchUpWord, OverlapWord, did_you_mean};
 use syn::Result;
 use syn::meta::ParseNestedMeta;
 
 use super::literals::{duration, once, string, whole_number, word};
-use super::spelling::did_you_mean;
 use super::{Setters, given};
-
-/// The policies the keys set; `None` where no key sets one, so the default stays.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Policy {
-    pub(crate) catch_up: Option<CatchUp>,
-    pub(crate) overlap: Option<Overlap>,
-    pub(crate) retry: Option<Retry>,
-    pub(crate) timeout: Option<Duration>,
-}
-
-impl Policy {
-    /// Whether no key sets a policy.
-    pub(crate) fn is_unset(&self) -> bool {
-        *self == Policy::default()
-    }
-}
-
-/// `scheduler_core::CatchUp`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CatchUp {
-    Skip,
-    Latest,
-    All { max: u32 },
-}
-
-/// `scheduler_core::Overlap`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Overlap {
-    Skip,
-    BufferOne,
-    CancelRunning,
-    /// `max` comes from `max_concurrent`.
-    Concurrent {
-        max: u32,
-    },
-}
-
-/// `scheduler_core::Retry`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Retry {
-    pub(crate) attempts: u32,
-    pub(crate) backoff: Duration,
-}
 
 /// What `catch_up` says: the window, or a policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CatchUpKey {
     Window(Duration),
-    Skip,
-    Latest,
-    All,
+    Policy(CatchUpWord),
 }
 
 impl Setters {
@@ -72,17 +30,13 @@ impl Setters {
         let is_word =
             !value.is_empty() && value.chars().all(|c| c.is_ascii_alphabetic() || c == '_');
         let catch_up = if is_word {
-            let words = [
-                ("skip", CatchUpKey::Skip),
-                ("latest", CatchUpKey::Latest),
-                ("all", CatchUpKey::All),
-            ];
-            word(&lit, &words, |written, guess| {
+            let policy = word(&lit, &CatchUpWord::WORDS, |written, guess| {
                 format!(
                     r#"unknown catch-up policy {written:?}; {}use "skip", "latest" or "all", or a duration for the window, like "1m""#,
                     did_you_mean(guess)
                 )
-            })?
+            })?;
+            CatchUpKey::Policy(policy)
         } else {
             CatchUpKey::Window(duration(&lit)?)
         };
@@ -108,13 +62,7 @@ impl Setters {
     pub(super) fn overlap(&mut self, meta: &ParseNestedMeta<'_>) -> Result<()> {
         once(&self.overlap, meta, "overlap")?;
         let lit = string(meta, "overlap", r#""buffer_one""#)?;
-        let words = [
-            ("skip", Overlap::Skip),
-            ("buffer_one", Overlap::BufferOne),
-            ("cancel_running", Overlap::CancelRunning),
-            ("concurrent", Overlap::Concurrent { max: 0 }),
-        ];
-        let overlap = word(&lit, &words, |written, guess| {
+        let overlap = word(&lit, &OverlapWord::WORDS, |written, guess| {
             let valid = r#"use "skip" (a tick due during a run is skipped), "buffer_one" (the latest tick due during a run waits for it to end), "cancel_running" (the newest tick cancels the run) or "concurrent" (with `max_concurrent = N`: up to N runs at once)"#;
             format!(
                 "unknown overlap policy {written:?}; {}{valid}",

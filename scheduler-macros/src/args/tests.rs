@@ -1,7 +1,7 @@
 use quote::quote;
 
-use super::spelling::edit_distance;
 use super::*;
+use scheduler_spec::{DEFAULT_CATCH_UP_MAX, RetrySpec as Retry};
 
 fn parse(tokens: TokenStream) -> std::result::Result<Args, String> {
     Args::parse(tokens).map_err(|e| e.to_string())
@@ -383,12 +383,4 @@ fn mistakes_are_named() {
         let written = tokens.to_string();
         assert_eq!(parse(tokens).err().as_deref(), Some(want), "{written}");
     }
-}
-
-#[test]
-fn edit_distance_counts_edits() {
-    assert_eq!(edit_distance("every", "evry"), 1);
-    assert_eq!(edit_distance("catch_up", "catchup"), 1);
-    assert_eq!(edit_distance("tz", "tz"), 0);
-    assert_eq!(edit_distance("", "abc"), 3);
 }

@@ -1,11 +1,10 @@
 //! The control state a poll reads, in one snapshot, and the registered handlers.
 
 use scheduler_core::ControlState;
+use scheduler_core::control::stored::{pause_from, resume_from, schedule_from, trigger_from};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
-use super::rows::{
-    all, one_row, pause_from_row, resume_from_row, schedule_from_row, trigger_from_row,
-};
+use super::rows::{all, one_row};
 use crate::error::{Error, Result};
 use crate::row::get;
 use crate::store::PostgresStore;
@@ -41,10 +40,10 @@ impl PostgresStore {
         txn.commit().await.map_err(fail)?;
         Ok(ControlState {
             version,
-            paused: all(&paused, OP, pause_from_row)?,
-            resumed: all(&resumed, OP, resume_from_row)?,
-            triggers: all(&triggers, OP, trigger_from_row)?,
-            schedules: all(&schedules, OP, schedule_from_row)?,
+            paused: all(&paused, OP, pause_from)?,
+            resumed: all(&resumed, OP, resume_from)?,
+            triggers: all(&triggers, OP, trigger_from)?,
+            schedules: all(&schedules, OP, schedule_from)?,
         })
     }
 

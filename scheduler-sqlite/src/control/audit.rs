@@ -4,7 +4,9 @@
 use scheduler_core::control::{ControlAction, ControlRecord};
 use sea_orm::ConnectionTrait;
 
-use super::rows::{one, record_from_row};
+use scheduler_core::control::stored::record_from;
+
+use super::rows::{Stored, one};
 use crate::error::Result;
 use crate::row::get;
 use crate::store::SqliteStore;
@@ -54,6 +56,9 @@ impl SqliteStore {
             at.now.into(),
         ];
         let row = one(self, txn, operation, &self.control.audit, values).await?;
-        record_from_row(&row, operation)
+        record_from(&Stored {
+            row: &row,
+            operation,
+        })
     }
 }

@@ -16,44 +16,27 @@ mod audit;
 mod rows;
 mod schedules;
 
-use std::collections::BTreeSet;
-
 use async_trait::async_trait;
+use scheduler_core::control::stored::{
+    lease_row_from, pause_from, record_from, resume_from, run_from, schedule_from, trigger_from,
+};
 use scheduler_core::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlState, Controls, LeaseRow, Page, Pause,
-    Resume, RunRow, ScheduleRow, Trigger, TriggerId,
+    ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
+    LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Outcome, Tick, Ttl};
 use sea_orm::{TransactionTrait, Value};
 
-use self::rows::{
-    bad_row, node_of, one, optional_time, pause_from_row, record_from_row, rows, schedule_from_row,
-    trigger_from_row,
-};
+use self::rows::{Stored, all, first, one, rows};
 use crate::batch;
 use crate::error::Result;
 use crate::row::{get, name_from_row, time};
 use crate::store::SqliteStore;
 
-/// A job or node name, checked as lease names are.
-fn check_name(name: &str) -> Result<()> {
-    LeaseName::new(name.to_owned())?;
-    Ok(())
-}
-
-fn check_request(req: &ControlRequest) -> Result<()> {
-    check_name(&req.job)?;
-    if let Some(node) = &req.node {
-        check_name(node)?;
-    }
-    Ok(())
-}
-
 #[async_trait]
-impl Controls for SqliteStore {
-    async fn pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
+impl ControlTables for SqliteStore {
+    async fn write_pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "pause a job";
-        check_request(req)?;
         let (_turn, txn) = self.begin_write(OP).await?;
         let at = self.bump(&txn, OP).await?;
         let values = vec![
@@ -84,13 +67,12 @@ impl Controls for SqliteStore {
         Ok(record)
     }
 
-    async fn resume(
+    async fn write_resume(
         &self,
         req: &ControlRequest,
         catch_up: bool,
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "resume a job";
-        check_request(req)?;
         let action = if catch_up {
             ControlAction::Resume
         } else {
@@ -125,9 +107,8 @@ impl Controls for SqliteStore {
         Ok(record)
     }
 
-    async fn trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
+    async fn write_trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
         const OP: &str = "trigger a run";
-        check_request(req)?;
         let (_turn, txn) = self.begin_write(OP).await?;
         let at = self.bump(&txn, OP).await?;
         let values = vec![
@@ -138,7 +119,10 @@ impl Controls for SqliteStore {
             at.now.into(),
         ];
         let row = one(self, &txn, OP, &self.control.trigger, values).await?;
-        let trigger = trigger_from_row(&row, OP)?;
+        let trigger = trigger_from(&Stored {
+            row: &row,
+            operation: OP,
+        })?;
         self.audit(
             &txn,
             OP,
@@ -157,7 +141,7 @@ impl Controls for SqliteStore {
         Ok(trigger)
     }
 
-    async fn trigger_status(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
+    async fn read_trigger(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
         const OP: &str = "read a trigger";
         let found = rows(
             self,
@@ -167,13 +151,10 @@ impl Controls for SqliteStore {
             vec![id.0.into()],
         )
         .await?;
-        Ok(found
-            .first()
-            .map(|row| trigger_from_row(row, OP))
-            .transpose()?)
+        Ok(first(&found, OP, trigger_from)?)
     }
 
-    async fn claim_trigger(
+    async fn write_claim(
         &self,
         id: TriggerId,
         lease: &LeaseName,
@@ -221,7 +202,7 @@ impl Controls for SqliteStore {
         Ok(Some(lease))
     }
 
-    async fn finish_trigger(
+    async fn write_finish(
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
@@ -258,7 +239,7 @@ impl Controls for SqliteStore {
         Ok(finished)
     }
 
-    async fn control_history(
+    async fn read_control_history(
         &self,
         job: Option<&str>,
         page: Page,
@@ -268,20 +249,18 @@ impl Controls for SqliteStore {
         let found = self
             .paged(OP, job, page, &sql.history_of_job, &sql.history)
             .await?;
-        Ok(found
-            .iter()
-            .map(|row| record_from_row(row, OP))
-            .collect::<Result<_>>()?)
+        Ok(all(&found, OP, record_from)?)
     }
 
-    async fn poll(&self, since: Option<i64>) -> scheduler_core::Result<Option<ControlState>> {
+    async fn read_version(&self) -> scheduler_core::Result<i64> {
         const OP: &str = "poll the controls";
         let row = one(self, &self.db, OP, &self.control.version, Vec::new()).await?;
-        let current: i64 = get(&row, "version", OP)?;
-        if since == Some(current) {
-            return Ok(None);
-        }
-        // Changed: every part read in one transaction, so they agree with the version.
+        Ok(get(&row, "version", OP)?)
+    }
+
+    /// Every part read in one transaction, so they agree with the version.
+    async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
+        const OP: &str = "poll the controls";
         let txn = self
             .db
             .begin()
@@ -293,89 +272,55 @@ impl Controls for SqliteStore {
             OP,
         )?;
         let after = since.unwrap_or(i64::MIN);
-        let paused = rows(self, &txn, OP, &self.control.paused, Vec::new())
-            .await?
-            .iter()
-            .map(|row| pause_from_row(row, OP))
-            .collect::<Result<_>>()?;
-        let resumed = rows(self, &txn, OP, &self.control.resumed, vec![after.into()])
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(Resume {
-                    job: get(row, "job", OP)?,
-                    node: node_of(get(row, "node", OP)?),
-                    paused_since: time(row, "since", OP)?,
-                    resumed_at: time(row, "resumed_at", OP)?,
-                    catch_up: get::<Option<i64>>(row, "catch_up", OP)?.unwrap_or(0) != 0,
-                    version: get(row, "version", OP)?,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let triggers = rows(self, &txn, OP, &self.control.open_triggers, Vec::new())
-            .await?
-            .iter()
-            .map(|row| trigger_from_row(row, OP))
-            .collect::<Result<_>>()?;
+        let paused = rows(self, &txn, OP, &self.control.paused, Vec::new()).await?;
+        let resumed = rows(self, &txn, OP, &self.control.resumed, vec![after.into()]).await?;
+        let triggers = rows(self, &txn, OP, &self.control.open_triggers, Vec::new()).await?;
         let schedules = match since {
             Some(since) => {
-                rows(
-                    self,
-                    &txn,
-                    OP,
-                    &self.control.changed_schedules,
-                    vec![since.into()],
-                )
-                .await?
+                let values = vec![since.into()];
+                rows(self, &txn, OP, &self.control.changed_schedules, values).await?
             }
             None => rows(self, &txn, OP, &self.control.schedules, Vec::new()).await?,
         };
-        let schedules = schedules
-            .iter()
-            .map(|row| schedule_from_row(row, OP))
-            .collect::<Result<_>>()?;
         txn.commit()
             .await
             .map_err(|source| self.origin.statement_error(OP, source))?;
-        Ok(Some(ControlState {
+        Ok(ControlState {
             version,
-            paused,
-            resumed,
-            triggers,
-            schedules,
-        }))
+            paused: all(&paused, OP, pause_from)?,
+            resumed: all(&resumed, OP, resume_from)?,
+            triggers: all(&triggers, OP, trigger_from)?,
+            schedules: all(&schedules, OP, schedule_from)?,
+        })
     }
 
-    async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
+    async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {
         const OP: &str = "read the pauses";
-        Ok(rows(self, &self.db, OP, &self.control.paused, Vec::new())
-            .await?
-            .iter()
-            .map(|row| pause_from_row(row, OP))
-            .collect::<Result<_>>()?)
+        let found = rows(self, &self.db, OP, &self.control.paused, Vec::new()).await?;
+        Ok(all(&found, OP, pause_from)?)
     }
 
-    async fn open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
+    async fn read_open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
         const OP: &str = "read the open triggers";
-        Ok(
-            rows(self, &self.db, OP, &self.control.open_triggers, Vec::new())
-                .await?
-                .iter()
-                .map(|row| trigger_from_row(row, OP))
-                .collect::<Result<_>>()?,
-        )
+        let found = rows(self, &self.db, OP, &self.control.open_triggers, Vec::new()).await?;
+        Ok(all(&found, OP, trigger_from)?)
     }
 
-    async fn put_schedule(
+    async fn write_schedule(
         &self,
         row: &ScheduleRow,
         by: &str,
         why: &str,
+        handler: &HandlerCheck<'_>,
     ) -> scheduler_core::Result<ControlRecord> {
-        self.put_dynamic_schedule(row, by, why).await
+        self.put_dynamic_schedule(row, by, why, handler).await
     }
 
-    async fn remove_schedule(
+    async fn check_args(&self, row: &ScheduleRow) -> scheduler_core::Result<()> {
+        self.check_json_args(row).await
+    }
+
+    async fn write_removal(
         &self,
         name: &str,
         by: &str,
@@ -384,18 +329,13 @@ impl Controls for SqliteStore {
         self.remove_dynamic_schedule(name, by, why).await
     }
 
-    async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
+    async fn read_schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
         const OP: &str = "read the dynamic schedules";
-        Ok(
-            rows(self, &self.db, OP, &self.control.schedules, Vec::new())
-                .await?
-                .iter()
-                .map(|row| schedule_from_row(row, OP))
-                .collect::<Result<_>>()?,
-        )
+        let found = rows(self, &self.db, OP, &self.control.schedules, Vec::new()).await?;
+        Ok(all(&found, OP, schedule_from)?)
     }
 
-    async fn schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
+    async fn read_schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
         const OP: &str = "read a dynamic schedule";
         let found = rows(
             self,
@@ -405,13 +345,10 @@ impl Controls for SqliteStore {
             vec![name.to_owned().into()],
         )
         .await?;
-        Ok(found
-            .first()
-            .map(|row| schedule_from_row(row, OP))
-            .transpose()?)
+        Ok(first(&found, OP, schedule_from)?)
     }
 
-    async fn schedules_page(
+    async fn read_schedules_page(
         &self,
         after: Option<&str>,
         limit: u32,
@@ -422,20 +359,15 @@ impl Controls for SqliteStore {
             after.unwrap_or_default().to_owned().into(),
             i64::from(limit).into(),
         ];
-        Ok(
-            rows(self, &self.db, OP, &self.control.schedules_page, values)
-                .await?
-                .iter()
-                .map(|row| schedule_from_row(row, OP))
-                .collect::<Result<_>>()?,
-        )
+        let found = rows(self, &self.db, OP, &self.control.schedules_page, values).await?;
+        Ok(all(&found, OP, schedule_from)?)
     }
 
-    async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+    async fn write_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
         const OP: &str = "register handlers";
-        let names: BTreeSet<&String> = names.iter().collect();
+        // `names` come sorted, without duplicates.
         let mut list = String::from("[");
-        for (i, name) in names.into_iter().enumerate() {
+        for (i, name) in names.iter().enumerate() {
             if i > 0 {
                 list.push(',');
             }
@@ -452,7 +384,7 @@ impl Controls for SqliteStore {
         Ok(())
     }
 
-    async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
+    async fn read_handlers(&self) -> scheduler_core::Result<Vec<String>> {
         const OP: &str = "read the handlers";
         Ok(rows(self, &self.db, OP, &self.control.handlers, Vec::new())
             .await?
@@ -461,25 +393,17 @@ impl Controls for SqliteStore {
             .collect::<Result<_>>()?)
     }
 
-    async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
+    async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         const OP: &str = "read the leases";
-        Ok(rows(self, &self.db, OP, &self.control.leases, Vec::new())
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(LeaseRow {
-                    name: get(row, "name", OP)?,
-                    holder: Some(get(row, "holder", OP)?),
-                    tick: time(row, "tick", OP)?,
-                    token: get(row, "token", OP)?,
-                    expires_at: time(row, "expires_at", OP)?,
-                    released_at: optional_time(row, "released_at", OP)?,
-                })
-            })
-            .collect::<Result<_>>()?)
+        let found = rows(self, &self.db, OP, &self.control.leases, Vec::new()).await?;
+        Ok(all(&found, OP, lease_row_from)?)
     }
 
-    async fn runs(&self, job: Option<&str>, page: Page) -> scheduler_core::Result<Vec<RunRow>> {
+    async fn read_runs(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> scheduler_core::Result<Vec<RunRow>> {
         const OP: &str = "read the run history";
         if !self.history_exists().await? {
             return Ok(Vec::new());
@@ -488,23 +412,6 @@ impl Controls for SqliteStore {
         let found = self
             .paged(OP, job, page, &sql.runs_of_job, &sql.runs)
             .await?;
-        Ok(found
-            .iter()
-            .map(|row| {
-                Ok(RunRow {
-                    id: get(row, "id", OP)?,
-                    job: get(row, "job", OP)?,
-                    tick: time(row, "tick", OP)?,
-                    node: get(row, "node", OP)?,
-                    token: get(row, "token", OP)?,
-                    started: time(row, "started", OP)?,
-                    finished: time(row, "finished", OP)?,
-                    outcome: Outcome::from_stored(&get::<String>(row, "outcome", OP)?),
-                    error: get(row, "error", OP)?,
-                    attempt: u32::try_from(get::<i64>(row, "attempt", OP)?)
-                        .map_err(|_| bad_row(OP, "attempt out of range".to_owned()))?,
-                })
-            })
-            .collect::<Result<_>>()?)
+        Ok(all(&found, OP, run_from)?)
     }
 }

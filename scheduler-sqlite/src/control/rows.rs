@@ -1,11 +1,9 @@
-//! The controls' statements run and their rows decoded: pauses, audit records,
-//! triggers, schedules, and pages of rows.
+//! The controls' statements run, pages of rows, and the rows read column by column
+//! ([`Stored`], core's [`StoredRow`]: the decoding itself is core's).
 
 use chrono::{DateTime, Utc};
-use scheduler_core::control::{
-    ControlAction, ControlRecord, Page, Pause, ScheduleRow, Trigger, TriggerId, TriggerState,
-};
-use scheduler_core::{Holder, Outcome, Scope};
+use scheduler_core::control::Page;
+use scheduler_core::control::stored::{StoredRow, decode_all};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
 
 use crate::error::{Error, Result};
@@ -66,99 +64,58 @@ pub(super) fn optional_time(
     }
 }
 
-/// `''` (every node) as `None`.
-pub(super) fn node_of(node: String) -> Option<String> {
-    Some(node).filter(|n| !n.is_empty())
-}
-
 fn page_values(page: Page) -> [Value; 2] {
     [page.before.into(), i64::from(page.limit).into()]
 }
 
-pub(super) fn pause_from_row(row: &QueryResult, operation: &'static str) -> Result<Pause> {
-    Ok(Pause {
-        job: get(row, "job", operation)?,
-        node: node_of(get(row, "node", operation)?),
-        since: time(row, "since", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-    })
+/// A row read by `operation`.
+pub(super) struct Stored<'a> {
+    pub(super) row: &'a QueryResult,
+    pub(super) operation: &'static str,
 }
 
-pub(super) fn record_from_row(row: &QueryResult, operation: &'static str) -> Result<ControlRecord> {
-    let action: String = get(row, "action", operation)?;
-    Ok(ControlRecord {
-        id: get(row, "id", operation)?,
-        at: time(row, "at", operation)?,
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        action: ControlAction::parse(&action)
-            .ok_or_else(|| bad_row(operation, format!("unknown control action {action:?}")))?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        detail: get(row, "detail", operation)?,
-    })
+impl StoredRow for Stored<'_> {
+    type Error = Error;
+
+    fn opt_text(&self, col: &str) -> Result<Option<String>> {
+        get(self.row, col, self.operation)
+    }
+
+    fn int(&self, col: &str) -> Result<i64> {
+        get(self.row, col, self.operation)
+    }
+
+    fn opt_flag(&self, col: &str) -> Result<Option<bool>> {
+        Ok(get::<Option<i64>>(self.row, col, self.operation)?.map(|v| v != 0))
+    }
+
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>> {
+        optional_time(self.row, col, self.operation)
+    }
+
+    fn bad(&self, what: String) -> Error {
+        bad_row(self.operation, what)
+    }
 }
 
-pub(super) fn trigger_from_row(row: &QueryResult, operation: &'static str) -> Result<Trigger> {
-    let state: String = get(row, "state", operation)?;
-    let missing = |col: &str| bad_row(operation, format!("a {state} trigger without {col}"));
-    let state = match state.as_str() {
-        "pending" => TriggerState::Pending,
-        "running" => TriggerState::Running {
-            holder: Holder::from_stored(
-                get::<Option<String>>(row, "holder", operation)?
-                    .ok_or_else(|| missing("holder"))?,
-            ),
-            started_at: optional_time(row, "started_at", operation)?
-                .ok_or_else(|| missing("started_at"))?,
-        },
-        "done" => TriggerState::Done {
-            outcome: Outcome::from_stored(
-                &get::<Option<String>>(row, "outcome", operation)?
-                    .ok_or_else(|| missing("outcome"))?,
-            ),
-            error: get(row, "error", operation)?,
-            finished_at: optional_time(row, "finished_at", operation)?
-                .ok_or_else(|| missing("finished_at"))?,
-        },
-        other => {
-            return Err(bad_row(
-                operation,
-                format!("unknown trigger state {other:?}"),
-            ));
-        }
-    };
-    Ok(Trigger {
-        id: TriggerId(get(row, "id", operation)?),
-        job: get(row, "job", operation)?,
-        node: get(row, "node", operation)?,
-        requested_at: time(row, "requested_at", operation)?,
-        by: get(row, "actor", operation)?,
-        why: get(row, "why", operation)?,
-        state,
-    })
+/// Every row of `rows` through `decode`.
+pub(super) fn all<'a, T>(
+    rows: &'a [QueryResult],
+    operation: &'static str,
+    decode: fn(&Stored<'a>) -> Result<T>,
+) -> Result<Vec<T>> {
+    decode_all(rows.iter().map(|row| Stored { row, operation }), decode)
 }
 
-pub(super) fn schedule_from_row(row: &QueryResult, operation: &'static str) -> Result<ScheduleRow> {
-    let scope: String = get(row, "scope", operation)?;
-    Ok(ScheduleRow {
-        name: get(row, "name", operation)?,
-        handler: get(row, "handler", operation)?,
-        schedule: get(row, "schedule", operation)?,
-        zone: get(row, "zone", operation)?,
-        scope: match scope.as_str() {
-            "cluster" => Scope::Cluster,
-            "node" => Scope::Node,
-            other => return Err(bad_row(operation, format!("unknown scope {other:?}"))),
-        },
-        policy: get(row, "policy", operation)?,
-        args: get(row, "args", operation)?,
-        enabled: flag(row, "enabled", operation)?,
-        version: get(row, "version", operation)?,
-        updated_at: optional_time(row, "updated_at", operation)?,
-        removed: flag(row, "removed", operation)?,
-    })
+/// The first row of `rows`, if any, through `decode`.
+pub(super) fn first<'a, T>(
+    rows: &'a [QueryResult],
+    operation: &'static str,
+    decode: fn(&Stored<'a>) -> Result<T>,
+) -> Result<Option<T>> {
+    rows.first()
+        .map(|row| decode(&Stored { row, operation }))
+        .transpose()
 }
 
 impl SqliteStore {

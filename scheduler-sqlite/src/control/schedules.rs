@@ -1,9 +1,10 @@
 //! Writing dynamic schedules: `put_schedule` and `remove_schedule`, each with its
 //! audit row, which keeps the schedule as JSON.
 
-use scheduler_core::control::{ControlAction, ControlRecord, ScheduleRow};
+use scheduler_core::control::stored::schedule_from;
+use scheduler_core::control::{ControlAction, ControlRecord, HandlerCheck, ScheduleRow};
 
-use super::rows::{flag, one, rows, schedule_from_row};
+use super::rows::{Stored, flag, one, rows};
 use crate::batch;
 use crate::error::Result;
 use crate::row::get;
@@ -34,15 +35,9 @@ fn schedule_detail(row: &ScheduleRow) -> String {
 }
 
 impl SqliteStore {
-    /// [`Controls::put_schedule`](scheduler_core::control::Controls::put_schedule).
-    pub(super) async fn put_dynamic_schedule(
-        &self,
-        row: &ScheduleRow,
-        by: &str,
-        why: &str,
-    ) -> scheduler_core::Result<ControlRecord> {
+    /// Refuses arguments that are not JSON, as SQLite's `json_valid` says.
+    pub(super) async fn check_json_args(&self, row: &ScheduleRow) -> scheduler_core::Result<()> {
         const OP: &str = "store a dynamic schedule";
-        row.check()?;
         let valid = one(
             self,
             &self.db,
@@ -60,22 +55,26 @@ impl SqliteStore {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// [`ControlTables::write_schedule`](scheduler_core::control::ControlTables::write_schedule):
+    /// the handler checked against the handlers read in the write's transaction.
+    pub(super) async fn put_dynamic_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+        handler: &HandlerCheck<'_>,
+    ) -> scheduler_core::Result<ControlRecord> {
+        const OP: &str = "store a dynamic schedule";
         let (_turn, txn) = self.begin_write(OP).await?;
         let known: Vec<String> = rows(self, &txn, OP, &self.control.handlers, Vec::new())
             .await?
             .iter()
             .map(|r| get(r, "handler", OP))
             .collect::<Result<_>>()?;
-        if !known.contains(&row.handler) {
-            return Err(scheduler_core::Error::UnknownHandler {
-                handler: row.handler.clone(),
-                known: if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                },
-            });
-        }
+        handler.check(&known)?;
         let at = self.bump(&txn, OP).await?;
         let values = vec![
             row.name.clone().into(),
@@ -110,7 +109,7 @@ impl SqliteStore {
         Ok(record)
     }
 
-    /// [`Controls::remove_schedule`](scheduler_core::control::Controls::remove_schedule).
+    /// [`ControlTables::write_removal`](scheduler_core::control::ControlTables::write_removal).
     pub(super) async fn remove_dynamic_schedule(
         &self,
         name: &str,
@@ -131,7 +130,7 @@ impl SqliteStore {
             // Nothing to remove: the bump is rolled back with the transaction.
             return Ok(None);
         };
-        let detail = schedule_detail(&schedule_from_row(row, OP)?);
+        let detail = schedule_detail(&schedule_from(&Stored { row, operation: OP })?);
         let record = self
             .audit(
                 &txn,

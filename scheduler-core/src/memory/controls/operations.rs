@@ -1,4 +1,5 @@
-//! [`Controls`] for [`MemoryStore`]: the operations on the control tables.
+//! [`ControlTables`] for [`MemoryStore`] (so it is [`Controls`](crate::Controls),
+//! with every store's rules): the operations on the control tables.
 
 use std::ops::Bound;
 
@@ -7,8 +8,9 @@ use chrono::DateTime;
 
 use super::{ControlRow, TriggerRow, node_key, none_if_empty};
 use crate::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow,
-    Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, ControlTables,
+    HandlerCheck, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId,
+    TriggerState,
 };
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
@@ -16,8 +18,8 @@ use crate::memory::{MemoryStore, Row, delta, lease};
 use crate::outcome::Outcome;
 
 #[async_trait]
-impl Controls for MemoryStore {
-    async fn pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
+impl ControlTables for MemoryStore {
+    async fn write_pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
         let now = self.call()?;
         let mut t = self.tables();
         let key = (req.job.clone(), node_key(req.node.as_ref()));
@@ -45,7 +47,7 @@ impl Controls for MemoryStore {
         Ok(t.record(now, req, ControlAction::Pause, String::new()))
     }
 
-    async fn resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord> {
+    async fn write_resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord> {
         let now = self.call()?;
         let mut t = self.tables();
         let version = t.version + 1;
@@ -67,7 +69,7 @@ impl Controls for MemoryStore {
         Ok(t.record(now, req, action, String::new()))
     }
 
-    async fn trigger(&self, req: &ControlRequest) -> Result<Trigger> {
+    async fn write_trigger(&self, req: &ControlRequest) -> Result<Trigger> {
         let now = self.call()?;
         let mut t = self.tables();
         let trigger = Trigger {
@@ -89,7 +91,7 @@ impl Controls for MemoryStore {
         Ok(trigger)
     }
 
-    async fn trigger_status(&self, id: TriggerId) -> Result<Option<Trigger>> {
+    async fn read_trigger(&self, id: TriggerId) -> Result<Option<Trigger>> {
         self.call()?;
         let t = self.tables();
         Ok(t.triggers
@@ -98,7 +100,7 @@ impl Controls for MemoryStore {
             .map(|r| r.trigger.clone()))
     }
 
-    async fn claim_trigger(
+    async fn write_claim(
         &self,
         id: TriggerId,
         lease_name: &LeaseName,
@@ -176,7 +178,7 @@ impl Controls for MemoryStore {
         Ok(Some(granted))
     }
 
-    async fn finish_trigger(
+    async fn write_finish(
         &self,
         id: TriggerId,
         holder: Option<&Holder>,
@@ -214,7 +216,11 @@ impl Controls for MemoryStore {
         Ok(true)
     }
 
-    async fn control_history(&self, job: Option<&str>, page: Page) -> Result<Vec<ControlRecord>> {
+    async fn read_control_history(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> Result<Vec<ControlRecord>> {
         self.call()?;
         let t = self.tables();
         Ok(t.audit
@@ -227,15 +233,25 @@ impl Controls for MemoryStore {
             .collect())
     }
 
-    async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+    async fn read_version(&self) -> Result<i64> {
         self.call()?;
         let mut t = self.tables();
         t.polls += 1;
-        if since == Some(t.version) {
-            return Ok(None);
+        Ok(t.version)
+    }
+
+    /// One poll, one call: after [`read_version`](Self::read_version) found the
+    /// version moved, the state is read without another.
+    async fn read_state(&self, since: Option<i64>) -> Result<ControlState> {
+        if since.is_none() {
+            self.call()?;
+        }
+        let mut t = self.tables();
+        if since.is_none() {
+            t.polls += 1;
         }
         let after = since.unwrap_or(i64::MIN);
-        Ok(Some(ControlState {
+        Ok(ControlState {
             version: t.version,
             paused: t.paused_now(),
             resumed: t
@@ -262,38 +278,22 @@ impl Controls for MemoryStore {
                 .filter(|s| since.is_some() || !s.removed)
                 .cloned()
                 .collect(),
-        }))
+        })
     }
 
-    async fn paused(&self) -> Result<Vec<Pause>> {
+    async fn read_paused(&self) -> Result<Vec<Pause>> {
         self.call()?;
         let t = self.tables();
         Ok(t.paused_now())
     }
 
-    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+    async fn read_open_triggers(&self) -> Result<Vec<Trigger>> {
         self.call()?;
         let t = self.tables();
         Ok(t.open_triggers())
     }
 
-    async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
-        row.check()?;
-        let now = self.call()?;
-        let mut t = self.tables();
-        let known: Vec<&str> = t.handlers.keys().map(|(h, _)| h.as_str()).collect();
-        if !known.contains(&row.handler.as_str()) {
-            let mut known: Vec<&str> = known;
-            known.dedup();
-            return Err(Error::UnknownHandler {
-                handler: row.handler.clone(),
-                known: if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                },
-            });
-        }
+    async fn check_args(&self, row: &ScheduleRow) -> Result<()> {
         if !looks_like_json(&row.args) {
             return Err(Error::InvalidControl {
                 reason: format!(
@@ -302,6 +302,20 @@ impl Controls for MemoryStore {
                 ),
             });
         }
+        Ok(())
+    }
+
+    async fn write_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+        handler: &HandlerCheck<'_>,
+    ) -> Result<ControlRecord> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        let known: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
+        handler.check(&known)?;
         let req = ControlRequest::new(&row.name, by).why(why);
         let record = t.record(now, &req, ControlAction::SchedulePut, row.schedule.clone());
         let stored = ScheduleRow {
@@ -314,7 +328,7 @@ impl Controls for MemoryStore {
         Ok(record)
     }
 
-    async fn remove_schedule(
+    async fn write_removal(
         &self,
         name: &str,
         by: &str,
@@ -337,7 +351,7 @@ impl Controls for MemoryStore {
         Ok(Some(record))
     }
 
-    async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+    async fn read_schedules(&self) -> Result<Vec<ScheduleRow>> {
         self.call()?;
         let t = self.tables();
         Ok(t.schedules
@@ -347,13 +361,17 @@ impl Controls for MemoryStore {
             .collect())
     }
 
-    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+    async fn read_schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
         self.call()?;
         let t = self.tables();
         Ok(t.schedules.get(name).filter(|s| !s.removed).cloned())
     }
 
-    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+    async fn read_schedules_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRow>> {
         self.call()?;
         let t = self.tables();
         let from = match after {
@@ -369,7 +387,7 @@ impl Controls for MemoryStore {
             .collect())
     }
 
-    async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()> {
+    async fn write_handlers(&self, node: &str, names: &[String]) -> Result<()> {
         let now = self.call()?;
         let mut t = self.tables();
         for name in names {
@@ -378,7 +396,7 @@ impl Controls for MemoryStore {
         Ok(())
     }
 
-    async fn handlers(&self) -> Result<Vec<String>> {
+    async fn read_handlers(&self) -> Result<Vec<String>> {
         self.call()?;
         let t = self.tables();
         let mut names: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
@@ -386,7 +404,7 @@ impl Controls for MemoryStore {
         Ok(names)
     }
 
-    async fn leases(&self) -> Result<Vec<LeaseRow>> {
+    async fn read_leases(&self) -> Result<Vec<LeaseRow>> {
         self.call()?;
         let rows = self.lock();
         Ok(rows
@@ -402,13 +420,13 @@ impl Controls for MemoryStore {
             .collect())
     }
 
-    async fn runs(&self, _job: Option<&str>, _page: Page) -> Result<Vec<RunRow>> {
+    async fn read_runs(&self, _job: Option<&str>, _page: Page) -> Result<Vec<RunRow>> {
         // The memory store keeps no run history.
         self.call()?;
         Ok(Vec::new())
     }
 
-    fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+    fn watch_controls(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
         self.tables().announce.as_ref().map(|tx| tx.subscribe())
     }
 }

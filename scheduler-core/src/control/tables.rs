@@ -1,0 +1,328 @@
+//! [`Controls`] written once, over what a store's tables do ([`ControlTables`]):
+//! the checks of a request, of a schedule row and of its handler, the text a store
+//! cannot keep, the one cheap read of a poll while nothing changed, and the
+//! handlers' list made a set. Every `T: ControlTables` is [`Controls`]; a store
+//! implements only the reads and writes.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use super::{
+    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow, Page, Pause,
+    RunRow, ScheduleRow, Trigger, TriggerId,
+};
+use crate::error::{Error, Result};
+use crate::lease::{Holder, Lease, LeaseName, Ttl};
+use crate::outcome::Outcome;
+
+/// What a store's control tables do: each read and write of [`Controls`], the
+/// request already checked. Implement it (not [`Controls`]) and the store is
+/// [`Controls`], with the same rules as every other store.
+///
+/// The writes are the store's statements: each bumps the control version and writes
+/// its audit record with the change, all or nothing.
+#[async_trait]
+pub trait ControlTables: Send + Sync + fmt::Debug {
+    /// Refuses `text` (`what` names it) if the store cannot keep it as given
+    /// (PostgreSQL: a NUL character). Every text a control stores or matches on is
+    /// checked before the store is asked. The default keeps any text.
+    ///
+    /// # Errors
+    /// [`Error::InvalidControl`], saying what cannot be kept.
+    fn check_text(&self, what: &str, text: &str) -> Result<()> {
+        let _ = (what, text);
+        Ok(())
+    }
+
+    /// [`Controls::pause`], `req` checked.
+    async fn write_pause(&self, req: &ControlRequest) -> Result<ControlRecord>;
+
+    /// [`Controls::resume`], `req` checked.
+    async fn write_resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord>;
+
+    /// [`Controls::trigger`], `req` checked.
+    async fn write_trigger(&self, req: &ControlRequest) -> Result<Trigger>;
+
+    /// [`Controls::trigger_status`].
+    async fn read_trigger(&self, id: TriggerId) -> Result<Option<Trigger>>;
+
+    /// [`Controls::claim_trigger`].
+    async fn write_claim(
+        &self,
+        id: TriggerId,
+        lease: &LeaseName,
+        holder: &Holder,
+        ttl: Ttl,
+    ) -> Result<Option<Lease>>;
+
+    /// [`Controls::finish_trigger`].
+    async fn write_finish(
+        &self,
+        id: TriggerId,
+        holder: Option<&Holder>,
+        outcome: Outcome,
+        error: Option<&str>,
+    ) -> Result<bool>;
+
+    /// [`Controls::control_history`], `job` checked.
+    async fn read_control_history(
+        &self,
+        job: Option<&str>,
+        page: Page,
+    ) -> Result<Vec<ControlRecord>>;
+
+    /// The control version now: what a poll reads while nothing changed.
+    async fn read_version(&self) -> Result<i64>;
+
+    /// Everything a poll returns once the version moved past `since` (`None`:
+    /// everything), read in one snapshot.
+    async fn read_state(&self, since: Option<i64>) -> Result<ControlState>;
+
+    /// [`Controls::paused`].
+    async fn read_paused(&self) -> Result<Vec<Pause>>;
+
+    /// [`Controls::open_triggers`].
+    async fn read_open_triggers(&self) -> Result<Vec<Trigger>>;
+
+    /// Refuses arguments that are not JSON before anything is written; the default
+    /// leaves it to [`write_schedule`](Self::write_schedule) (a cast in the
+    /// statement).
+    ///
+    /// # Errors
+    /// [`Error::InvalidControl`].
+    async fn check_args(&self, row: &ScheduleRow) -> Result<()> {
+        let _ = row;
+        Ok(())
+    }
+
+    /// [`Controls::put_schedule`], `row` checked but for its handler: the store
+    /// reads the registered handlers where its write sees them and asks `handler`
+    /// ([`HandlerCheck::check`]) before it writes.
+    async fn write_schedule(
+        &self,
+        row: &ScheduleRow,
+        by: &str,
+        why: &str,
+        handler: &HandlerCheck<'_>,
+    ) -> Result<ControlRecord>;
+
+    /// [`Controls::remove_schedule`], the texts checked.
+    async fn write_removal(&self, name: &str, by: &str, why: &str)
+    -> Result<Option<ControlRecord>>;
+
+    /// [`Controls::schedules`].
+    async fn read_schedules(&self) -> Result<Vec<ScheduleRow>>;
+
+    /// [`Controls::schedule`], `name` checked.
+    async fn read_schedule(&self, name: &str) -> Result<Option<ScheduleRow>>;
+
+    /// [`Controls::schedules_page`], `after` checked.
+    async fn read_schedules_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRow>>;
+
+    /// [`Controls::register_handlers`]: `names` checked as names, sorted, without
+    /// duplicates (possibly empty).
+    async fn write_handlers(&self, node: &str, names: &[String]) -> Result<()>;
+
+    /// [`Controls::handlers`].
+    async fn read_handlers(&self) -> Result<Vec<String>>;
+
+    /// [`Controls::leases`].
+    async fn read_leases(&self) -> Result<Vec<LeaseRow>>;
+
+    /// [`Controls::runs`], `job` checked.
+    async fn read_runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>>;
+
+    /// [`Controls::watch`]; `None` by default.
+    fn watch_controls(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+        None
+    }
+}
+
+/// The rule a dynamic schedule's handler keeps: some running instance registered
+/// it. Handed to [`ControlTables::write_schedule`], which reads the handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct HandlerCheck<'a> {
+    pub(super) row: &'a ScheduleRow,
+}
+
+impl HandlerCheck<'_> {
+    /// Whether the row's handler is among `known`, the handlers registered.
+    ///
+    /// # Errors
+    /// [`Error::UnknownHandler`], listing the ones registered.
+    pub fn check(&self, known: &[String]) -> Result<()> {
+        if known.contains(&self.row.handler) {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = known.iter().map(String::as_str).collect();
+        known.sort_unstable();
+        known.dedup();
+        Err(Error::UnknownHandler {
+            handler: self.row.handler.clone(),
+            known: if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            },
+        })
+    }
+}
+
+/// Checks a request's job and node (as names) and its texts.
+fn check_request<T: ControlTables + ?Sized>(tables: &T, req: &ControlRequest) -> Result<()> {
+    LeaseName::new(req.job.as_str())?;
+    if let Some(node) = &req.node {
+        LeaseName::new(node.as_str())?;
+    }
+    check_by_why(tables, &req.by, &req.why)
+}
+
+fn check_by_why<T: ControlTables + ?Sized>(tables: &T, by: &str, why: &str) -> Result<()> {
+    tables.check_text("the control's actor (`by`)", by)?;
+    tables.check_text("the control's reason (`why`)", why)
+}
+
+#[async_trait]
+impl<T: ControlTables> Controls for T {
+    async fn pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
+        check_request(self, req)?;
+        self.write_pause(req).await
+    }
+
+    async fn resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord> {
+        check_request(self, req)?;
+        self.write_resume(req, catch_up).await
+    }
+
+    async fn trigger(&self, req: &ControlRequest) -> Result<Trigger> {
+        check_request(self, req)?;
+        self.write_trigger(req).await
+    }
+
+    async fn trigger_status(&self, id: TriggerId) -> Result<Option<Trigger>> {
+        self.read_trigger(id).await
+    }
+
+    async fn claim_trigger(
+        &self,
+        id: TriggerId,
+        lease: &LeaseName,
+        holder: &Holder,
+        ttl: Ttl,
+    ) -> Result<Option<Lease>> {
+        self.write_claim(id, lease, holder, ttl).await
+    }
+
+    async fn finish_trigger(
+        &self,
+        id: TriggerId,
+        holder: Option<&Holder>,
+        outcome: Outcome,
+        error: Option<&str>,
+    ) -> Result<bool> {
+        self.write_finish(id, holder, outcome, error).await
+    }
+
+    async fn control_history(&self, job: Option<&str>, page: Page) -> Result<Vec<ControlRecord>> {
+        if let Some(job) = job {
+            self.check_text("the job", job)?;
+        }
+        self.read_control_history(job, page).await
+    }
+
+    async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        if let Some(since) = since
+            && self.read_version().await? == since
+        {
+            return Ok(None);
+        }
+        Ok(Some(self.read_state(since).await?))
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>> {
+        self.read_paused().await
+    }
+
+    async fn open_triggers(&self) -> Result<Vec<Trigger>> {
+        self.read_open_triggers().await
+    }
+
+    async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
+        row.check()?;
+        for (what, text) in [
+            ("the schedule", row.schedule.as_str()),
+            ("the zone", row.zone.as_deref().unwrap_or_default()),
+            ("the policy", row.policy.as_str()),
+            ("the arguments", row.args.as_str()),
+            ("the control's actor (`by`)", by),
+            ("the control's reason (`why`)", why),
+        ] {
+            self.check_text(&format!("schedule {:?}: {what}", row.name), text)?;
+        }
+        self.check_args(row).await?;
+        self.write_schedule(row, by, why, &HandlerCheck { row })
+            .await
+    }
+
+    async fn remove_schedule(
+        &self,
+        name: &str,
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>> {
+        self.check_text("the schedule's name", name)?;
+        check_by_why(self, by, why)?;
+        self.write_removal(name, by, why).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.read_schedules().await
+    }
+
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.check_text("the schedule's name", name)?;
+        self.read_schedule(name).await
+    }
+
+    async fn schedules_page(&self, after: Option<&str>, limit: u32) -> Result<Vec<ScheduleRow>> {
+        if let Some(after) = after {
+            self.check_text("the name to page after", after)?;
+        }
+        self.read_schedules_page(after, limit).await
+    }
+
+    async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()> {
+        LeaseName::new(node)?;
+        for name in names {
+            LeaseName::new(name.as_str())?;
+        }
+        let mut names = names.to_vec();
+        names.sort();
+        names.dedup();
+        self.write_handlers(node, &names).await
+    }
+
+    async fn handlers(&self) -> Result<Vec<String>> {
+        self.read_handlers().await
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>> {
+        self.read_leases().await
+    }
+
+    async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>> {
+        if let Some(job) = job {
+            self.check_text("the job", job)?;
+        }
+        self.read_runs(job, page).await
+    }
+
+    fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
+        self.watch_controls()
+    }
+}
