@@ -403,16 +403,25 @@ async fn a_lost_race_costs_one_take_per_tick() {
         let _ = task.await;
         takes += calls.takes();
         failed += calls.failed_takes();
-        ticks +=
-            stats.count("race", Outcome::Succeeded) + stats.count("race", Outcome::HeldElsewhere);
+        // Every tick an instance asked for ends in one outcome: run, held elsewhere,
+        // or (on a loaded machine, a take answered past the tick's window) missed.
+        ticks += Outcome::ALL
+            .iter()
+            .map(|&o| stats.count("race", o))
+            .sum::<u64>();
     }
     // Every instance asks once per tick; a loser does not ask again at once because
     // the row it saw was the one from before the winner's insert. A take that failed
     // (on a loaded machine, one that ran into the lease-statement bound) is asked
-    // again, as it should be: it is no answer the loser could have acted on.
+    // again, as it should be: it is no answer the loser could have acted on. So is a
+    // tick whose take found the previous tick's run still holding the lease (on a
+    // loaded machine its release can come after the next tick's take, sent ahead of
+    // the tick): the answer changes when that run ends. A quarter more takes than
+    // ticks allows for that (CI failed at 38 takes for 33 ticks); a loser asking
+    // again within the window, the defect this guards against, costs three times.
     assert!(ticks >= 3 * 8, "{ticks}");
     assert!(
-        takes - failed <= ticks + 3,
+        takes - failed <= ticks + ticks / 4 + 3,
         "{takes} takes ({failed} failed) for {ticks} tick attempts by three instances"
     );
 }
