@@ -323,3 +323,68 @@ fn messages_are_the_macros() {
         Err(ScheduleError::NeverFires { .. })
     ));
 }
+
+/// Issue 32's edge "`Slot::next_after` gives up early": a slot's next tick is looked
+/// for among at most `max(64 × slots, 1024)` of the schedule's ticks. Checked against
+/// a plain walk of the schedule for calendars that share their ticks out unevenly
+/// (weekdays, two ticks an hour, month starts, a zone with DST): wherever a slot has
+/// a tick, `next_after` finds the same first one; it answers `None` only for a slot
+/// the walk never reaches (every tick belongs to exactly one slot, so the others run
+/// them all).
+#[test]
+fn a_slot_finds_its_next_tick_wherever_the_schedule_has_one() {
+    const WALK: usize = 3_000;
+    let schedules = [
+        Schedule::cron("0 0 9 * * MON-FRI"),
+        Schedule::cron("0 0,1 * * * *"),
+        Schedule::cron("0 0 0 1 * *"),
+        Schedule::cron("0 30 2 * * *").in_time_zone("Europe/Berlin"),
+        Schedule::cron("0 0 9,17 * * *").in_time_zone("America/New_York"),
+        Schedule::every(Duration::from_secs(7)),
+    ];
+    let from = utc("2026-01-01T00:00:00Z");
+    for schedule in schedules {
+        let base = schedule.compile().unwrap_or_else(|e| panic!("{e}"));
+        let gap_ms = i64::try_from(
+            base.shortest_gap(SLOT_ANCHOR)
+                .unwrap_or_else(|| panic!("{schedule:?} has a gap"))
+                .as_millis(),
+        )
+        .unwrap_or(1000);
+        let mut walk = Vec::with_capacity(WALK);
+        let mut at = from;
+        // (A cron calendar ends in its last supported year.)
+        while walk.len() < WALK
+            && let Some(tick) = base.next_after(at)
+        {
+            walk.push(tick);
+            at = tick.at();
+        }
+        assert!(walk.len() > 100, "{schedule:?}");
+        for slots in 2..=8u32 {
+            for slot in 0..slots {
+                let compiled = base.slot(slots, slot, gap_ms);
+                for start in (0..walk.len() / 2).step_by(97) {
+                    let after = walk[start].at();
+                    let expected = walk[start + 1..]
+                        .iter()
+                        .find(|t| Compiled::slot_of(**t, gap_ms, slots) == slot)
+                        .copied();
+                    let found = compiled.next_after(after);
+                    match expected {
+                        Some(tick) => assert_eq!(
+                            found,
+                            Some(tick),
+                            "{schedule:?}, slot {slot} of {slots}, after {after}"
+                        ),
+                        // Beyond the walk: a tick found must be in the slot.
+                        None => assert!(
+                            found.is_none_or(|t| Compiled::slot_of(t, gap_ms, slots) == slot),
+                            "{schedule:?}, slot {slot} of {slots}: {found:?}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
