@@ -239,6 +239,11 @@ fn edge_07_a_lease_name_too_long_to_catch_up_is_refused_at_build() {
     assert!(built.is_ok(), "{:?}", built.err());
 }
 
+// Edge 8 (`Slot::next_after` gives up early) is a property of a schedule alone, not
+// of a cluster: scheduler-core's `schedule/tests.rs` checks it against a plain walk
+// of the calendar (`a_slot_finds_its_next_tick_wherever_the_schedule_has_one`), and
+// the README states the bound.
+
 /// Edge 9: a trigger of a job no instance runs. Documented limit: "A trigger of a
 /// job no instance runs stays pending until an instance running that job starts;
 /// the store cannot tell a job nobody runs from one whose instances are down."
