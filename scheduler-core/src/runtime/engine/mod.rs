@@ -114,7 +114,7 @@ pub(super) struct Engine {
     tasks: JoinSet<RunResult>,
     by_task: HashMap<Id, Slot>,
     /// The tasks of the runs the jobs hold, by job.
-    runs: HashMap<usize, runs::RunHandles>,
+    runs: runs::RunTable,
     /// Releases not yet acknowledged by the store.
     to_release: Vec<(LeaseKey, Release)>,
     /// Since when `to_release` has not been empty.
@@ -172,7 +172,7 @@ impl Engine {
             jobs: s.entries.iter().map(|_| JobTicks::default()).collect(),
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
-            runs: HashMap::new(),
+            runs: runs::RunTable::default(),
             to_release: Vec::new(),
             release_since: None,
             release_grew: (Instant::now(), 0),
