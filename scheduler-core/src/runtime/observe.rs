@@ -213,7 +213,25 @@ impl Observer {
     }
 
     /// Something happened to a tick of `job` before any run: logged and counted.
-    pub(crate) fn tick_event(&self, job: &str, event: &TickEvent) {
+    ///
+    /// During a store outage (`outage`) ticks passed over are counted as ever but
+    /// logged at debug only, the outage's end summing them up in one line (a line per
+    /// job per second would drown the outage's own). Returns how many ticks the
+    /// event passed over.
+    pub(crate) fn tick_event(&self, job: &str, event: &TickEvent, outage: bool) -> u64 {
+        macro_rules! passed_over {
+            ($($arg:tt)+) => {
+                if outage {
+                    tracing::debug!($($arg)+);
+                } else {
+                    tracing::warn!($($arg)+);
+                }
+            };
+        }
+        let passed = match event {
+            TickEvent::Missed { count, .. } | TickEvent::Coalesced { count, .. } => *count,
+            _ => 0,
+        };
         match event {
             TickEvent::Missed {
                 tick,
@@ -223,19 +241,19 @@ impl Observer {
                 for _ in 0..*count {
                     self.outcome(job, Outcome::Missed);
                 }
-                tracing::warn!(job, missed = count, last = %tick,
+                passed_over!(job, missed = count, last = %tick,
                     "ticks missed: superseded before they could be attempted");
             }
             TickEvent::Coalesced { tick, count } => {
                 for _ in 0..*count {
                     self.outcome(job, Outcome::Coalesced);
                 }
-                tracing::warn!(job, coalesced = count, last = %tick,
+                passed_over!(job, coalesced = count, last = %tick,
                     "ticks passed over: a later tick came due before they could start, and runs in their place");
             }
             TickEvent::Missed { tick, .. } => {
                 self.outcome(job, Outcome::Missed);
-                tracing::warn!(job, tick = %tick, "tick missed: its catch-up window closed");
+                passed_over!(job, tick = %tick, "tick missed: its catch-up window closed");
             }
             TickEvent::SkippedOverlap { tick, running } => {
                 self.outcome(job, Outcome::SkippedOverlap);
@@ -247,8 +265,13 @@ impl Observer {
                 tracing::debug!(job, tick = %tick, "tick held elsewhere");
             }
             TickEvent::Abandoned { tick, holder } => {
-                tracing::info!(job, tick = %tick, holder = %holder,
-                    "tick dropped after an unanswered take: releasing its holder in case the take was applied");
+                if outage {
+                    tracing::debug!(job, tick = %tick, holder = %holder,
+                        "tick dropped after an unanswered take: releasing its holder in case the take was applied");
+                } else {
+                    tracing::info!(job, tick = %tick, holder = %holder,
+                        "tick dropped after an unanswered take: releasing its holder in case the take was applied");
+                }
             }
             TickEvent::CancelledByNewer { tick, newer } => {
                 tracing::info!(job, tick = %tick, newer = %newer,
@@ -268,6 +291,7 @@ impl Observer {
                     "tick missed: its take was answered after its catch-up window closed; released unrun");
             }
         }
+        passed
     }
 
     /// A run of `job` ended as `run` says: logged, counted, measured and recorded.

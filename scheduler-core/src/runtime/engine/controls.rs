@@ -209,8 +209,10 @@ impl Engine {
                 self.apply_controls(state, since.is_none());
                 true
             }
+            // A store failure as any other: the outage's own lines tell it.
             Err(err) => {
-                warn!(error = %err, "polling the controls failed; retrying at the next poll");
+                let next = self.ctl.as_ref().map_or(Duration::ZERO, |c| c.every);
+                self.store_failed("polling the controls", &err, next);
                 false
             }
         }

@@ -108,6 +108,19 @@ pub(super) struct Finish {
     pub(super) error: Option<String>,
 }
 
+/// How often a store outage is logged again while it lasts.
+const OUTAGE_REMINDER: Duration = Duration::from_secs(30);
+
+/// A store outage, as its log lines need it.
+#[derive(Debug, Default)]
+struct Outage {
+    calls_failed: u64,
+    /// Ticks passed over meanwhile (each logged at debug only).
+    passed_over: u64,
+    /// When it was last logged.
+    logged: Option<Instant>,
+}
+
 pub(super) struct Engine {
     s: Scheduler,
     jobs: Vec<JobTicks>,
@@ -152,6 +165,9 @@ pub(super) struct Engine {
     /// Since when every store call has failed, and the last failure's kind.
     failing_since: Option<Instant>,
     last_failure: Option<StoreFailure>,
+    /// The outage under way, for its log lines: calls failed, ticks passed over, and
+    /// when it was last logged.
+    outage: Outage,
     /// A loop of a backfill's own: it ends with its last backfill.
     standalone: bool,
     /// The backfills' take in flight (what it asked for, and its answer to come),
@@ -213,6 +229,7 @@ impl Engine {
             next_backfill: 0,
             failing_since: None,
             last_failure: None,
+            outage: Outage::default(),
             standalone: false,
             backfill_take: None,
             backfill_gate: Gate::new(limit, s.observe.clone()),
@@ -236,15 +253,41 @@ impl Engine {
 
     fn store_ok(&mut self) {
         self.beat.store_ok();
-        self.failing_since = None;
+        if let Some(since) = self.failing_since.take() {
+            let o = std::mem::take(&mut self.outage);
+            info!(after = ?since.elapsed(), calls_failed = o.calls_failed,
+                ticks_passed_over = o.passed_over, "the store answers again");
+        }
     }
 
+    /// A store call failed: the outage's first failure is logged, then a reminder at
+    /// most every [`OUTAGE_REMINDER`]; each failure in between at debug (the metrics
+    /// and the health report count them all).
     fn store_failed(&mut self, what: &str, err: &Error, retry_in: Duration) {
         let failure = err.store_failure().unwrap_or(StoreFailure::Other);
         self.beat.store_failed(failure);
-        self.failing_since.get_or_insert_with(Instant::now);
         self.last_failure = Some(failure);
-        warn!(error = %err, retry_in = ?retry_in, "{what} failed; retrying");
+        self.outage.calls_failed += 1;
+        let now = Instant::now();
+        let Some(since) = self.failing_since else {
+            self.failing_since = Some(now);
+            self.outage.logged = Some(now);
+            warn!(error = %err, retry_in = ?retry_in,
+                "{what} failed: the store is unreachable or failing; retrying with backoff \
+                 (runs under way go on; one line when it answers again)");
+            return;
+        };
+        if self
+            .outage
+            .logged
+            .is_none_or(|at| now.duration_since(at) >= OUTAGE_REMINDER)
+        {
+            self.outage.logged = Some(now);
+            warn!(error = %err, for_ = ?since.elapsed(), calls_failed = self.outage.calls_failed,
+                "the store is still failing; retrying");
+        } else {
+            debug!(error = %err, retry_in = ?retry_in, "{what} failed; retrying");
+        }
     }
 
     /// Reads the store's clock (unless a read is still in flight) and updates the
