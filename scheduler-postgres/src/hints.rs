@@ -55,10 +55,23 @@ pub(crate) fn hint(sqlstate: &str) -> Option<&'static str> {
         .map(|(_, hint)| *hint)
 }
 
-/// The hint for `err` by its SQLSTATE, or `""` when the error has no SQLSTATE or
-/// the table no hint for it.
+/// A connection the other end closed before answering its first message: sqlx
+/// reports it as `unexpected response from SSLRequest: 0x00`, which reads like a TLS
+/// problem; it is what a proxy (HAProxy, PgBouncer) with no backend does.
+pub(crate) const NO_BACKEND: &str = "; the server closed the connection before answering: a proxy with no backend (during a failover?) or a server going down";
+
+/// The hint for `err` by its SQLSTATE, or for a connection closed before it was
+/// answered ([`NO_BACKEND`]); `""` when there is none.
 pub(crate) fn for_error(err: &DbErr) -> &'static str {
-    sqlstate(err).as_deref().and_then(hint).unwrap_or_default()
+    if let Some(hint) = sqlstate(err).as_deref().and_then(hint) {
+        return hint;
+    }
+    match sqlx_error(err) {
+        Some(sea_orm::sqlx::Error::Protocol(message)) if message.contains("SSLRequest") => {
+            NO_BACKEND
+        }
+        _ => "",
+    }
 }
 
 /// sqlx's error inside a sea-orm one.
@@ -97,5 +110,20 @@ mod tests {
         }
         assert_eq!(hint("25006"), Some(READ_ONLY));
         assert_eq!(hint("00000"), None);
+    }
+
+    #[test]
+    fn a_connection_closed_before_answering_is_told_as_such() {
+        use std::sync::Arc;
+
+        use sea_orm::RuntimeErr;
+        let closed = DbErr::Conn(RuntimeErr::SqlxError(Arc::new(
+            sea_orm::sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into()),
+        )));
+        assert_eq!(for_error(&closed), NO_BACKEND);
+        let other = DbErr::Conn(RuntimeErr::SqlxError(Arc::new(
+            sea_orm::sqlx::Error::Protocol("something else".into()),
+        )));
+        assert_eq!(for_error(&other), "");
     }
 }
