@@ -1125,20 +1125,7 @@ pub async fn a_trigger_is_not_stopped_by_a_request_meant_for_the_run_before(
     let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
     assert!(!renewed[0].cancel_requested, "{renewed:?}");
     // A later tick asks it to stop.
-    let later = Tick::new(instant.at() + TimeDelta::seconds(1));
-    assert!(
-        a.request_cancel(&lease, later)
-            .await
-            .expect("request cancel")
-    );
-    let renewed = b.renew(&[claimed.key()], ttl(60_000)).await.expect("renew");
-    assert!(renewed[0].cancel_requested, "{renewed:?}");
-    assert!(
-        controls(b)
-            .finish_trigger(trigger.id, Some(&holder), Outcome::CancelledByNewer, None)
-            .await
-            .expect("finish")
-    );
+    a_later_tick_stops_it(a, b, &claimed, instant, trigger.id, &holder).await;
     // `t`, handed back unfinished, is still to be retried.
     let retried = take_tick(a, &lease, t)
         .await
@@ -1184,9 +1171,22 @@ pub async fn a_trigger_is_not_stopped_by_an_older_tick(a: &SharedStore, b: &Shar
     assert_eq!(renewed.len(), 1, "{renewed:?}");
     assert!(!renewed[0].cancel_requested, "{renewed:?}");
     // A later tick does.
+    a_later_tick_stops_it(a, b, &claimed, instant, trigger.id, &holder).await;
+}
+
+/// A tick a second after `instant` asks the triggered run holding `claimed` (trigger
+/// `id`, as `holder`) to stop; the run sees it at its renewal and finishes cancelled.
+async fn a_later_tick_stops_it(
+    a: &SharedStore,
+    b: &SharedStore,
+    claimed: &Lease,
+    instant: Tick,
+    id: TriggerId,
+    holder: &Holder,
+) {
     let later = Tick::new(instant.at() + TimeDelta::seconds(1));
     assert!(
-        a.request_cancel(&lease, later)
+        a.request_cancel(&claimed.name, later)
             .await
             .expect("request cancel")
     );
@@ -1194,7 +1194,7 @@ pub async fn a_trigger_is_not_stopped_by_an_older_tick(a: &SharedStore, b: &Shar
     assert!(renewed[0].cancel_requested, "{renewed:?}");
     assert!(
         controls(b)
-            .finish_trigger(trigger.id, Some(&holder), Outcome::CancelledByNewer, None)
+            .finish_trigger(id, Some(holder), Outcome::CancelledByNewer, None)
             .await
             .expect("finish")
     );
