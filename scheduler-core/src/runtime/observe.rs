@@ -230,6 +230,7 @@ impl Observer {
         }
         let passed = match event {
             TickEvent::Missed { count, .. } | TickEvent::Coalesced { count, .. } => *count,
+            TickEvent::WonTooLate { .. } => 1,
             _ => 0,
         };
         match event {
@@ -287,7 +288,7 @@ impl Observer {
             }
             TickEvent::WonTooLate { tick, late, .. } => {
                 self.outcome(job, Outcome::Missed);
-                tracing::warn!(job, tick = %tick, late_ms = late.num_milliseconds(),
+                passed_over!(job, tick = %tick, late_ms = late.num_milliseconds(),
                     "tick missed: its take was answered after its catch-up window closed; released unrun");
             }
         }

@@ -111,9 +111,17 @@ pub(super) struct Finish {
 /// How often a store outage is logged again while it lasts.
 const OUTAGE_REMINDER: Duration = Duration::from_secs(30);
 
-/// A store outage, as its log lines need it.
+/// A store outage, as its log lines need it. It lasts from the first failed call
+/// until a turn after the store answers again has looked at every due tick (ticks
+/// whose take went unanswered are only passed over once a later tick comes due,
+/// which may be after the first answer: they belong to the outage's summary, not to
+/// a warning each).
 #[derive(Debug, Default)]
 struct Outage {
+    /// When the first call failed.
+    since: Option<Instant>,
+    /// When the store first answered again (none while it still fails).
+    answered: Option<Instant>,
     calls_failed: u64,
     /// Ticks passed over meanwhile (each logged at debug only).
     passed_over: u64,
@@ -253,11 +261,21 @@ impl Engine {
 
     fn store_ok(&mut self) {
         self.beat.store_ok();
-        if let Some(since) = self.failing_since.take() {
-            let o = std::mem::take(&mut self.outage);
-            info!(after = ?since.elapsed(), calls_failed = o.calls_failed,
-                ticks_passed_over = o.passed_over, "the store answers again");
+        if self.failing_since.take().is_some() {
+            self.outage.answered = Some(Instant::now());
         }
+    }
+
+    /// Ends an outage the store has answered since, with one line: called after a
+    /// turn that looked at every due tick, so that the ticks the outage passed over
+    /// are all in it.
+    fn outage_over(&mut self) {
+        let (Some(since), Some(answered)) = (self.outage.since, self.outage.answered) else {
+            return;
+        };
+        let o = std::mem::take(&mut self.outage);
+        info!(after = ?answered.duration_since(since), calls_failed = o.calls_failed,
+            ticks_passed_over = o.passed_over, "the store answers again");
     }
 
     /// A store call failed: the outage's first failure is logged, then a reminder at
@@ -268,9 +286,13 @@ impl Engine {
         self.beat.store_failed(failure);
         self.last_failure = Some(failure);
         self.outage.calls_failed += 1;
+        self.outage.answered = None;
         let now = Instant::now();
-        let Some(since) = self.failing_since else {
+        if self.failing_since.is_none() {
             self.failing_since = Some(now);
+        }
+        let Some(since) = self.outage.since else {
+            self.outage.since = Some(now);
             self.outage.logged = Some(now);
             warn!(error = %err, retry_in = ?retry_in,
                 "{what} failed: the store is unreachable or failing; retrying with backoff \
@@ -383,7 +405,8 @@ impl Engine {
         if Instant::now() >= self.next_renew && self.holds_any() {
             self.renew().await;
         }
-        let due = if self.take.ready() {
+        let take_ready = self.take.ready();
+        let due = if take_ready {
             self.collect_due()
         } else {
             Vec::new()
@@ -401,6 +424,9 @@ impl Engine {
         }
         self.expire_unrenewed();
         self.settle_backfills();
+        if take_ready {
+            self.outage_over();
+        }
     }
 
     /// Asks the holders of older ticks to stop, one statement each (rare: only jobs

@@ -157,7 +157,7 @@ impl Engine {
     /// decisions made.
     pub(super) fn act(&mut self, i: usize, events: &mut Vec<TickEvent>) {
         let e = &self.s.entries[i];
-        let outage = self.failing_since.is_some();
+        let outage = self.outage.since.is_some();
         for event in events.drain(..) {
             self.outage.passed_over += self.s.observe.tick_event(&e.name, &event, outage);
         }
