@@ -178,3 +178,45 @@ async fn bad_multi_host_urls_are_refused_before_connecting() {
         assert!(err.to_string().contains(says), "{url}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_hot_standby_listed_first_is_skipped_for_primary_and_read_write() {
+    let primary = tokio::task::spawn_blocking(TestServer::start)
+        .await
+        .expect("join")
+        .expect("server");
+    let url = primary.create_database().await;
+    let (_, name) = port_and_name(&url);
+    let primary_port = primary.port();
+    let standby = tokio::task::spawn_blocking(move || {
+        let standby = primary.start_replica().expect("replica");
+        (primary, standby)
+    })
+    .await
+    .expect("join");
+    let (_primary, standby) = standby;
+    let hosts = format!("127.0.0.1:{},127.0.0.1:{primary_port}", standby.port());
+    for attrs in ["primary", "read-write"] {
+        let url = format!("postgres://postgres@{hosts}/{name}?target_session_attrs={attrs}");
+        let store = support::hostile::store(&url).await;
+        assert_eq!(
+            server_port(store.connection()).await,
+            primary_port,
+            "{attrs}"
+        );
+        let t = tick(&store, 2).await;
+        assert_eq!(take(&store, &[attrs], t).await.expect("take").len(), 1);
+    }
+    let any = format!("postgres://postgres@{hosts}/{name}?target_session_attrs=any");
+    assert_eq!(server_port(&pool_of(&any).await).await, standby.port());
+    // One host that does not suit is refused at once, saying why.
+    let only = format!(
+        "postgres://postgres@127.0.0.1:{}/{name}?target_session_attrs=primary",
+        standby.port()
+    );
+    let err = PostgresStore::connect(&only, PostgresOptions::default())
+        .await
+        .expect_err("a standby is not a primary");
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(err.to_string().contains("a standby (in recovery)"), "{err}");
+}
