@@ -256,8 +256,18 @@ pub(crate) fn millis(bound: Duration) -> u64 {
 /// minute are closed, so few are left to go stale behind a load balancer or firewall
 /// that cuts idle connections, and sqlx replaces each after 30 minutes.
 ///
+/// A URL may list several hosts, as libpq reads it (`postgres://u@h1:p1,h2:p2/db`, or
+/// `?host=h1,h2&port=p1,p2`), with `target_session_attrs=any|read-write|primary`,
+/// `load_balance_hosts=random` and `connect_timeout` (seconds, per host). The pool
+/// opens on the first host listed, without trying it
+/// ([`PostgresStore::connect`](crate::PostgresStore::connect) tries each in turn and
+/// opens on the first that suits). With `read-write` or `primary`, each new
+/// connection is checked by one statement, and one to a server that does not suit is
+/// replaced by one to the first host that does.
+///
 /// # Errors
-/// [`Error::InvalidUrl`] if the URL does not parse.
+/// [`Error::InvalidUrl`] if the URL does not parse, or lists hosts it cannot pair
+/// with its ports, or asks for another `target_session_attrs`.
 pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOptions> {
     let (options, url) = options.clone().with_url(url);
     let hosts = parse_url(&url, &options)?;

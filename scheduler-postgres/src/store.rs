@@ -102,9 +102,13 @@ impl PostgresStore {
     /// the server's default back. For statements that may run longer, use `begin`, or
     /// a pool of your own with [`open`](Self::open).
     ///
+    /// When the URL lists several hosts (see [`connect_options`](crate::connect_options)),
+    /// they are tried in order, each within its `connect_timeout`, and the pool opens on
+    /// the first that accepts a connection and suits `target_session_attrs`.
+    ///
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
-    /// server cannot be reached, [`Error::Migrate`] if a migration fails — or if the
+    /// server cannot be reached (or none of the hosts listed suits, naming each), [`Error::Migrate`] if a migration fails — or if the
     /// server is still a hot standby at the end of
     /// [`PostgresOptions::connect_timeout`] (it is asked again until then: a standby
     /// may be being promoted).
