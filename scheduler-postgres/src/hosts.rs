@@ -10,10 +10,11 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection};
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sea_orm::sqlx::{self, Connection, Executor, Row};
 use sea_orm::{DbErr, RuntimeErr};
 
@@ -46,7 +47,7 @@ impl SessionAttrs {
 }
 
 /// The servers a URL lists, in order, and how to choose among them.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Hosts {
     /// One set of options per host, in the URL's order.
     targets: Vec<PgConnectOptions>,
@@ -61,7 +62,15 @@ pub(crate) struct Hosts {
     /// The pool's own options (logging, statement cache, application name), once it
     /// is built: the hosts [`after_connect`](Self::after_connect) tries get them.
     template: OnceLock<PgConnectOptions>,
+    /// The host [`after_connect`](Self::after_connect) last moved a connection to,
+    /// or [`NOWHERE`], for [`follow`](Self::follow) to aim the pool at.
+    moved: AtomicUsize,
+    /// Whether a [`repoint`](Self::repoint) is under way.
+    repointing: AtomicBool,
 }
+
+/// No host: [`Hosts::moved`] when no connection moved.
+const NOWHERE: usize = usize::MAX;
 
 /// The parameters read here, taken out of the URL sqlx reads.
 const OURS: [&str; 5] = [
@@ -213,6 +222,8 @@ impl Hosts {
             random,
             base_url,
             template: OnceLock::new(),
+            moved: AtomicUsize::new(NOWHERE),
+            repointing: AtomicBool::new(false),
         }))
     }
 
@@ -340,10 +351,42 @@ impl Hosts {
         if self.suits(conn).await? {
             return Ok(());
         }
-        let (_, fresh) = self.walk().await.map_err(sqlx::Error::Protocol)?;
+        let (index, fresh) = self.walk().await.map_err(sqlx::Error::Protocol)?;
+        self.moved.store(index, Ordering::Relaxed);
         let old = std::mem::replace(conn, fresh);
         let _ = old.close().await;
         Ok(())
+    }
+
+    /// Aims `pool`'s next connections at the host a connection last moved to, if one
+    /// did since the last call: called by the store after it got a connection.
+    pub(crate) fn follow(&self, pool: &PgPool) {
+        let index = self.moved.swap(NOWHERE, Ordering::Relaxed);
+        if index != NOWHERE {
+            let aimed = self.aim(index, pool.connect_options().as_ref().clone());
+            pool.set_connect_options(aimed);
+        }
+    }
+
+    /// In the background, aims `pool`'s next connections at the first host that
+    /// suits now: called by the store when the pool could not connect (its host is
+    /// down). One at a time; a walk that finds none leaves the pool as it was.
+    pub(crate) fn repoint(self: &Arc<Self>, pool: &PgPool) {
+        if self.repointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (hosts, pool) = (Arc::clone(self), pool.clone());
+        tokio::spawn(async move {
+            match hosts.walk().await {
+                Ok((index, conn)) => {
+                    let _ = conn.close().await;
+                    let aimed = hosts.aim(index, pool.connect_options().as_ref().clone());
+                    pool.set_connect_options(aimed);
+                }
+                Err(why) => tracing::warn!(%why, "no host of the URL can be reached"),
+            }
+            hosts.repointing.store(false, Ordering::Release);
+        });
     }
 }
 

@@ -122,7 +122,8 @@ impl PostgresStore {
         };
         let bounded = Pooling::of(&options).bound_connections(options.statement_timeout);
         let first = hosts.as_ref().map(|h| h.base_url.clone());
-        let connect = pool_options(&plain_url, &options, hosts.map(Arc::new), start, bounded);
+        let hosts = hosts.map(Arc::new);
+        let connect = pool_options(&plain_url, &options, hosts.clone(), start, bounded);
         let db = match Database::connect(connect).await {
             Ok(db) => db,
             Err(cause) => {
@@ -130,7 +131,8 @@ impl PostgresStore {
                 return Err(connect_failed(url, options.connect_timeout, cause).await);
             }
         };
-        Self::start(Session::new(db, &options, bounded, true)?, options).await
+        let session = Session::new(db, &options, bounded, true)?.with_hosts(hosts);
+        Self::start(session, options).await
     }
 
     /// Uses the app's own pool. Runs the migrations unless `options` says not to.

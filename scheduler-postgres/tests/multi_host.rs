@@ -9,6 +9,7 @@ mod support;
 
 use std::time::Duration;
 
+use scheduler_core::Store;
 use scheduler_postgres::{Error, PostgresOptions, PostgresStore, connect_options};
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{Database, DatabaseConnection};
@@ -219,4 +220,54 @@ async fn a_hot_standby_listed_first_is_skipped_for_primary_and_read_write() {
         .expect_err("a standby is not a primary");
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     assert!(err.to_string().contains("a standby (in recovery)"), "{err}");
+}
+
+#[tokio::test]
+async fn the_store_moves_to_the_next_host_when_its_own_goes_down() {
+    let db = TestDb::new().await;
+    let (second, name) = port_and_name(db.direct_url());
+    // The second host has the lease table, as a promoted replica would.
+    support::hostile::store(db.direct_url()).await;
+    let first = tokio::task::spawn_blocking(TestServer::start)
+        .await
+        .expect("join")
+        .expect("server");
+    let first_admin = admin(&first.direct_url("postgres")).await;
+    exec(&first_admin, &format!("CREATE DATABASE {name}")).await;
+    drop(first_admin);
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{second}/{name}",
+        first.port()
+    );
+    let options = PostgresOptions::default().connect_timeout(Duration::from_secs(1));
+    let store = PostgresStore::connect(&url, options).await.expect("store");
+    assert_eq!(server_port(store.connection()).await, first.port());
+    let first = tokio::task::spawn_blocking(move || {
+        first.stop().expect("stop");
+        first
+    })
+    .await
+    .expect("join");
+    // Calls fail while the pool still aims at the stopped server (its kept
+    // connection is gone, then it cannot connect); after that the store's calls
+    // reach the second host. A lease take proves it writes there.
+    let mut failures = Vec::new();
+    let mut taken = None;
+    for _ in 0..6 {
+        match store.now().await {
+            Err(err) => failures.push(err.to_string()),
+            Ok(_) => {
+                let t = tick(&store, 2).await;
+                taken = Some(take(&store, &["moved"], t).await.expect("take"));
+                break;
+            }
+        }
+    }
+    assert!(
+        taken.is_some(),
+        "never reached the second host: {failures:?}"
+    );
+    println!("calls failed before the move: {failures:?}");
+    assert!(failures.len() <= 4, "{failures:?}");
+    drop(first);
 }
