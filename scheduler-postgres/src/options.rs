@@ -261,9 +261,10 @@ pub(crate) fn millis(bound: Duration) -> u64 {
 /// `load_balance_hosts=random` and `connect_timeout` (seconds, per host). The pool
 /// opens on the first host listed, without trying it
 /// ([`PostgresStore::connect`](crate::PostgresStore::connect) tries each in turn and
-/// opens on the first that suits). With `read-write` or `primary`, each new
-/// connection is checked by one statement, and one to a server that does not suit is
-/// replaced by one to the first host that does.
+/// opens on the first that suits, and aims its pool at another when its host goes
+/// down). With `read-write` or `primary`, each new connection is checked by one
+/// statement, and one to a server that does not suit is replaced by one to the first
+/// host that does.
 ///
 /// # Errors
 /// [`Error::InvalidUrl`] if the URL does not parse, or lists hosts it cannot pair

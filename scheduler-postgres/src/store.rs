@@ -104,7 +104,9 @@ impl PostgresStore {
     ///
     /// When the URL lists several hosts (see [`connect_options`](crate::connect_options)),
     /// they are tried in order, each within its `connect_timeout`, and the pool opens on
-    /// the first that accepts a connection and suits `target_session_attrs`.
+    /// the first that accepts a connection and suits `target_session_attrs`. When the
+    /// pool later cannot connect (that host went down), the first host that suits then
+    /// is found in the background, and the pool's next connections go there.
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
