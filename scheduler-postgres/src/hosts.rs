@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sea_orm::DbErr;
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sea_orm::sqlx::{self, Connection, Executor, Row};
-use sea_orm::{DbErr, RuntimeErr};
 
 use crate::error::{Error, Result};
 
@@ -260,7 +260,7 @@ impl Hosts {
             }
             Err(why) => Err(Error::Connect {
                 server: Some(self.describe()),
-                cause: DbErr::Conn(RuntimeErr::Internal(why)),
+                cause: DbErr::Custom(why),
             }),
         }
     }

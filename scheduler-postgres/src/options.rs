@@ -327,7 +327,10 @@ pub(crate) fn pool_options(
     }
     let check = hosts.filter(|h| h.attrs != SessionAttrs::Any);
     // `SET` takes no parameters; this is an integer, not text.
-    let set = bound.map(|b| format!("SET statement_timeout = {}", millis(b)));
+    let set = bound.map(|bound| {
+        let bound_ms = millis(bound);
+        format!("SET statement_timeout = {bound_ms}")
+    });
     if check.is_some() || set.is_some() {
         connect.map_sqlx_postgres_pool_opts(move |pool| {
             let (check, set) = (check.clone(), set.clone());

@@ -219,7 +219,12 @@ async fn a_hot_standby_listed_first_is_skipped_for_primary_and_read_write() {
         .await
         .expect_err("a standby is not a primary");
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
-    assert!(err.to_string().contains("a standby (in recovery)"), "{err}");
+    let text = err.to_string();
+    let starts = format!(
+        "cannot connect to the database at 127.0.0.1:{port}: no host suits target_session_attrs=primary: 127.0.0.1:{port}: a standby (in recovery); check",
+        port = standby.port()
+    );
+    assert!(text.starts_with(&starts), "{text}");
 }
 
 #[tokio::test]
