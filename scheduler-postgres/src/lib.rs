@@ -64,6 +64,7 @@ pub mod error;
 pub mod fenced;
 mod hints;
 pub mod history;
+mod hosts;
 pub mod keyed;
 mod migrate;
 pub mod options;

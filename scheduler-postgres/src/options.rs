@@ -1,5 +1,6 @@
 //! [`PostgresOptions`], the URL's `pgbouncer` parameter, and [`connect_options`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use scheduler_migrations::TableName;
@@ -7,6 +8,7 @@ use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{ConnectOptions, DbErr, RuntimeErr};
 
 use crate::error::{Error, Result, sqlx_error};
+use crate::hosts::{Hosts, SessionAttrs};
 
 /// How a [`PostgresStore`](crate::PostgresStore) connects and where it keeps its
 /// leases.
@@ -219,48 +221,16 @@ impl Pooling {
         }
     }
 
-    /// Sets up a pool for this mode.
-    pub(crate) fn configure(self, connect: &mut ConnectOptions) {
-        if self == Pooling::Transaction {
-            // sqlx names every statement it prepares; with the cache off each gets a
-            // fresh name (never reused on another server connection), and transactions
-            // opened by the store start with `DEALLOCATE ALL` so the names of other
-            // clients' statements left on a server connection cannot clash.
-            connect.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
-        }
-    }
-
-    /// Sets up a pool the store creates for itself so that each of its connections
-    /// carries `timeout` as its `statement_timeout` (a `SET` once per connection, when
-    /// it is opened), and returns the bound that sets: directly on PostgreSQL only.
-    /// Behind a transaction pooler a session setting would land on whichever server
-    /// connection the pooler handed out, so there it is `None`.
+    /// The `statement_timeout` every connection of a pool the store creates for
+    /// itself carries (a `SET` once per connection, when it is opened): directly on
+    /// PostgreSQL only. Behind a transaction pooler a session setting would land on
+    /// whichever server connection the pooler handed out, so there it is `None`.
     ///
     /// It is a session setting, not a startup parameter, so that `SET LOCAL
     /// statement_timeout TO DEFAULT` (in [`Session::begin`](crate::session::Session::begin)) gives a transaction the
     /// server's own default back.
-    pub(crate) fn bound_connections(
-        self,
-        connect: &mut ConnectOptions,
-        timeout: Duration,
-    ) -> Option<Duration> {
-        if self != Pooling::Direct {
-            return None;
-        }
-        let bound_ms = millis(timeout);
-        // `SET` takes no parameters; this is an integer, not text.
-        let set = format!("SET statement_timeout = {bound_ms}");
-        connect.map_sqlx_postgres_pool_opts(move |pool| {
-            let set = set.clone();
-            pool.after_connect(move |conn, _| {
-                let set = sea_orm::sqlx::AssertSqlSafe(set.clone());
-                Box::pin(async move {
-                    use sea_orm::sqlx::Executor;
-                    conn.execute(sea_orm::sqlx::raw_sql(set)).await.map(drop)
-                })
-            })
-        });
-        Some(Duration::from_millis(bound_ms))
+    pub(crate) fn bound_connections(self, timeout: Duration) -> Option<Duration> {
+        (self == Pooling::Direct).then(|| Duration::from_millis(millis(timeout)))
     }
 }
 
@@ -286,12 +256,47 @@ pub(crate) fn millis(bound: Duration) -> u64 {
 /// minute are closed, so few are left to go stale behind a load balancer or firewall
 /// that cuts idle connections, and sqlx replaces each after 30 minutes.
 ///
+/// A URL may list several hosts, as libpq reads it (`postgres://u@h1:p1,h2:p2/db`, or
+/// `?host=h1,h2&port=p1,p2`), with `target_session_attrs=any|read-write|primary`,
+/// `load_balance_hosts=random` and `connect_timeout` (seconds, per host). The pool
+/// opens on the first host listed, without trying it
+/// ([`PostgresStore::connect`](crate::PostgresStore::connect) tries each in turn and
+/// opens on the first that suits, and aims its pool at another when its host goes
+/// down). With `read-write` or `primary`, each new connection is checked by one
+/// statement, and one to a server that does not suit is replaced by one to the first
+/// host that does.
+///
 /// # Errors
-/// [`Error::InvalidUrl`] if the URL does not parse.
+/// [`Error::InvalidUrl`] if the URL does not parse, or lists hosts it cannot pair
+/// with its ports, or asks for another `target_session_attrs`.
 pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOptions> {
     let (options, url) = options.clone().with_url(url);
-    check_url(&url)?;
-    let mut connect = ConnectOptions::new(url);
+    let hosts = parse_url(&url, &options)?;
+    Ok(pool_options(&url, &options, hosts.map(Arc::new), 0, None))
+}
+
+/// The hosts `url` lists ([`Hosts`]), or `None` for a URL of one server that sqlx
+/// reads as it is; checked either way.
+pub(crate) fn parse_url(url: &str, options: &PostgresOptions) -> Result<Option<Hosts>> {
+    check_scheme(url)?;
+    let hosts = Hosts::parse(url, options.connect_timeout)?;
+    if hosts.is_none() {
+        check_url(url)?;
+    }
+    Ok(hosts)
+}
+
+/// [`connect_options`] of a checked `url`: on `hosts`' host `start` when it lists
+/// several, each new connection checked when `target_session_attrs` asks; with
+/// `bound`, each given it as its `statement_timeout`.
+pub(crate) fn pool_options(
+    url: &str,
+    options: &PostgresOptions,
+    hosts: Option<Arc<Hosts>>,
+    start: usize,
+    bound: Option<Duration>,
+) -> ConnectOptions {
+    let mut connect = ConnectOptions::new(hosts.as_ref().map_or(url, |h| &h.base_url));
     connect
         .max_connections(options.max_connections)
         .min_connections(0)
@@ -300,8 +305,52 @@ pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOp
         .test_before_acquire(false)
         .idle_timeout(IDLE_TIMEOUT)
         .sqlx_logging(false);
-    Pooling::of(&options).configure(&mut connect);
-    Ok(connect)
+    // sea-orm keeps one function of each kind: each is installed once, doing it all.
+    let no_cache = Pooling::of(options) == Pooling::Transaction;
+    if no_cache || hosts.is_some() {
+        let hosts = hosts.clone();
+        connect.map_sqlx_postgres_opts(move |o| {
+            // sqlx names every statement it prepares; with the cache off each gets a
+            // fresh name (never reused on another server connection), and transactions
+            // opened by the store start with `DEALLOCATE ALL` so the names of other
+            // clients' statements left on a server connection cannot clash.
+            let o = if no_cache {
+                o.statement_cache_capacity(0)
+            } else {
+                o
+            };
+            match &hosts {
+                Some(hosts) => hosts.aim(start, o),
+                None => o,
+            }
+        });
+    }
+    let check = hosts.filter(|h| h.attrs != SessionAttrs::Any);
+    // `SET` takes no parameters; this is an integer, not text.
+    let set = bound.map(|bound| {
+        let bound_ms = millis(bound);
+        format!("SET statement_timeout = {bound_ms}")
+    });
+    if check.is_some() || set.is_some() {
+        connect.map_sqlx_postgres_pool_opts(move |pool| {
+            let (check, set) = (check.clone(), set.clone());
+            pool.after_connect(move |conn, _| {
+                let (check, set) = (check.clone(), set.clone());
+                Box::pin(async move {
+                    use sea_orm::sqlx::Executor;
+                    if let Some(hosts) = check {
+                        hosts.after_connect(conn).await?;
+                    }
+                    if let Some(set) = set {
+                        let set = sea_orm::sqlx::AssertSqlSafe(set);
+                        conn.execute(sea_orm::sqlx::raw_sql(set)).await?;
+                    }
+                    Ok(())
+                })
+            })
+        });
+    }
+    connect
 }
 
 /// The connect options of [`PostgresOptions::listen_url`], if set: named after the
@@ -407,14 +456,21 @@ fn pgbouncer_param(url: &str) -> (String, bool) {
     }
 }
 
+/// Rejects a URL of another scheme.
+fn check_scheme(url: &str) -> Result<()> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(())
+    } else {
+        Err(Error::InvalidUrl {
+            reason: "it must start with postgres:// or postgresql://".to_owned(),
+        })
+    }
+}
+
 /// Rejects what does not parse as a PostgreSQL URL before any connection is tried.
 fn check_url(url: &str) -> Result<()> {
     use std::str::FromStr;
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(Error::InvalidUrl {
-            reason: "it must start with postgres:// or postgresql://".to_owned(),
-        });
-    }
+    check_scheme(url)?;
     sea_orm::sqlx::postgres::PgConnectOptions::from_str(url)
         .map(drop)
         .map_err(|e| Error::InvalidUrl {

@@ -17,6 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sea_orm::sqlx::pool::PoolConnection;
+use sea_orm::sqlx::{PgPool, Postgres};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, QueryResult,
     RuntimeErr, Statement, TransactionTrait, Value,
@@ -24,6 +26,7 @@ use sea_orm::{
 use sea_query_sqlx::SqlxValues;
 
 use crate::error::{Error, Result};
+use crate::hosts::Hosts;
 pub(crate) use crate::options::Pooling;
 use crate::options::{PostgresOptions, millis};
 
@@ -58,6 +61,9 @@ pub(crate) struct Session {
     /// Whether the store created the pool (else it is the app's, left open by
     /// [`Session::close`]).
     owns_pool: bool,
+    /// The hosts of a URL that lists several, when the store created the pool: its
+    /// connections are aimed at the one that suits ([`Session::acquire`]).
+    hosts: Option<Arc<Hosts>>,
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -117,7 +123,28 @@ impl Session {
             keyed,
             owns_pool,
             bounded_connections,
+            hosts: None,
         })
+    }
+
+    /// This session on a pool over `hosts`, which it aims at the host that suits.
+    pub(crate) fn with_hosts(mut self, hosts: Option<Arc<Hosts>>) -> Self {
+        self.hosts = hosts;
+        self
+    }
+
+    /// A connection of the pool. Over several hosts, the pool is aimed at the host a
+    /// new connection moved to, or, when it could not connect, at the first that
+    /// suits, found in the background for the next call.
+    async fn acquire(&self, pool: &PgPool) -> Result<PoolConnection<Postgres>, DbErr> {
+        let acquired = pool.acquire().await;
+        if let Some(hosts) = &self.hosts {
+            match &acquired {
+                Ok(_) => hosts.follow(pool),
+                Err(_) => hosts.repoint(pool),
+            }
+        }
+        acquired.map_err(acquire)
     }
 
     /// The pool.
@@ -189,7 +216,7 @@ impl Session {
             return Ok(Checkout::new(Held::Kept(taken), persistent));
         }
         let pool = self.db.get_postgres_connection_pool();
-        let conn = pool.acquire().await.map_err(acquire)?;
+        let conn = self.acquire(pool).await?;
         Ok(Checkout::new(
             Held::Pooled(conn, spare.cloned()),
             persistent,
@@ -328,7 +355,7 @@ impl Session {
             None => format!("BEGIN; {}", self.idle_guard),
         };
         let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(acquire)?;
+        let mut conn = self.acquire(pool).await?;
         let query = sqlx::query_with(
             sqlx::AssertSqlSafe(sql),
             SqlxValues(sea_orm::sea_query::Values(values)),

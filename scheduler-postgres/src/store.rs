@@ -18,7 +18,7 @@ use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryRes
 use crate::controls_sql::ControlSql;
 use crate::error::{Error, Result};
 use crate::migrate;
-use crate::options::{PostgresOptions, connect_failed, connect_options, listen_options};
+use crate::options::{PostgresOptions, connect_failed, listen_options, parse_url, pool_options};
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
@@ -53,7 +53,7 @@ use crate::watch::Watcher;
 ///   server connection;
 /// - the transactions the store opens ([`fenced`](Self::fenced), keyed processing,
 ///   migrations, the run history's table) start with `DEALLOCATE ALL`, and the pool is
-///   built with sqlx's statement cache off ([`connect_options`]), so the statements
+///   built with sqlx's statement cache off ([`connect_options`](crate::connect_options)), so the statements
 ///   sqlx prepares inside them get fresh names that nothing else uses;
 /// - migrations take a transaction-level advisory lock, which PgBouncer does not
 ///   break (a session lock would be lost between transactions);
@@ -65,7 +65,7 @@ use crate::watch::Watcher;
 /// [`begin`](Self::begin) (or [`fenced`](Self::fenced)) — a plain `begin()` of the
 /// pool lacks the `DEALLOCATE ALL` — as a statement outside a transaction may be
 /// parsed on one server connection and executed on another. To hand
-/// [`open`](Self::open) a pool of your own, build it with [`connect_options`] and
+/// [`open`](Self::open) a pool of your own, build it with [`connect_options`](crate::connect_options) and
 /// pass [`PostgresOptions::for_url`] (both read `pgbouncer=true`). PgBouncer must accept
 /// the startup parameters sqlx sends: `ignore_startup_parameters =
 /// extra_float_digits,options`.
@@ -102,24 +102,39 @@ impl PostgresStore {
     /// the server's default back. For statements that may run longer, use `begin`, or
     /// a pool of your own with [`open`](Self::open).
     ///
+    /// When the URL lists several hosts (see [`connect_options`](crate::connect_options)),
+    /// they are tried in order, each within its `connect_timeout`, and the pool opens on
+    /// the first that accepts a connection and suits `target_session_attrs`. When the
+    /// pool later cannot connect (that host went down), the first host that suits then
+    /// is found in the background, and the pool's next connections go there.
+    ///
     /// # Errors
     /// [`Error::InvalidUrl`] if the URL does not parse, [`Error::Connect`] if the
-    /// server cannot be reached, [`Error::Migrate`] if a migration fails — or if the
+    /// server cannot be reached (or none of the hosts listed suits, naming each), [`Error::Migrate`] if a migration fails — or if the
     /// server is still a hot standby at the end of
     /// [`PostgresOptions::connect_timeout`] (it is asked again until then: a standby
     /// may be being promoted).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
         let (options, plain_url) = options.with_url(url);
-        let mut connect = connect_options(url, &options)?;
-        let bounded =
-            Pooling::of(&options).bound_connections(&mut connect, options.statement_timeout);
+        let hosts = parse_url(&plain_url, &options)?;
+        // Several hosts: the pool opens on the first that suits.
+        let start = match &hosts {
+            Some(hosts) => hosts.pick().await?,
+            None => 0,
+        };
+        let bounded = Pooling::of(&options).bound_connections(options.statement_timeout);
+        let first = hosts.as_ref().map(|h| h.base_url.clone());
+        let hosts = hosts.map(Arc::new);
+        let connect = pool_options(&plain_url, &options, hosts.clone(), start, bounded);
         let db = match Database::connect(connect).await {
             Ok(db) => db,
             Err(cause) => {
-                return Err(connect_failed(&plain_url, options.connect_timeout, cause).await);
+                let url = first.as_deref().unwrap_or(&plain_url);
+                return Err(connect_failed(url, options.connect_timeout, cause).await);
             }
         };
-        Self::start(Session::new(db, &options, bounded, true)?, options).await
+        let session = Session::new(db, &options, bounded, true)?.with_hosts(hosts);
+        Self::start(session, options).await
     }
 
     /// Uses the app's own pool. Runs the migrations unless `options` says not to.
