@@ -62,6 +62,7 @@ mod controls_sql;
 pub mod diagnostics;
 pub mod error;
 pub mod fenced;
+mod guard;
 mod hints;
 pub mod history;
 mod hosts;

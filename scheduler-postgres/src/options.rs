@@ -8,6 +8,7 @@ use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{ConnectOptions, DbErr, RuntimeErr};
 
 use crate::error::{Error, Result, sqlx_error};
+use crate::guard::PoolGuard;
 use crate::hosts::{Hosts, SessionAttrs};
 
 /// How a [`PostgresStore`](crate::PostgresStore) connects and where it keeps its
@@ -272,7 +273,14 @@ pub(crate) fn millis(bound: Duration) -> u64 {
 pub fn connect_options(url: &str, options: &PostgresOptions) -> Result<ConnectOptions> {
     let (options, url) = options.clone().with_url(url);
     let hosts = parse_url(&url, &options)?;
-    Ok(pool_options(&url, &options, hosts.map(Arc::new), 0, None))
+    Ok(pool_options(
+        &url,
+        &options,
+        hosts.map(Arc::new),
+        0,
+        None,
+        None,
+    ))
 }
 
 /// The hosts `url` lists ([`Hosts`]), or `None` for a URL of one server that sqlx
@@ -288,13 +296,15 @@ pub(crate) fn parse_url(url: &str, options: &PostgresOptions) -> Result<Option<H
 
 /// [`connect_options`] of a checked `url`: on `hosts`' host `start` when it lists
 /// several, each new connection checked when `target_session_attrs` asks; with
-/// `bound`, each given it as its `statement_timeout`.
+/// `bound`, each given it as its `statement_timeout`; with `guard`, each checked by
+/// it before it is handed out ([`PoolGuard::before_acquire`]).
 pub(crate) fn pool_options(
     url: &str,
     options: &PostgresOptions,
     hosts: Option<Arc<Hosts>>,
     start: usize,
     bound: Option<Duration>,
+    guard: Option<Arc<PoolGuard>>,
 ) -> ConnectOptions {
     let mut connect = ConnectOptions::new(hosts.as_ref().map_or(url, |h| &h.base_url));
     connect
@@ -331,8 +341,15 @@ pub(crate) fn pool_options(
         let bound_ms = millis(bound);
         format!("SET statement_timeout = {bound_ms}")
     });
-    if check.is_some() || set.is_some() {
+    if check.is_some() || set.is_some() || guard.is_some() {
         connect.map_sqlx_postgres_pool_opts(move |pool| {
+            let pool = match guard.clone() {
+                Some(guard) => pool.before_acquire(move |conn, meta| {
+                    let guard = guard.clone();
+                    Box::pin(async move { guard.before_acquire(conn, meta).await })
+                }),
+                None => pool,
+            };
             let (check, set) = (check.clone(), set.clone());
             pool.after_connect(move |conn, _| {
                 let (check, set) = (check.clone(), set.clone());

@@ -26,6 +26,7 @@ use sea_orm::{
 use sea_query_sqlx::SqlxValues;
 
 use crate::error::{Error, Result};
+use crate::guard::PoolGuard;
 use crate::hosts::Hosts;
 pub(crate) use crate::options::Pooling;
 use crate::options::{PostgresOptions, millis};
@@ -64,6 +65,9 @@ pub(crate) struct Session {
     /// The hosts of a URL that lists several, when the store created the pool: its
     /// connections are aimed at the one that suits ([`Session::acquire`]).
     hosts: Option<Arc<Hosts>>,
+    /// The pool's [`PoolGuard`], when the store created the pool: told of a lease
+    /// statement that failed for a lost or read-only server.
+    guard: Option<Arc<PoolGuard>>,
 }
 
 /// What [`Session::in_own_transaction`] hands back.
@@ -124,12 +128,19 @@ impl Session {
             owns_pool,
             bounded_connections,
             hosts: None,
+            guard: None,
         })
     }
 
     /// This session on a pool over `hosts`, which it aims at the host that suits.
     pub(crate) fn with_hosts(mut self, hosts: Option<Arc<Hosts>>) -> Self {
         self.hosts = hosts;
+        self
+    }
+
+    /// The session with the pool's [`PoolGuard`].
+    pub(crate) fn with_guard(mut self, guard: Arc<PoolGuard>) -> Self {
+        self.guard = Some(guard);
         self
     }
 
@@ -255,7 +266,15 @@ impl Session {
                 .await
                 .map(|(rows, _)| rows),
         };
-        rows.map_err(|source| Error::statement(operation, source))
+        rows.map_err(|source| {
+            let err = Error::statement(operation, source);
+            if let Some(guard) = &self.guard
+                && err.failure() != scheduler_core::StoreFailure::Other
+            {
+                guard.failed();
+            }
+            err
+        })
     }
 
     /// Runs one statement like [`query`](Self::query) and returns how many rows it
@@ -318,7 +337,15 @@ impl Session {
                 .await
                 .map(|(rows, _)| rows),
         };
-        rows.map_err(|source| Error::statement(operation, source))
+        rows.map_err(|source| {
+            let err = Error::statement(operation, source);
+            if let Some(guard) = &self.guard
+                && err.failure() != scheduler_core::StoreFailure::Other
+            {
+                guard.failed();
+            }
+            err
+        })
     }
 
     /// Runs `sql` alone on a connection of the pool, in autocommit: its rows. On a

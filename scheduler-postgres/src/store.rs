@@ -17,6 +17,7 @@ use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryRes
 
 use crate::controls_sql::ControlSql;
 use crate::error::{Error, Result};
+use crate::guard::PoolGuard;
 use crate::migrate;
 use crate::options::{PostgresOptions, connect_failed, listen_options, parse_url, pool_options};
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
@@ -125,15 +126,33 @@ impl PostgresStore {
         let bounded = Pooling::of(&options).bound_connections(options.statement_timeout);
         let first = hosts.as_ref().map(|h| h.base_url.clone());
         let hosts = hosts.map(Arc::new);
-        let connect = pool_options(&plain_url, &options, hosts.clone(), start, bounded);
-        let db = match Database::connect(connect).await {
+        let guard = Arc::new(PoolGuard::new(options.max_connections));
+        let connect = pool_options(
+            &plain_url,
+            &options,
+            hosts.clone(),
+            start,
+            bounded,
+            Some(guard.clone()),
+        );
+        let mut db = match Database::connect(connect).await {
             Ok(db) => db,
             Err(cause) => {
                 let url = first.as_deref().unwrap_or(&plain_url);
                 return Err(connect_failed(url, options.connect_timeout, cause).await);
             }
         };
-        let session = Session::new(db, &options, bounded, true)?.with_hosts(hosts);
+        // Every statement on the pool that fails, the app's included, has the next
+        // connections handed out checked ([`PoolGuard`]).
+        let failed = guard.clone();
+        db.set_metric_callback(move |info| {
+            if info.failed {
+                failed.failed();
+            }
+        });
+        let session = Session::new(db, &options, bounded, true)?
+            .with_hosts(hosts)
+            .with_guard(guard);
         Self::start(session, options).await
     }
 
