@@ -5,7 +5,8 @@
 //!
 //! - take + release of one lease; takes of 100 and 1,000 leases; a losing take of 100
 //!   (every lease held elsewhere); a renewal of 100: the store against its own
-//!   statement text ([`PostgresStore::lease_sql`]) run raw;
+//!   statement text ([`PostgresStore::lease_sql`]: the take it sends once it knows
+//!   the pauses) run raw;
 //! - the clock read: `store.now()` against `SELECT clock_timestamp()`;
 //! - a release of 1,000 leases planned generically (`plan_cache_mode =
 //!   force_generic_plan`) against the same release planned for its arguments, with
@@ -46,7 +47,9 @@ struct Bench {
     /// A connection of the baseline's own: the store's statements, sent raw.
     raw: Mutex<PgConnection>,
     /// The take, renew and release statements, as the store sends them.
-    sql: [String; 3],
+    sql: [String; 4],
+    /// The control version the raw take is sent at.
+    version: i64,
     /// Microseconds of the last tick handed out.
     tick: AtomicI64,
     /// Holders handed out to the raw statements.
@@ -64,12 +67,18 @@ impl Bench {
             .build()
             .unwrap();
         let url = rt.block_on(database());
-        let (store, raw) = rt.block_on(async {
+        let (store, raw, version) = rt.block_on(async {
             let store = PostgresStore::connect(&url, PostgresOptions::default())
                 .await
                 .unwrap();
-            let raw = PgConnection::connect(&url).await.unwrap();
-            (store, raw)
+            let mut raw = PgConnection::connect(&url).await.unwrap();
+            // No control changes during the bench: the version stays.
+            let version: i64 =
+                sqlx::query_scalar("SELECT version FROM scheduler_leases_version WHERE id = 1")
+                    .fetch_one(&mut raw)
+                    .await
+                    .unwrap();
+            (store, raw, version)
         });
         let sql = store.lease_sql().map(str::to_owned);
         Self {
@@ -78,6 +87,7 @@ impl Bench {
             url,
             raw: Mutex::new(raw),
             sql,
+            version,
             tick: Utc::now().timestamp_micros().into(),
             holders: AtomicU64::new(0),
         }
@@ -109,15 +119,15 @@ impl Bench {
         let tick = self.next_tick().at();
         let ticks = vec![tick; names.len()];
         let holders: Vec<String> = names.iter().map(|_| self.next_holder()).collect();
-        let rows: Vec<PgRow> = sqlx::query(sqlx::AssertSqlSafe(self.sql[0].as_str()))
+        // The take the store sends once it knows the pauses (after its first take):
+        // each request says it is not paused, at the table's control version.
+        let rows: Vec<PgRow> = sqlx::query(sqlx::AssertSqlSafe(self.sql[3].as_str()))
             .bind(names)
             .bind(&ticks)
             .bind(&holders)
             .bind(TTL_MS)
-            // No job or node: no pause applies (unnest pads them with NULLs).
-            .bind(Vec::<String>::new())
-            .bind(Vec::<String>::new())
-            .bind(Vec::<bool>::new())
+            .bind(vec![false; names.len()])
+            .bind(self.version)
             .fetch_all(&mut *conn)
             .await
             .unwrap();

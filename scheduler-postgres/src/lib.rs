@@ -69,6 +69,7 @@ mod hosts;
 pub mod keyed;
 mod migrate;
 pub mod options;
+mod pauses;
 mod row;
 mod session;
 mod sql;

@@ -13,12 +13,15 @@ pub(crate) const NOW: &str = "SELECT clock_timestamp() AS now";
 /// - take (`$1` names, `$2` ticks, `$3` holders, `$4` ttl in ms, `$5` jobs and `$6`
 ///   nodes, `''` for a request no pause applies to): one row per lease asked for,
 ///   `won`, held (`completed` when released as completed), or `paused`;
+/// - take known (`$1`–`$4` as take, `$5` whether each is paused, `$6` the control
+///   version that was decided on): as take, and a last row with the version;
 /// - renew (`$1` names, `$2` holders, `$3` ttl in ms): the renewed names and expiries;
 /// - release (`$1` names, `$2` holders, `$3` completed): the released names;
 /// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any.
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
     pub(crate) take: String,
+    pub(crate) take_known: String,
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) request_cancel: String,
@@ -29,6 +32,7 @@ impl Sql {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
         let controls = table.with_suffix("_controls");
+        let version = table.with_suffix("_version");
         let triggers = table.with_suffix("_triggers");
         // Whether a row's tick was completed: released as completed, or held by a
         // triggered run whose claim took it from a completed tick (the claim keeps that
@@ -79,48 +83,82 @@ impl Sql {
         // within a pause that ended with a catch-up. Each request looks its job up
         // by the controls table's primary key (a subplan per request, not a join),
         // and a request no pause applies to names the job `''`, which no pause names.
-        let take = format!(
-            "WITH req AS ( \
-               SELECT r.name, r.tick, r.holder, EXISTS ( \
-                 SELECT 1 FROM {controls} c \
-                 WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) \
-                   AND (c.paused OR (r.caught_up AND c.catch_up \
-                        AND r.tick BETWEEN c.since AND c.resumed_at)) \
-               ) AS paused \
-               FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[], \
-                           $7::bool[]) \
-                 AS r(name, tick, holder, job, node, caught_up) \
-             ), won AS ( \
-             INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
-             SELECT req.name, req.holder, req.tick, 1, now(), \
-                    now() + $4::bigint * interval '1 millisecond', NULL \
-             FROM req \
-             WHERE NOT req.paused AND NOT EXISTS ( \
-               SELECT 1 FROM {t} h WHERE h.name = req.name AND NOT ({pre}) \
-             ) \
-             ORDER BY req.name \
-             ON CONFLICT (name) DO UPDATE \
-               SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
-                   taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
-                   released_at = NULL \
-               WHERE {decide} \
-             RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
-             ) \
-             SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, \
-                    false AS paused, clock_timestamp() AS now \
-             FROM won \
-             UNION ALL \
-             SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
-                    h.name, h.holder, h.tick, h.token, h.expires_at, {held_completed}, \
-                    false, clock_timestamp() \
-             FROM {t} h JOIN req ON h.name = req.name \
-             WHERE NOT req.paused AND ({pre}) IS NOT TRUE \
-             UNION ALL \
-             SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, clock_timestamp() \
-             FROM req WHERE req.paused",
-            pre = free("h", "req.tick"),
-            decide = free("l", "excluded.tick"),
-            held_completed = completed("h"),
+        // The take's body after its `req` CTE, with `{extra}` added to every row
+        // (the known variant's version column) and `{tail}` after its last part.
+        let body = |req: &str, extra: &str, first_extra: &str, tail: &str| {
+            format!(
+                "WITH {req}, won AS ( \
+                 INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
+                 SELECT req.name, req.holder, req.tick, 1, now(), \
+                        now() + $4::bigint * interval '1 millisecond', NULL \
+                 FROM req \
+                 WHERE NOT req.paused AND NOT EXISTS ( \
+                   SELECT 1 FROM {t} h WHERE h.name = req.name AND NOT ({pre}) \
+                 ) \
+                 ORDER BY req.name \
+                 ON CONFLICT (name) DO UPDATE \
+                   SET holder = excluded.holder, tick = excluded.tick, token = l.token + 1, \
+                       taken_at = excluded.taken_at, expires_at = excluded.expires_at, \
+                       released_at = NULL \
+                   WHERE {decide} \
+                 RETURNING l.name, l.holder, l.tick, l.token, l.expires_at \
+                 ) \
+                 SELECT true AS won, name, holder, tick, token, expires_at, false AS completed, \
+                        false AS paused, clock_timestamp() AS now{first_extra} \
+                 FROM won \
+                 UNION ALL \
+                 SELECT h.holder = req.holder AND h.tick = req.tick AND h.released_at IS NULL, \
+                        h.name, h.holder, h.tick, h.token, h.expires_at, {held_completed}, \
+                        false, clock_timestamp(){extra} \
+                 FROM {t} h JOIN req ON h.name = req.name \
+                 WHERE NOT req.paused AND ({pre}) IS NOT TRUE \
+                 UNION ALL \
+                 SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, clock_timestamp(){extra} \
+                 FROM req WHERE req.paused{tail}",
+                pre = free("h", "req.tick"),
+                decide = free("l", "excluded.tick"),
+                held_completed = completed("h"),
+            )
+        };
+        let take = body(
+            &format!(
+                "req AS ( \
+                   SELECT r.name, r.tick, r.holder, EXISTS ( \
+                     SELECT 1 FROM {controls} c \
+                     WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) \
+                       AND (c.paused OR (r.caught_up AND c.catch_up \
+                            AND r.tick BETWEEN c.since AND c.resumed_at)) \
+                   ) AS paused \
+                   FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[], \
+                               $7::bool[]) \
+                     AS r(name, tick, holder, job, node, caught_up) \
+                 )"
+            ),
+            "",
+            "",
+            "",
+        );
+        // The take when the store knows the controls as of version `$6`
+        // ([`crate::pauses`]): each request says whether it is paused (`$5`, decided
+        // from that knowledge), and the controls table is not read at all (a lock on
+        // it, a `VACUUM FULL`, holds up no take). Only the version row is read: if it
+        // is no longer `$6` in the statement's snapshot, nothing is taken, and the
+        // last row (`version` not NULL, always there) says which version it is.
+        let take_known = body(
+            &format!(
+                "v AS (SELECT version FROM {version} WHERE id = 1), \
+                 req AS ( \
+                   SELECT r.name, r.tick, r.holder, r.paused \
+                   FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::bool[]) \
+                     AS r(name, tick, holder, paused) \
+                   WHERE (SELECT v.version FROM v) = $6::bigint \
+                 )"
+            ),
+            ", NULL::bigint",
+            ", NULL::bigint AS version",
+            " UNION ALL \
+             SELECT false, '', NULL, NULL, NULL, NULL, false, false, clock_timestamp(), \
+                    (SELECT v.version FROM v)",
         );
         // Renew and release: one UPDATE each, driven by the requested names in name
         // order, each name a probe of the primary key. Every part of `mine` is there
@@ -188,6 +226,7 @@ impl Sql {
         );
         Self {
             take,
+            take_known,
             renew,
             release,
             request_cancel,

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::PoolGuard;
 use crate::migrate;
 use crate::options::{PostgresOptions, connect_failed, listen_options, parse_url, pool_options};
+use crate::pauses::Pauses;
 use crate::row::{get, held_time, lease_from_row, name_from_row, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
@@ -87,6 +88,8 @@ pub struct PostgresStore {
     table: TableName,
     sql: Sql,
     controls: Arc<ControlSql>,
+    /// The pauses a take honours, as known to the store ([`Pauses`]).
+    pauses: Arc<Pauses>,
     /// The listener of announced control changes, shared by the clones.
     pub(crate) watch: Arc<Watcher>,
 }
@@ -184,6 +187,10 @@ impl PostgresStore {
             watch: Arc::new(Watcher::new(listen, controls.channel.clone())),
             session,
             sql: Sql::new(&options.table),
+            pauses: Arc::new(Pauses::new(
+                &options.table.with_suffix("_version"),
+                &options.table.with_suffix("_controls"),
+            )),
             controls: Arc::new(controls),
             table: options.table,
         };
@@ -233,11 +240,17 @@ impl PostgresStore {
         self.session.pooling() == Pooling::Transaction
     }
 
-    /// The take, renew and release statements' text, in that order: for tests that
-    /// look at their plans. Not part of the API.
+    /// The take, renew and release statements' text, in that order, then the take
+    /// when the pauses are known: for tests and benches that look at their plans or
+    /// send them raw. Not part of the API.
     #[doc(hidden)]
-    pub fn lease_sql(&self) -> [&str; 3] {
-        [&self.sql.take, &self.sql.renew, &self.sql.release]
+    pub fn lease_sql(&self) -> [&str; 4] {
+        [
+            &self.sql.take,
+            &self.sql.renew,
+            &self.sql.release,
+            &self.sql.take_known,
+        ]
     }
 
     /// Begins a transaction on the store's pool, for the app's own statements too.
@@ -316,6 +329,41 @@ fn keys_to_values(leases: &[LeaseKey]) -> (Value, Value) {
     (names.into(), holders.into())
 }
 
+/// A take's answer from its `rows` (won, held or paused, one per lease) and `clock`,
+/// the row whose `now` is the latest (the last one produced), received at
+/// `received`.
+fn taken_from_rows(
+    rows: &[QueryResult],
+    clock: Option<&QueryResult>,
+    received: std::time::Instant,
+) -> scheduler_core::Result<Taken> {
+    let mut taken = Taken::default();
+    for row in rows {
+        if get::<bool>(row, "paused", "take leases")? {
+            taken.paused.push(name_from_row(row, "take leases")?);
+        } else if get::<bool>(row, "won", "take leases")? {
+            taken.won.push(lease_from_row(row)?);
+        } else {
+            taken.held.push(Held {
+                name: name_from_row(row, "take leases")?,
+                tick: Tick::new(held_time(row, "tick")?),
+                expires_at: held_time(row, "expires_at")?,
+                completed: get(row, "completed", "take leases")?,
+            });
+        }
+    }
+    // The last row's clock: rows come in the order they were produced, so it is
+    // the latest, the closest to the answer's arrival (read once, not per row).
+    // The runtime takes the sample as read when this call returns: the time spent
+    // decoding since the rows arrived is added (a few milliseconds per thousand
+    // rows), so the sample still errs late, by the way back only, never early.
+    let now = clock
+        .map(|row| time(row, "now", "take leases"))
+        .transpose()?;
+    taken.now = now.map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
+    Ok(taken)
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
@@ -334,6 +382,41 @@ impl Store for PostgresStore {
             .iter()
             .map(|r| r.holder.as_str().to_owned())
             .collect();
+        if let Some(known) = self.pauses.known() {
+            // The pauses decided here, as of the version the statement checks.
+            let paused: Vec<bool> = requests
+                .iter()
+                .map(|r| (r.control.as_ref()).is_some_and(|k| known.paused(k, r.tick.at())))
+                .collect();
+            let values = vec![
+                names.clone().into(),
+                ticks.clone().into(),
+                holders.clone().into(),
+                ttl.as_millis().into(),
+                paused.into(),
+                known.version.into(),
+            ];
+            let rows = self
+                .session
+                .lease_query("take leases", &self.sql.take_known, values, ttl.get() / 4)
+                .await?;
+            let received = std::time::Instant::now();
+            let Some((last, rows)) = rows.split_last() else {
+                return Err(Error::BadRow {
+                    operation: "take leases",
+                    cause: DbErr::Custom("no version row".to_owned()),
+                }
+                .into());
+            };
+            let seen: i64 = get(last, "version", "take leases")?;
+            if seen == known.version {
+                return taken_from_rows(rows, Some(last), received);
+            }
+            // A control since: nothing was taken; ask again with the probe.
+            self.pauses.stale(&self.session, Some(seen));
+        } else {
+            self.pauses.stale(&self.session, None);
+        }
         // `''` where no pause applies: no pause names the job `''`.
         let mut caught_up = Vec::with_capacity(requests.len());
         let (jobs, nodes): (Vec<String>, Vec<String>) = requests
@@ -360,33 +443,7 @@ impl Store for PostgresStore {
             .lease_query("take leases", &self.sql.take, values, ttl.get() / 4)
             .await?;
         let received = std::time::Instant::now();
-        let mut taken = Taken::default();
-        for row in &rows {
-            if get::<bool>(row, "paused", "take leases")? {
-                taken.paused.push(name_from_row(row, "take leases")?);
-            } else if get::<bool>(row, "won", "take leases")? {
-                taken.won.push(lease_from_row(row)?);
-            } else {
-                taken.held.push(Held {
-                    name: name_from_row(row, "take leases")?,
-                    tick: Tick::new(held_time(row, "tick")?),
-                    expires_at: held_time(row, "expires_at")?,
-                    completed: get(row, "completed", "take leases")?,
-                });
-            }
-        }
-        // The last row's clock: rows come in the order they were produced, so it is
-        // the latest, the closest to the answer's arrival (read once, not per row).
-        // The runtime takes the sample as read when this call returns: the time spent
-        // decoding since the rows arrived is added (a few milliseconds per thousand
-        // rows), so the sample still errs late, by the way back only, never early.
-        let now = rows
-            .last()
-            .map(|row| time(row, "now", "take leases"))
-            .transpose()?;
-        taken.now =
-            now.map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
-        Ok(taken)
+        taken_from_rows(&rows, rows.last(), received)
     }
 
     async fn renew(&self, leases: &[LeaseKey], ttl: Ttl) -> scheduler_core::Result<Vec<Renewed>> {

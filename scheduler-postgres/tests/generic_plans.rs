@@ -213,7 +213,7 @@ async fn renew_and_release_stay_linear_under_a_generic_plan() {
     for analyzed in [Analyzed::WhileReleased, Analyzed::WhileHeld] {
         let db = TestDb::new().await;
         let (store, mut conn) = held_leases(&db, analyzed).await;
-        let [_, renew, release] = store.lease_sql();
+        let [_, renew, release, _] = store.lease_sql();
         let (names, holders) = arrays(&mut conn).await;
         failures.extend(
             check(
@@ -248,7 +248,7 @@ async fn take_stays_linear_under_a_generic_plan() {
     for analyzed in [Analyzed::WhileReleased, Analyzed::WhileHeld] {
         let db = TestDb::new().await;
         let (store, mut conn) = held_leases(&db, analyzed).await;
-        let [take, _, _] = store.lease_sql();
+        let [take, _, _, take_known] = store.lease_sql();
         let (names, _) = arrays(&mut conn).await;
         let row = sqlx::query(
             "SELECT quote_literal(array_agg(now() + interval '1 hour')::text) AS ticks, \
@@ -311,6 +311,34 @@ async fn take_stays_linear_under_a_generic_plan() {
                  SELECT name, CASE WHEN right(name, 1) < '5' THEN '' ELSE 'node-1' END, \
                         true, now(), 'test', '', 1 \
                  FROM scheduler_leases",
+            )
+            .await,
+        );
+        // The take when the pauses are known (each request says whether it is
+        // paused, the version row is read instead of the controls table): losing
+        // and winning, at the table's version.
+        let known_arguments = format!(
+            "{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000, \
+             array_fill(false, ARRAY[{NAMES}]), 0"
+        );
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("losing known take 1000, analyzed {analyzed:?}"),
+                take_known,
+                &known_arguments,
+                "UPDATE scheduler_leases_version SET version = 0",
+            )
+            .await,
+        );
+        failures.extend(
+            check(
+                &mut conn,
+                &format!("winning known take 1000, analyzed {analyzed:?}"),
+                take_known,
+                &known_arguments,
+                "UPDATE scheduler_leases SET expires_at = now() - interval '1 second'; \
+                 UPDATE scheduler_leases_version SET version = 0",
             )
             .await,
         );

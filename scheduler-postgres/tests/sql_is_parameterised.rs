@@ -51,6 +51,22 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
     ),
     ("mine", "sql.rs: the shared CTE, built from `{t}` only"),
     (
+        "req",
+        "sql.rs: the take's `req` CTE, built from literals, `{controls}` and `{version}`",
+    ),
+    (
+        "extra",
+        "sql.rs: one of two literals (\"\", \", NULL::bigint\")",
+    ),
+    (
+        "first_extra",
+        "sql.rs: one of two literals (\"\", \", NULL::bigint AS version\")",
+    ),
+    (
+        "tail",
+        "sql.rs: one of two literals (\"\", the known take's version row)",
+    ),
+    (
         "controls",
         "sql.rs, controls_sql.rs: TableName::with_suffix(\"_controls\"), a validated identifier",
     ),

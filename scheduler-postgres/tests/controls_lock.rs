@@ -1,0 +1,104 @@
+//! A lock of the controls table (`LOCK TABLE`, as an `ALTER TABLE`, a `VACUUM FULL`
+//! or a `pg_repack` takes it) holds up no take of a job nobody paused, and a paused
+//! job is still refused meanwhile: the store knows the pauses as of the control
+//! version, and a take reads only the version row while it has not moved.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use scheduler_core::{ControlRequest, LeaseName, Store, TakeRequest, Taken, Tick, Ttl};
+use scheduler_postgres::{PostgresOptions, PostgresStore};
+use sea_orm::{ConnectionTrait, Database, TransactionTrait};
+use test_postgres::TestDb;
+
+fn ttl() -> Ttl {
+    Ttl::new(Duration::from_secs(8)).expect("ttl")
+}
+
+async fn tick(store: &PostgresStore, offset: i64) -> Tick {
+    Tick::new(store.now().await.expect("now") + TimeDelta::seconds(offset))
+}
+
+async fn take(store: &PostgresStore, job: &str, tick: Tick) -> scheduler_core::Result<Taken> {
+    let request =
+        TakeRequest::new(LeaseName::new(job).expect("name"), tick).controlled_by(job, "a");
+    store.take(&[request], ttl()).await
+}
+
+#[tokio::test]
+async fn a_locked_controls_table_holds_up_no_unpaused_job() {
+    let db = TestDb::new().await;
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("connect");
+    let controls = store.controls().expect("controls");
+    controls
+        .pause(&ControlRequest::new("paused", "alice"))
+        .await
+        .expect("pause");
+    // The store learns the pauses (on a task of its own, after its first take).
+    for offset in 1..=3 {
+        take(&store, "warm-up", tick(&store, offset).await)
+            .await
+            .expect("take");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Another session holds the controls table locked, as `ALTER TABLE` would.
+    let admin = Database::connect(test_postgres::direct_url(db.url()))
+        .await
+        .expect("admin");
+    let lock = admin.begin().await.expect("begin");
+    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    // Unpaused jobs are taken at once, tick after tick; the paused one is refused.
+    for offset in 10..13 {
+        let t = tick(&store, offset).await;
+        let job = format!("free-{offset}");
+        let taken = take(&store, &job, t).await.expect("an unpaused take");
+        assert_eq!(taken.won.len(), 1, "{taken:?}");
+        let taken = take(&store, "paused", t).await.expect("a paused take");
+        assert!(taken.won.is_empty(), "a paused job won: {taken:?}");
+        assert_eq!(taken.paused.len(), 1, "{taken:?}");
+    }
+    lock.rollback().await.expect("rollback");
+}
+
+#[tokio::test]
+async fn a_pause_the_store_has_not_read_yet_is_never_skipped() {
+    let db = TestDb::new().await;
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("connect");
+    for offset in 1..=3 {
+        take(&store, "job", tick(&store, offset).await)
+            .await
+            .expect("take");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A pause lands, and the table is locked before the store could read it again:
+    // the take must not trust what it knew.
+    let admin = Database::connect(test_postgres::direct_url(db.url()))
+        .await
+        .expect("admin");
+    store
+        .controls()
+        .expect("controls")
+        .pause(&ControlRequest::new("job", "alice"))
+        .await
+        .expect("pause");
+    let lock = admin.begin().await.expect("begin");
+    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let t = tick(&store, 10).await;
+    match take(&store, "job", t).await {
+        Ok(taken) => assert!(taken.won.is_empty(), "a paused job won: {taken:?}"),
+        Err(err) => println!("refused while the table is locked: {err}"),
+    }
+    lock.rollback().await.expect("rollback");
+    let taken = take(&store, "job", t).await.expect("take");
+    assert!(taken.won.is_empty(), "{taken:?}");
+    assert_eq!(taken.paused.len(), 1, "{taken:?}");
+}
