@@ -134,7 +134,9 @@ impl Pauses {
 
     async fn read(&self, session: &Session) -> Result<Known> {
         const OPERATION: &str = "read the pauses";
-        let rows = session.query(OPERATION, &self.read, Vec::new()).await?;
+        let rows = session
+            .query_pooled(OPERATION, &self.read, Vec::new())
+            .await?;
         let mut known = Known::default();
         for row in &rows {
             known.version = get(row, "version", OPERATION)?;

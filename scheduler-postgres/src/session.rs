@@ -277,6 +277,31 @@ impl Session {
         })
     }
 
+    /// Runs one statement like [`query`](Self::query), but never on a connection the
+    /// store keeps between its own statements: for reads made on a task of their own
+    /// (a lock may hold them up, and the lease statements must not wait for their
+    /// connection), on a connection of the pool, checked by its guard before use.
+    ///
+    /// # Errors
+    /// [`Error::Statement`] for `operation`, with a hint by SQLSTATE.
+    pub(crate) async fn query_pooled(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>> {
+        match self.pooling {
+            Pooling::Direct => {
+                let stmt = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+                self.db
+                    .query_all_raw(stmt)
+                    .await
+                    .map_err(|source| Error::statement(operation, source))
+            }
+            Pooling::Transaction => self.query(operation, sql, values).await,
+        }
+    }
+
     /// Runs one statement like [`query`](Self::query) and returns how many rows it
     /// affected.
     ///
