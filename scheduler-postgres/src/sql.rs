@@ -181,21 +181,20 @@ impl Sql {
         //    record for every row before its update (about 137 B of WAL per renewed
         //    lease instead of 82). The UPDATE locks each row as it reaches it; a nested
         //    loop reaches them in the order of its outer side, `mine`, which is the
-        //    request sorted by name in the database's collation (the two `ARRAY(…
-        //    ORDER BY)`s: the order of take's `ORDER BY req.name`, which a client-side
-        //    sort by bytes is not under another collation). So renew, release and take
+        //    request sorted by name in the database's collation (the subquery's one
+        //    `ORDER BY`, one unnest and one sort: the order of take's `ORDER BY
+        //    req.name`, which a client-side sort by bytes is not under another
+        //    collation). So renew, release and take
         //    batches wait on each other in one order and never in a cycle; RETURNING
         //    hands the rows back in that order.
         // 3. Still conditional on the holder. A row updated meanwhile (a takeover, a
         //    release) is checked again, holder and release included, before it is
         //    written: all of them are conditions of the UPDATE itself.
-        let mine = "FROM unnest( \
-               ARRAY(SELECT r.name FROM unnest($1::text[], $2::text[]) AS r(name, holder) \
-                     ORDER BY r.name), \
-               ARRAY(SELECT r.holder FROM unnest($1::text[], $2::text[]) AS r(name, holder) \
-                     ORDER BY r.name), \
-               '{}'::timestamptz[] \
-             ) AS mine(name, holder, released_at) \
+        let mine = "FROM ( \
+               SELECT r.name, r.holder, NULL::timestamptz AS released_at \
+               FROM unnest($1::text[], $2::text[]) AS r(name, holder) \
+               ORDER BY r.name \
+             ) AS mine \
              WHERE l.name = ANY (ARRAY[mine.name]) \
                AND l.holder IS NOT DISTINCT FROM mine.holder \
                AND l.released_at IS NOT DISTINCT FROM mine.released_at";
