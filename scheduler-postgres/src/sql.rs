@@ -81,8 +81,8 @@ impl Sql {
         // and comes back as `paused` only, never as won or held. So is a request
         // whose tick a resume's catch-up runs (`caught_up`, `$7`) when the tick lies
         // within a pause that ended with a catch-up. Each request looks its job up
-        // by the controls table's primary key (a subplan per request, not a join),
-        // and a request no pause applies to names the job `''`, which no pause names.
+        // by the controls table's primary key (a subplan per request, not a join);
+        // a request no pause applies to names the job `''` and probes nothing.
         // The take's body after its `req` CTE, with `{extra}` added to every row
         // (the known variant's version column) and `{tail}` after its last part.
         let body = |req: &str, extra: &str, first_extra: &str, tail: &str| {
@@ -123,12 +123,12 @@ impl Sql {
         let take = body(
             &format!(
                 "req AS ( \
-                   SELECT r.name, r.tick, r.holder, EXISTS ( \
+                   SELECT r.name, r.tick, r.holder, CASE WHEN r.job = '' THEN false ELSE EXISTS ( \
                      SELECT 1 FROM {controls} c \
                      WHERE c.job = r.job AND c.node = ANY (ARRAY['', r.node]) \
                        AND (c.paused OR (r.caught_up AND c.catch_up \
                             AND r.tick BETWEEN c.since AND c.resumed_at)) \
-                   ) AS paused \
+                   ) END AS paused \
                    FROM unnest($1::text[], $2::timestamptz[], $3::text[], $5::text[], $6::text[], \
                                $7::bool[]) \
                      AS r(name, tick, holder, job, node, caught_up) \
