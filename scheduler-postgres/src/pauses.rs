@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use scheduler_core::ControlKey;
@@ -28,6 +29,9 @@ use scheduler_core::ControlKey;
 use crate::error::Result;
 use crate::row::{get, optional_time};
 use crate::session::Session;
+
+/// How long after a failed read of the pauses it is tried again.
+const READ_RETRY: Duration = Duration::from_secs(5);
 
 /// The rows that can refuse a take, as of one control version.
 #[derive(Debug, Default)]
@@ -75,6 +79,9 @@ pub(crate) struct Pauses {
     known: Mutex<Option<Arc<Known>>>,
     /// Whether a read is under way.
     reading: AtomicBool,
+    /// Not before this instant is a read tried again after one failed (a role
+    /// without `SELECT` on the version table, a lock): the takes probe meanwhile.
+    retry_at: Mutex<Option<Instant>>,
     /// The read: the version, and every row that can refuse a take.
     read: String,
 }
@@ -85,6 +92,7 @@ impl Pauses {
         Self {
             known: Mutex::new(None),
             reading: AtomicBool::new(false),
+            retry_at: Mutex::new(None),
             read: format!(
                 "SELECT v.version, c.job, c.node, c.paused, c.since, c.resumed_at, \
                         c.catch_up IS TRUE AS catch_up \
@@ -114,7 +122,12 @@ impl Pauses {
                 *known = None;
             }
         }
-        if self.reading.swap(true, Ordering::AcqRel) {
+        let waiting = self
+            .retry_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| Instant::now() < at);
+        if waiting || self.reading.swap(true, Ordering::AcqRel) {
             return;
         }
         let (pauses, session) = (self.clone(), session.clone());
@@ -125,7 +138,13 @@ impl Pauses {
                         Some(Arc::new(read));
                 }
                 Err(err) => {
-                    tracing::debug!(error = %err, "reading the pauses failed; takes probe the controls table meanwhile");
+                    *pauses
+                        .retry_at
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) =
+                        Some(Instant::now() + READ_RETRY);
+                    tracing::debug!(error = %err, retry_in = ?READ_RETRY,
+                        "reading the pauses failed; takes probe the controls table meanwhile");
                 }
             }
             pauses.reading.store(false, Ordering::Release);
