@@ -108,6 +108,7 @@ pub mod app;
 pub mod check;
 pub mod error;
 pub mod instance;
+pub mod patroni;
 pub mod proxy;
 pub mod record;
 pub mod report;
