@@ -182,10 +182,11 @@ fn warnings(verdict: &Verdict, from: DateTime<Utc>, to: DateTime<Utc>) -> String
 /// The scenario's numbers as one row.
 fn summary(name: &str, verdict: &Verdict, record: &Record, outage: &Outage) -> String {
     let f = &verdict.findings;
+    // The first run of a tick due after the fault.
     let next = record
         .runs
         .iter()
-        .filter(|r| r.started > outage.recovered)
+        .filter(|r| r.tick > outage.fault)
         .map(|r| r.started)
         .min();
     let ms = |d: TimeDelta| d.num_milliseconds();
@@ -194,9 +195,11 @@ fn summary(name: &str, verdict: &Verdict, record: &Record, outage: &Outage) -> S
     });
     let window_end = outage.ended + TimeDelta::seconds(3);
     format!(
-        "{name}: fault→writable {} ms, fault→next run {next}, ticks missed {} ({} in \
-         window), duplicates {}, fenced writes lost {}; WARN lines {}..{}: {}",
+        "{name}: fault→writable {} ms, fault→next tick run {next}, longest gap {} ms, \
+         ticks missed {} ({} in window), duplicates {}, fenced writes lost {}; WARN lines \
+         {}..{}: {}",
         ms(outage.recovered - outage.fault),
+        ms(f.longest_gap),
         f.misses,
         f.misses_in_window,
         f.duplicates,

@@ -33,6 +33,9 @@ restapi:
 etcd3:
   hosts: 127.0.0.1:{etcd}
   protocol: http
+  # The hosts are the driver's proxies: no discovery of the members' own
+  # addresses, which would bypass them.
+  use_proxies: true
 watchdog:
   mode: off
 bootstrap:
