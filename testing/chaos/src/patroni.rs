@@ -11,11 +11,11 @@
 //!
 //! Dropping the [`Cluster`] kills every process it started (Patroni, PostgreSQL and
 //! its children, etcd, HAProxy) and waits for them, panic or not, and removes the
-//! data directories (the logs stay).
+//! data directories (the logs stay). A watchdog shell does the same if the test
+//! process dies without dropping it (`SIGKILL`, `std::process::exit`).
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,10 +25,12 @@ use crate::proxy::Proxy;
 
 mod config;
 mod probe;
+mod process;
 
 pub use config::{LOOP_WAIT, PG_BIN, RETRY_TIMEOUT, TTL};
 pub use probe::writable;
 use probe::{execute, free_ports, http, local, make_dir, postgres_owner, wait_for};
+use process::{Daemon, children, signal, watchdog};
 
 /// The database the scenarios' lease tables live in.
 pub const DATABASE: &str = "chaos";
@@ -44,82 +46,6 @@ pub enum Role {
     Replica,
     /// The REST API does not answer.
     Down,
-}
-
-/// A process the cluster started, in a process group of its own; killed (the whole
-/// group) and reaped on drop.
-#[derive(Debug)]
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn spawn(mut command: Command, log: &Path, as_postgres: Option<(u32, u32)>) -> Result<Daemon> {
-        let out = std::fs::File::create(log).map_err(Error::io("create a daemon log"))?;
-        let err = out.try_clone().map_err(Error::io("clone a daemon log"))?;
-        command
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
-        if let Some((uid, gid)) = as_postgres {
-            command.uid(uid).gid(gid);
-        }
-        let child = command.spawn().map_err(Error::io("spawn a daemon"))?;
-        Ok(Daemon { child })
-    }
-
-    fn kill(&mut self) {
-        signal_group(self.child.id(), "KILL");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Sends `signal` to process group `pgid` (best effort).
-fn signal_group(pgid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Sends `signal` to each of `pids` (best effort).
-fn signal(pids: &[u32], signal: &str) {
-    if pids.is_empty() {
-        return;
-    }
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .args(pids.iter().map(u32::to_string))
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// The pids of the processes whose parent is `parent`.
-fn children(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // pid (comm) state ppid …: comm may hold spaces, not a ')'.
-            let after = stat.rsplit_once(')')?.1;
-            let ppid: u32 = after.split_whitespace().nth(1)?.parse().ok()?;
-            (ppid == parent).then_some(pid)
-        })
-        .collect()
 }
 
 /// One Patroni node: its ports, its Patroni process, and the proxies on its paths.
@@ -222,6 +148,7 @@ pub struct Cluster {
     dir: PathBuf,
     etcd: Option<Daemon>,
     haproxy: Option<Daemon>,
+    watchdog: Option<(Child, ChildStdin)>,
 }
 
 impl Cluster {
@@ -243,7 +170,10 @@ impl Cluster {
             dir: dir.to_path_buf(),
             etcd: None,
             haproxy: None,
+            watchdog: None,
         };
+        std::fs::create_dir_all(cluster.pids()).map_err(Error::io("create the pid directory"))?;
+        cluster.watchdog = Some(watchdog(dir)?);
         let etcd_dir = dir.join("etcd");
         make_dir(&etcd_dir, owner)?;
         let mut etcd = Command::new("etcd");
@@ -257,7 +187,12 @@ impl Cluster {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=chaos={peer}"))
             .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
-        cluster.etcd = Some(Daemon::spawn(etcd, &etcd_dir.join("etcd.log"), owner)?);
+        cluster.etcd = Some(Daemon::spawn(
+            etcd,
+            &etcd_dir.join("etcd.log"),
+            &cluster.pids(),
+            owner,
+        )?);
         wait_for(
             "etcd to answer /health",
             Duration::from_secs(30),
@@ -311,7 +246,12 @@ impl Cluster {
             .map_err(Error::io("write haproxy.cfg"))?;
         let mut haproxy = Command::new("haproxy");
         haproxy.arg("-db").arg("-f").arg(&haproxy_cfg);
-        cluster.haproxy = Some(Daemon::spawn(haproxy, &dir.join("haproxy.log"), None)?);
+        cluster.haproxy = Some(Daemon::spawn(
+            haproxy,
+            &dir.join("haproxy.log"),
+            &cluster.pids(),
+            None,
+        )?);
 
         wait_for(
             "a leader, a sync standby and a streaming replica",
@@ -338,7 +278,13 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// Where the daemons' pid files are, for the watchdog.
+    fn pids(&self) -> PathBuf {
+        self.dir.join("pids")
+    }
+
     fn spawn_patroni(&mut self, i: usize, owner: Option<(u32, u32)>) -> Result<()> {
+        let pids = self.pids();
         let node = &mut self.nodes[i];
         let mut patroni = Command::new("patroni");
         patroni
@@ -347,7 +293,7 @@ impl Cluster {
             .env("HOME", &node.dir)
             .env("USER", "postgres")
             .env("PYTHONUNBUFFERED", "1");
-        node.patroni = Some(Daemon::spawn(patroni, &node.log(), owner)?);
+        node.patroni = Some(Daemon::spawn(patroni, &node.log(), &pids, owner)?);
         Ok(())
     }
 
@@ -443,5 +389,9 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(node.dir.join("data"));
         }
         let _ = std::fs::remove_dir_all(self.dir.join("etcd/data"));
+        if let Some((mut watchdog, input)) = self.watchdog.take() {
+            drop(input);
+            let _ = watchdog.wait();
+        }
     }
 }
