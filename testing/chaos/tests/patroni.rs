@@ -197,7 +197,7 @@ fn summary(name: &str, verdict: &Verdict, record: &Record, outage: &Outage) -> S
     format!(
         "{name}: fault→writable {} ms, fault→next tick run {next}, longest gap {} ms, \
          ticks missed {} ({} in window), duplicates {}, fenced writes lost {}; WARN lines \
-         {}..{}: {}",
+         {}..{}: {}; after the fault, first run and runs: {}",
         ms(outage.recovered - outage.fault),
         ms(f.longest_gap),
         f.misses,
@@ -206,8 +206,26 @@ fn summary(name: &str, verdict: &Verdict, record: &Record, outage: &Outage) -> S
         f.lost_writes,
         time(outage.fault),
         time(window_end),
-        warnings(verdict, outage.fault, window_end)
+        warnings(verdict, outage.fault, window_end),
+        runs_after(record, outage.fault)
     )
+}
+
+/// Each instance's first run of a tick due after `fault` (ms after it) and how many
+/// such runs it started: back to work by itself.
+fn runs_after(record: &Record, fault: DateTime<Utc>) -> String {
+    let mut rows = Vec::new();
+    for name in ["a", "b", "c"] {
+        let runs: Vec<_> = (record.runs.iter())
+            .filter(|r| r.instance == name && r.tick > fault)
+            .collect();
+        let first = runs.iter().map(|r| r.started).min();
+        let first = first.map_or("-".to_owned(), |f| {
+            format!("{} ms", (f - fault).num_milliseconds())
+        });
+        rows.push(format!("{name} {first} ({})", runs.len()));
+    }
+    rows.join(", ")
 }
 
 /// Prints `line` and appends it to the report file.
