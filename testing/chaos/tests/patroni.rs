@@ -62,7 +62,8 @@ struct Outage {
     fault: DateTime<Utc>,
     /// When the instances' path reached a writable server again.
     recovered: DateTime<Utc>,
-    /// The end of the fault (the recovery, or the heal of an isolation if later).
+    /// The end of the fault: the new leader has a synchronous standby again (after
+    /// the heal of an isolation).
     ended: DateTime<Utc>,
 }
 
@@ -143,17 +144,41 @@ async fn inject(
     s.lease_database_moved(&cluster.nodes[new].direct_url())
         .await
         .unwrap();
-    let mut ended = recovered;
     if fault == Fault::Isolation {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ended = s.now().await.unwrap();
+        let healed = s.now().await.unwrap();
         cluster.nodes[leader].heal();
-        s.event(ended, format!("{old} reachable again"));
+        s.event(healed, format!("{old} reachable again"));
     }
+    let settled = settled(s, cluster, new).await;
     Outage {
         fault: at,
         recovered,
-        ended,
+        ended: settled,
+    }
+}
+
+/// Waits (up to 30 s) until the new leader `new` has a synchronous standby again:
+/// Patroni names one (`synchronous_standby_names`, then the `/sync` key) only once
+/// it streams from the new leader, and commits may wait on it while it does. The
+/// failover is over then; returns when (or, if none came, now).
+async fn settled(s: &mut Scenario, cluster: &Cluster, new: usize) -> DateTime<Utc> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let roles = cluster.roles().await;
+        if roles[new] == Role::Primary && roles.contains(&Role::Sync) {
+            let at = s.now().await.unwrap();
+            let sync = roles.iter().position(|r| *r == Role::Sync).unwrap();
+            let name = &cluster.nodes[sync].name;
+            s.event(at, format!("{name} is the synchronous standby again"));
+            return at;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let at = s.now().await.unwrap();
+            s.event(at, format!("no synchronous standby within 30 s: {roles:?}"));
+            return at;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -195,10 +220,12 @@ fn summary(name: &str, verdict: &Verdict, record: &Record, outage: &Outage) -> S
     });
     let window_end = outage.ended + TimeDelta::seconds(3);
     format!(
-        "{name}: fault→writable {} ms, fault→next tick run {next}, longest gap {} ms, \
+        "{name}: fault→writable {} ms, fault→sync standby again {} ms, fault→next tick run \
+         {next}, longest gap {} ms, \
          ticks missed {} ({} in window), duplicates {}, fenced writes lost {}; WARN lines \
          {}..{}: {}; after the fault, first run and runs: {}",
         ms(outage.recovered - outage.fault),
+        ms(outage.ended - outage.fault),
         ms(f.longest_gap),
         f.misses,
         f.misses_in_window,
