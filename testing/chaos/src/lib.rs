@@ -30,6 +30,9 @@
 //! are in `tests/scenarios.rs`; the failover ones run a primary and its streaming
 //! replica (`test_postgres::TestServer::start_replica`), crash the primary, promote
 //! the replica and point the instances' proxy at it.
+//! `tests/patroni.rs` fails over a real Patroni cluster ([`patroni::Cluster`]:
+//! etcd, three Patroni nodes in `synchronous_mode`, HAProxy) by crashing, switching
+//! over or cutting off its leader, and lets Patroni do the rest.
 //!
 //! # What is checked, exactly
 //!
@@ -108,6 +111,7 @@ pub mod app;
 pub mod check;
 pub mod error;
 pub mod instance;
+pub mod patroni;
 pub mod proxy;
 pub mod record;
 pub mod report;
