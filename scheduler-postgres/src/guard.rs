@@ -97,7 +97,7 @@ impl PoolGuard {
     /// The pool's `before_acquire`: whether `conn` may be handed out.
     ///
     /// # Errors
-    /// The check's own failure (sqlx then closes the connection).
+    /// The check's answer undecodable (sqlx then closes the connection).
     pub(crate) async fn before_acquire(
         &self,
         conn: &mut PgConnection,
@@ -109,8 +109,15 @@ impl PoolGuard {
         if !self.take_check() {
             return Ok(true);
         }
-        let row = sqlx::query(READ_ONLY).fetch_one(conn).await?;
-        let read_only: bool = row.try_get(0)?;
+        // A connection the check cannot use (the server went away: the failure that
+        // owed the check) is closed quietly, not handed out.
+        let read_only = match sqlx::query(READ_ONLY).fetch_one(conn).await {
+            Ok(row) => row.try_get::<bool, _>(0)?,
+            Err(err) => {
+                tracing::debug!(error = %err, "a pooled connection failed its check: closed");
+                return Ok(false);
+            }
+        };
         if read_only {
             tracing::info!(
                 "a pooled connection reaches a read-only server (a demoted primary, a standby): \

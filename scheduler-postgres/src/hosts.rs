@@ -383,7 +383,9 @@ impl Hosts {
                     let aimed = hosts.aim(index, pool.connect_options().as_ref().clone());
                     pool.set_connect_options(aimed);
                 }
-                Err(why) => tracing::warn!(%why, "no host of the URL can be reached"),
+                // At debug: the call that failed is the runtime's to report (once per
+                // outage, not once per connection attempt).
+                Err(why) => tracing::debug!(%why, "no host of the URL can be reached"),
             }
             hosts.repointing.store(false, Ordering::Release);
         });

@@ -173,8 +173,15 @@ async fn listen(
             .signal
             .send_if_modified(|s| std::mem::replace(&mut s.live, false));
         if let Ended::Failed(error) = &ended {
-            tracing::warn!(channel = %channel, error = %error, retry_in = ?backoff,
-                "listening for control changes failed; the controls are polled on the timer meanwhile");
+            // One warning per outage: the retries after it at debug.
+            if backoff == BACKOFF_FIRST {
+                tracing::warn!(channel = %channel, error = %error, retry_in = ?backoff,
+                    "listening for control changes failed; the controls are polled on the timer \
+                     meanwhile (one line when it listens again)");
+            } else {
+                tracing::debug!(channel = %channel, error = %error, retry_in = ?backoff,
+                    "listening for control changes failed again");
+            }
             tokio::select! {
                 () = listening.signal.closed() => {}
                 () = tokio::time::sleep(backoff) => {
@@ -239,7 +246,11 @@ async fn session(
     {
         return Ended::Failed(why);
     }
-    tracing::debug!(channel = %channel, "listening for control changes");
+    if *backoff == BACKOFF_FIRST {
+        tracing::debug!(channel = %channel, "listening for control changes");
+    } else {
+        tracing::info!(channel = %channel, "listening for control changes again");
+    }
     *backoff = BACKOFF_FIRST;
     // Listening from here on: whatever changed before is for the poll this prompts.
     listening.signal.send_modify(|s| {
