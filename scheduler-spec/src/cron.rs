@@ -262,8 +262,10 @@ impl CronSchedule {
     /// # Daylight saving time
     ///
     /// The expression is read on the zone's wall clock. Where the wall clock jumps,
-    /// the rule (the one Vixie cron follows) depends on whether the expression names
-    /// its hours ([`CronExpr::has_fixed_hours`]):
+    /// the rule depends on whether the hour field is restricted, allowing fewer than
+    /// all 24 hours ([`CronExpr::has_fixed_hours`]; Vixie cron instead counts an hour
+    /// or minute field starting with `*` as a wildcard). The day fields decide which
+    /// local calendar days match before this rule applies.
     /// - **The gap** (spring forward, e.g. 02:00–03:00 does not exist in Berlin on
     ///   the last Sunday of March): a time in the gap fires once, at the instant the
     ///   gap ends (03:00 CEST), if the hour field is restricted (`0 30 2 * * *`); with
@@ -277,8 +279,9 @@ impl CronSchedule {
     /// # Cost
     ///
     /// It asks the `cron` crate for the first matching wall time after `after`'s
-    /// local time and reads it in the zone: one step of the crate's iterator and a
-    /// few zone lookups, with no search over candidates. Only around a transition
+    /// local time and reads it in the zone: one step of the crate's iterator (two
+    /// when both day fields are restricted; with `L`, `W` or `#`, one per day up to
+    /// the next matching day) and a few zone lookups. Only around a transition
     /// does it look further: a matching time in a gap (fixed hours: a bisection to
     /// the gap's end; wildcard hours: one more step from there), or `after` inside
     /// a repeated hour (a bisection to the instant the clocks went back, then at

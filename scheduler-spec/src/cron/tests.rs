@@ -617,3 +617,43 @@ fn next_after_agrees_with_the_rule_second_by_second_around_transitions() {
         }
     }
 }
+
+#[test]
+fn day_rules_mix_in_lists_and_never_firing_ones_are_found() {
+    assert_eq!(
+        utc_ticks("0 0 0 1,L * *", "2026-01-15T00:00:00Z", 3),
+        [
+            "2026-01-31 Sat 00:00:00",
+            "2026-02-01 Sun 00:00:00",
+            "2026-02-28 Sat 00:00:00"
+        ]
+    );
+    // `L` with a weekday: either one.
+    assert_eq!(
+        utc_ticks("0 0 L * MON", "2026-01-25T12:00:00Z", 3),
+        [
+            "2026-01-26 Mon 00:00:00",
+            "2026-01-31 Sat 00:00:00",
+            "2026-02-02 Mon 00:00:00"
+        ]
+    );
+    let now = utc("2026-06-01T00:00:00Z");
+    for never in ["0 0 0 L-30 2 *", "0 0 0 31W 2 *", "0 0 0 30 2 * 2030-2040"] {
+        let started = std::time::Instant::now();
+        assert!(
+            schedule(never, "Europe/Berlin")
+                .check_fires_after(now)
+                .is_err(),
+            "{never}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "{never}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        schedule("0 0 0 * 2 FRI#5", "UTC").next_after(now),
+        Some(utc("2036-02-29T00:00:00Z"))
+    );
+}
