@@ -6,7 +6,8 @@
 //!   tick boundaries without talking to the others;
 //! - [`Schedule::cron`]: a cron expression read as crontab reads it
 //!   (`[sec] min hour day-of-month month day-of-week [year]`: 5 fields, or 6 and 7
-//!   with seconds and a year; see `scheduler_spec::CronExpr`) in a time zone: UTC unless [`Schedule::in_time_zone`] names an IANA zone.
+//!   with seconds and a year; see `scheduler_spec::CronExpr`) in a time zone: UTC
+//!   unless [`Schedule::in_time_zone`] names an IANA zone.
 //!
 //! Parsing, the checks and the tick arithmetic are `scheduler_spec`'s, the crate
 //! `#[job]` checks its arguments with at compile time: a schedule the macro accepts

@@ -36,9 +36,20 @@ pub(super) struct Fields {
     pub(super) years: Option<Vec<bool>>,
 }
 
+/// Which field a [`Unit`] is, where that changes what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// Day of month: `?`, `L`, `W`.
+    Days,
+    /// Weekday: `?`, `#`, `L`.
+    Weekdays,
+}
+
 /// A field's kind: its names, bounds and words.
 #[derive(Debug)]
 pub(super) struct Unit {
+    kind: Kind,
     /// One value: "hour".
     one: &'static str,
     /// Several: "hours".
@@ -58,6 +69,7 @@ pub(super) struct Unit {
 
 const fn unit(one: &'static str, many: &'static str, field: &'static str) -> Unit {
     Unit {
+        kind: Kind::Plain,
         one,
         many,
         field,
@@ -79,6 +91,7 @@ pub(super) const HOURS: Unit = Unit {
     ..unit("hour", "hours", "hour field")
 };
 pub(super) const DAYS: Unit = Unit {
+    kind: Kind::Days,
     min: 1,
     max: 31,
     top: 31,
@@ -110,6 +123,7 @@ pub(super) const MONTHS: Unit = Unit {
     ..unit("month", "months", "month field")
 };
 pub(super) const WEEKDAYS: Unit = Unit {
+    kind: Kind::Weekdays,
     min: 0,
     max: 7,
     top: 6,
@@ -194,8 +208,7 @@ fn plain_item(unit: &Unit, field: &str, item: &str, set: &mut [bool]) -> Result<
         None => (item, None),
     };
     // `?` is crontab's `*` in the two day fields.
-    let star =
-        range == "*" || (range == "?" && (unit.one == "day of month" || unit.one == "weekday"));
+    let star = range == "*" || (range == "?" && unit.kind != Kind::Plain);
     let (lo, hi) = if star {
         (unit.min, unit.top)
     } else if let Some((a, b)) = range.split_once('-') {
@@ -235,8 +248,8 @@ fn value(unit: &Unit, field: &str, item: &str, text: &str) -> Result<u32, String
     if let Some(at) = named(unit.names)
         .or_else(|| named(unit.long_names))
         .or_else(|| match upper.as_str() {
-            "TUES" if unit.one == "weekday" => Some(2),
-            "THURS" if unit.one == "weekday" => Some(4),
+            "TUES" if unit.kind == Kind::Weekdays => Some(2),
+            "THURS" if unit.kind == Kind::Weekdays => Some(4),
             _ => None,
         })
     {
@@ -256,8 +269,8 @@ fn value(unit: &Unit, field: &str, item: &str, text: &str) -> Result<u32, String
 /// Refuses `L`, `W` and `#` outside the fields they belong in, saying where.
 fn misplaced(unit: &Unit, item: &str) -> Result<(), String> {
     let upper = item.to_ascii_uppercase();
-    let in_days = unit.one == "day of month";
-    let in_weekdays = unit.one == "weekday";
+    let in_days = unit.kind == Kind::Days;
+    let in_weekdays = unit.kind == Kind::Weekdays;
     let belongs = if upper.contains('#') && !in_weekdays {
         "# (the nth weekday, like FRI#2) belongs in the weekday field"
     } else if upper.ends_with('W') && upper.len() > 1 && !in_days {
