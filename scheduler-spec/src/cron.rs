@@ -33,6 +33,29 @@ const SECOND: TimeDelta = TimeDelta::seconds(1);
 /// - Day of month: `L` (the last day), `L-3` (three days before it), `15W` (the
 ///   weekday nearest the 15th, in the same month), `LW` (the last weekday). Weekday:
 ///   `FRI#2` (the month's second Friday), `FRI#L` or `5L` (its last Friday).
+///
+/// ```
+/// use chrono::{DateTime, Utc};
+/// use scheduler_spec::{CronExpr, CronSchedule, Tz};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // A crontab line: 09:00, Monday (1) to Friday (5).
+/// let weekdays = CronSchedule::new(CronExpr::parse("0 9 * * 1-5")?, Tz::UTC);
+/// let friday: DateTime<Utc> = "2026-06-05T12:00:00Z".parse()?;
+/// assert_eq!(weekdays.next_after(friday), Some("2026-06-08T09:00:00Z".parse()?));
+///
+/// // Both day fields restricted: the 13th, or a Friday.
+/// let either = CronSchedule::parse("0 0 12 13 * FRI", "UTC")?;
+/// let monday: DateTime<Utc> = "2026-07-06T00:00:00Z".parse()?;
+/// assert_eq!(either.next_after(monday), Some("2026-07-10T12:00:00Z".parse()?));
+///
+/// assert_eq!(
+///     CronExpr::parse("0 0 24 * * *").map_err(|e| e.to_string()).err().as_deref(),
+///     Some(r#"invalid cron expression "0 0 24 * * *": the hour 24 is out of range; hours go from 0 to 23"#)
+/// );
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct CronExpr {
     source: String,
