@@ -318,6 +318,10 @@ fn day_rule(days: &str, weekdays: &str) -> Result<DayRule, String> {
             }
         } else if let Some(n) = upper.strip_suffix('W').filter(|n| !n.is_empty()) {
             rule.nearest_weekday.push(value(&DAYS, days, item, n)?);
+        } else if upper.contains('W') {
+            return Err(format!(
+                "{item:?}: W names one day (like 15W), not a range or a step; list them: 1W,15W"
+            ));
         } else {
             plain_item(&DAYS, days, item, &mut set)?;
         }

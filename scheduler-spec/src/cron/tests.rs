@@ -211,6 +211,10 @@ fn last_nearest_weekday_and_nth_weekday() {
         r#"invalid cron expression "0 0 12 FRI#2 * *": "FRI#2" in the day-of-month field: # (the nth weekday, like FRI#2) belongs in the weekday field"#
     );
     assert_eq!(
+        message("0 0 12 1W-15 * *"),
+        r#"invalid cron expression "0 0 12 1W-15 * *": "1W-15": W names one day (like 15W), not a range or a step; list them: 1W,15W"#
+    );
+    assert_eq!(
         message("0 0 12 * * FRI#6"),
         r#"invalid cron expression "0 0 12 * * FRI#6": "FRI#6": the nth weekday goes from #1 to #5, or #L for the last"#
     );
