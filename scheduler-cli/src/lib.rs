@@ -222,8 +222,8 @@ pub enum Command {
     },
     /// A schedule's next ticks, in UTC and in its zone, DST changes marked.
     ///
-    /// Give the schedule as the job writes it: --cron with a seconds field
-    /// ("0 30 2 * * *"), read in --tz (an IANA zone, default UTC), or --every
+    /// Give the schedule as the job writes it: --cron, a crontab line or one with
+    /// a seconds field first ("30 2 * * *", "0 30 2 * * *"), read in --tz (an IANA zone, default UTC), or --every
     /// ("15m"). A tick right after a change of the zone's offset says when the
     /// clocks moved, and whether its wall time was skipped (a restricted-hour job
     /// fires at the gap's end) or repeated. Reads no database.

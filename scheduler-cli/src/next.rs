@@ -77,7 +77,7 @@ struct Written {
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
 struct WrittenSchedule {
-    /// A cron expression with a seconds field: "sec min hour day month weekday [year]".
+    /// A cron expression, crontab's way: "[sec] min hour day month weekday [year]".
     #[arg(long, value_name = "EXPR", value_parser = cron)]
     cron: Option<String>,
 

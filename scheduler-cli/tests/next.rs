@@ -222,8 +222,8 @@ fn the_binary_marks_a_years_changes() {
 fn the_binary_refuses_bad_schedules_with_exit_code_two() {
     let cases: [(&[&str], &str); 7] = [
         (
-            &["next", "--cron", "*/15 * * * *"],
-            "error: invalid value '*/15 * * * *' for '--cron <EXPR>': invalid cron expression \"*/15 * * * *\": it has 5 fields; put a seconds field first, like \"0 */15 * * * *\"",
+            &["next", "--cron", "0 0 24 * * *"],
+            "error: invalid value '0 0 24 * * *' for '--cron <EXPR>': invalid cron expression \"0 0 24 * * *\": the hour 24 is out of range; hours go from 0 to 23",
         ),
         (
             &["next", "--cron", "0 30 2 * * *", "--tz", "Europe/Berln"],

@@ -4,9 +4,10 @@
 //! - [`Schedule::every`]: ticks at whole multiples of a period since the Unix epoch
 //!   (every 30 s ticks at :00 and :30 of each minute), so every instance agrees on
 //!   tick boundaries without talking to the others;
-//! - [`Schedule::cron`]: a cron expression **with a seconds field**
-//!   (`sec min hour day-of-month month day-of-week [year]`, as the `cron` crate reads
-//!   it) in a time zone: UTC unless [`Schedule::in_time_zone`] names an IANA zone.
+//! - [`Schedule::cron`]: a cron expression read as crontab reads it
+//!   (`[sec] min hour day-of-month month day-of-week [year]`: 5 fields, or 6 and 7
+//!   with seconds and a year; see `scheduler_spec::CronExpr`) in a time zone: UTC
+//!   unless [`Schedule::in_time_zone`] names an IANA zone.
 //!
 //! Parsing, the checks and the tick arithmetic are `scheduler_spec`'s, the crate
 //! `#[job]` checks its arguments with at compile time: a schedule the macro accepts
@@ -15,8 +16,8 @@
 //! # Daylight saving time
 //!
 //! Cron expressions are read on the zone's wall clock. Where the wall clock jumps,
-//! the rule (the one Vixie cron follows) depends on whether the expression names
-//! its hours:
+//! the rule depends on whether the hour field is restricted (allows fewer than all
+//! 24 hours; Vixie cron instead looks for a leading `*`):
 //! - **The gap** (spring forward, e.g. 02:00–03:00 does not exist in Berlin on the
 //!   last Sunday of March): a time in the gap fires once, at the instant the gap ends
 //!   (03:00 CEST), if the hour field is restricted (`0 30 2 * * *`); with a wildcard
@@ -69,7 +70,7 @@ impl Schedule {
         }
     }
 
-    /// Ticks on the cron expression `expr` (with a seconds field), in UTC.
+    /// Ticks on the cron expression `expr` (5, 6 or 7 fields), in UTC.
     pub fn cron(expr: impl Into<String>) -> Self {
         Self {
             kind: Kind::Cron {

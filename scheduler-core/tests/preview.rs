@@ -280,7 +280,7 @@ fn counts_run_out_with_the_schedule_and_bad_schedules_are_errors() {
         Err(ScheduleError::UnknownTimeZone { .. })
     ));
     assert!(matches!(
-        upcoming_ticks(&Schedule::cron("*/15 * * * *"), Utc::now(), 1),
+        upcoming_ticks(&Schedule::cron("0 0 24 * * *"), Utc::now(), 1),
         Err(ScheduleError::InvalidCron { .. })
     ));
 }

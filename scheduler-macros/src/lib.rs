@@ -45,7 +45,7 @@ use proc_macro::TokenStream;
 /// | key | value | default |
 /// |---|---|---|
 /// | `every` | a period: `"30s"`, `"15m"`, `"1h30m"`, `"500ms"`, `"2d"` (units `ms`, `s`, `m`, `h`, `d`); ticks at whole multiples of it since the Unix epoch | one of `every` and `cron` is required |
-/// | `cron` | a cron expression **with a seconds field**: `"sec min hour day month weekday [year]"`, e.g. `"0 */15 * * * *"` | |
+/// | `cron` | a cron expression read as crontab reads it: `"[sec] min hour day month weekday [year]"`, e.g. `"0 9 * * 1-5"` (5 fields, second 0), `"0 */15 * * * *"`, `"@daily"`; weekdays 0–7 (0 and 7 Sunday) or names, either day field when both are restricted, `L`, `W`, `#` (see `scheduler_spec::CronExpr`) | |
 /// | `tz` | the IANA time zone `cron` is read in, e.g. `"Europe/Berlin"`; only with `cron` | `"UTC"` |
 /// | `scope` | `"cluster"` (one run per tick in the cluster) or `"node"` (one per tick per node) | `"cluster"` |
 /// | `name` | the job's name, unique in its scheduler: 1 to 200 bytes, no control characters | the function's name |

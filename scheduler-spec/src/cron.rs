@@ -1,31 +1,71 @@
-//! Cron expressions with a seconds field, read on a time zone's wall clock.
+//! Cron expressions, crontab's way (5 fields, or 6 and 7 with seconds and years),
+//! read on a time zone's wall clock.
+
+mod days;
+mod fields;
 
 use std::fmt;
 use std::str::FromStr;
 
-use ::cron::TimeUnitSpec;
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
+use self::days::DayRule;
+use self::fields::{DAYS, EXAMPLE, FIELDS, Fields, HOURS, MINUTES, MONTHS, SECONDS, Unit, YEARS};
 use crate::error::{Error, Result};
-
-/// An example cron expression.
-const EXAMPLE: &str = "0 */15 * * * *";
-
-/// The fields of a cron expression, in order.
-const FIELDS: &str = "sec min hour day month weekday [year]";
 
 /// The last year the `cron` crate reads; no expression fires after it.
 const LAST_YEAR: i32 = 2100;
 
 const SECOND: TimeDelta = TimeDelta::seconds(1);
 
-/// A parsed cron expression **with a seconds field**:
-/// `sec min hour day-of-month month day-of-week [year]`, as the `cron` crate reads
-/// it (`"0 */15 * * * *"`, `"0 30 2 * * Mon-Fri"`, `"@hourly"`).
+/// A parsed cron expression, read as crontab reads it:
+/// `[sec] min hour day-of-month month day-of-week [year]`.
+///
+/// - 5 fields are a crontab line (`"0 9 * * 1-5"`, seconds 0); 6 add seconds first
+///   (`"0 */15 * * * *"`), 7 a year last. `@yearly`, `@annually`, `@monthly`,
+///   `@weekly`, `@daily`, `@midnight` and `@hourly` stand for their crontab lines.
+/// - Weekdays are numbers 0–7 (0 and 7 are Sunday, 1 Monday) or names `SUN`–`SAT`;
+///   months 1–12 or `JAN`–`DEC`. Lists, ranges and steps: `1,15`, `MON-FRI`, `*/2`.
+/// - When both the day-of-month and the weekday field are restricted (neither is
+///   `*` or `?`), a day matching **either** matches: `"0 0 12 13 * FRI"` fires on
+///   every 13th and every Friday. Otherwise the restricted one alone decides.
+/// - Day of month: `L` (the last day), `L-3` (three days before it), `15W` (the
+///   weekday nearest the 15th, in the same month), `LW` (the last weekday). Weekday:
+///   `FRI#2` (the month's second Friday), `FRI#L` or `5L` (its last Friday).
+///
+/// ```
+/// use chrono::{DateTime, Utc};
+/// use scheduler_spec::{CronExpr, CronSchedule, Tz};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // A crontab line: 09:00, Monday (1) to Friday (5).
+/// let weekdays = CronSchedule::new(CronExpr::parse("0 9 * * 1-5")?, Tz::UTC);
+/// let friday: DateTime<Utc> = "2026-06-05T12:00:00Z".parse()?;
+/// assert_eq!(weekdays.next_after(friday), Some("2026-06-08T09:00:00Z".parse()?));
+///
+/// // Both day fields restricted: the 13th, or a Friday.
+/// let either = CronSchedule::parse("0 0 12 13 * FRI", "UTC")?;
+/// let monday: DateTime<Utc> = "2026-07-06T00:00:00Z".parse()?;
+/// assert_eq!(either.next_after(monday), Some("2026-07-10T12:00:00Z".parse()?));
+///
+/// assert_eq!(
+///     CronExpr::parse("0 0 24 * * *").map_err(|e| e.to_string()).err().as_deref(),
+///     Some(r#"invalid cron expression "0 0 24 * * *": the hour 24 is out of range; hours go from 0 to 23"#)
+/// );
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct CronExpr {
-    schedule: ::cron::Schedule,
+    source: String,
+    /// The `cron` crate's schedules, given the fields in its own numbering: one, or
+    /// two (the day-of-month field alone, the weekday field alone) that a day
+    /// matching either one matches.
+    schedules: Vec<::cron::Schedule>,
+    /// With `L`, `W` or `#`, which the crate does not read: the days, checked here
+    /// on each day the crate's schedule (with `*` for both day fields) matches.
+    day_filter: Option<DayRule>,
     fixed_hours: bool,
 }
 
@@ -33,79 +73,134 @@ impl CronExpr {
     /// Parses `expr`.
     ///
     /// # Errors
-    /// [`Error::InvalidCron`], whose reason says what to change: a missing seconds
-    /// field (5 fields), a wrong number of fields, or what the `cron` crate found.
+    /// [`Error::InvalidCron`], whose reason says what to change: a wrong number of
+    /// fields, a value out of its field's bounds (seconds and minutes 0–59, hours
+    /// 0–23, days of month 1–31, months 1–12 or `JAN`–`DEC`, weekdays 0–7 or
+    /// `SUN`–`SAT`, years 1970–2100), a word that is no name (with a guess), `L`,
+    /// `W` or `#` in a field they do not belong in, an unknown shorthand.
     pub fn parse(expr: &str) -> Result<Self> {
         let invalid = |reason: String| Error::InvalidCron {
             expr: expr.to_owned(),
             reason,
         };
-        let fields = expr.split_whitespace().count();
-        if fields == 0 {
-            return Err(invalid(format!(
-                "it is empty; write it like {EXAMPLE:?} ({FIELDS})"
-            )));
-        }
-        let nickname = expr.trim_start().starts_with('@');
-        if let Some(weekdays) = expr.split_whitespace().nth(5).filter(|_| !nickname)
-            && weekdays.split(',').any(|part| {
-                part.split('/')
-                    .next()
-                    .is_some_and(|p| p.contains(|c: char| c.is_ascii_digit()))
-            })
-        {
-            return Err(invalid(format!(
-                "the weekday field {weekdays:?} uses numbers, which cron implementations count \
-                 differently (here 1 = Sunday … 7 = Saturday; in Vixie cron 0 = Sunday, 1 = Monday); \
-                 write day names instead, like \"MON-FRI\""
-            )));
-        }
-        match ::cron::Schedule::from_str(expr) {
-            Ok(schedule) => {
-                let fixed_hours = schedule.hours().count() < 24;
-                Ok(Self {
-                    schedule,
-                    fixed_hours,
+        let fields = fields::read(expr).map_err(invalid)?;
+        let fixed_hours = fields.hours.iter().filter(|h| **h).count() < 24;
+        let rule = &fields.days;
+        let all_days = (true, true);
+        let day_sets: Vec<(bool, bool)> = if rule.has_special() {
+            vec![all_days]
+        } else if rule.either() {
+            vec![(false, true), (true, false)]
+        } else {
+            vec![(rule.any_day, rule.any_weekday)]
+        };
+        let schedules = day_sets
+            .into_iter()
+            .map(|(any_day, any_weekday)| {
+                let text = crate_text(&fields, any_day, any_weekday);
+                ::cron::Schedule::from_str(&text).map_err(|_| {
+                    invalid(format!(
+                        "it cannot be read; write it like {EXAMPLE:?} ({FIELDS})"
+                    ))
                 })
-            }
-            Err(_) if fields == 5 && !nickname => {
-                let fixed = format!("0 {}", expr.trim());
-                Err(invalid(format!(
-                    "it has 5 fields; put a seconds field first, like {fixed:?}"
-                )))
-            }
-            Err(_) if !(6..=7).contains(&fields) && !nickname => Err(invalid(format!(
-                "it has {fields} fields; write 6 or 7 ({FIELDS})"
-            ))),
-            Err(err) => Err(invalid(reason(&err.to_string()))),
-        }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            source: expr.to_owned(),
+            schedules,
+            day_filter: rule.has_special().then(|| fields.days.clone()),
+            fixed_hours,
+        })
     }
 
     /// The expression as written.
     pub fn as_str(&self) -> &str {
-        self.schedule.source()
+        &self.source
     }
 
-    /// Whether the hour field names hours (`2`, `0-2`, `*/6`) rather than all 24
-    /// (`*`): it decides how the expression meets daylight saving time (see
-    /// [`CronSchedule::next_after`]).
+    /// Whether the hour field allows fewer than all 24 hours (`2`, `0-2`, `*/2`)
+    /// rather than all of them (`*`, `0-23`): it decides how the expression meets
+    /// daylight saving time (see [`CronSchedule::next_after`]).
     pub fn has_fixed_hours(&self) -> bool {
         self.fixed_hours
     }
+
+    /// Whether the wall time `wall` matches.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn matches(&self, wall: NaiveDateTime) -> bool {
+        self.schedules.iter().any(|s| s.includes(wall.and_utc()))
+            && self
+                .day_filter
+                .as_ref()
+                .is_none_or(|days| days.matches(wall.date()))
+    }
+
+    /// The first wall time later than `wall` that matches, up to 2100.
+    fn next_match(&self, wall: NaiveDateTime) -> Option<NaiveDateTime> {
+        let after = |schedule: &::cron::Schedule, wall: NaiveDateTime| {
+            let next = schedule.after(&wall.and_utc()).next()?;
+            Some(next.naive_utc())
+        };
+        let Some(days) = &self.day_filter else {
+            return self.schedules.iter().filter_map(|s| after(s, wall)).min();
+        };
+        // The crate matches every day: skip the days the filter refuses, one step each.
+        let schedule = self.schedules.first()?;
+        let mut wall = wall;
+        loop {
+            let next = after(schedule, wall)?;
+            if days.matches(next.date()) {
+                return Some(next);
+            }
+            wall = next.date().and_hms_opt(23, 59, 59)?;
+        }
+    }
 }
 
-/// The `cron` crate's message, which reads `"<expr>\n<caret>\n<what>"`: what follows
-/// the caret, starting lowercase; a generic reason when nothing does.
-fn reason(message: &str) -> String {
-    let lines: Vec<&str> = message.lines().collect();
-    let what = match lines.as_slice() {
-        [_, caret, rest @ ..] if caret.trim() == "^" => rest.join(" "),
-        _ => message.to_owned(),
+/// The expression for the `cron` crate: 6 or 7 fields of plain numbers (weekdays
+/// counted from 1 = Sunday, as the crate does), `*` for a day field if told.
+fn crate_text(fields: &Fields, any_day: bool, any_weekday: bool) -> String {
+    let rule = &fields.days;
+    let days: Vec<bool> = (0..=DAYS.top).map(|d| rule.days & (1 << d) != 0).collect();
+    let weekdays: String = if any_weekday {
+        "*".to_owned()
+    } else {
+        (0..7)
+            .filter(|w| rule.weekdays & (1 << w) != 0)
+            .map(|w| (w + 1).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     };
-    let mut chars = what.trim().chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => format!("it does not parse; write it like {EXAMPLE:?} ({FIELDS})"),
+    let mut text = [
+        list(&SECONDS, &fields.seconds),
+        list(&MINUTES, &fields.minutes),
+        list(&HOURS, &fields.hours),
+        if any_day {
+            "*".to_owned()
+        } else {
+            list(&DAYS, &days)
+        },
+        list(&MONTHS, &fields.months),
+        weekdays,
+    ]
+    .join(" ");
+    if let Some(years) = &fields.years {
+        text.push(' ');
+        text.push_str(&list(&YEARS, years));
+    }
+    text
+}
+
+/// A field's values as a list, or `*` when it allows all.
+fn list(unit: &Unit, set: &[bool]) -> String {
+    let allowed: Vec<String> = (unit.min..=unit.top)
+        .filter(|&v| set.get(v as usize).copied().unwrap_or(false))
+        .map(|v| v.to_string())
+        .collect();
+    if allowed.len() == (unit.top - unit.min + 1) as usize {
+        "*".to_owned()
+    } else {
+        allowed.join(",")
     }
 }
 
@@ -190,8 +285,10 @@ impl CronSchedule {
     /// # Daylight saving time
     ///
     /// The expression is read on the zone's wall clock. Where the wall clock jumps,
-    /// the rule (the one Vixie cron follows) depends on whether the expression names
-    /// its hours ([`CronExpr::has_fixed_hours`]):
+    /// the rule depends on whether the hour field is restricted, allowing fewer than
+    /// all 24 hours ([`CronExpr::has_fixed_hours`]; Vixie cron instead counts an hour
+    /// or minute field starting with `*` as a wildcard). The day fields decide which
+    /// local calendar days match before this rule applies.
     /// - **The gap** (spring forward, e.g. 02:00–03:00 does not exist in Berlin on
     ///   the last Sunday of March): a time in the gap fires once, at the instant the
     ///   gap ends (03:00 CEST), if the hour field is restricted (`0 30 2 * * *`); with
@@ -205,8 +302,9 @@ impl CronSchedule {
     /// # Cost
     ///
     /// It asks the `cron` crate for the first matching wall time after `after`'s
-    /// local time and reads it in the zone: one step of the crate's iterator and a
-    /// few zone lookups, with no search over candidates. Only around a transition
+    /// local time and reads it in the zone: one step of the crate's iterator (two
+    /// when both day fields are restricted; with `L`, `W` or `#`, one per day up to
+    /// the next matching day) and a few zone lookups. Only around a transition
     /// does it look further: a matching time in a gap (fixed hours: a bisection to
     /// the gap's end; wildcard hours: one more step from there), or `after` inside
     /// a repeated hour (a bisection to the instant the clocks went back, then at
@@ -304,8 +402,7 @@ impl CronSchedule {
             return None;
         }
         let wall = wall.max(DateTime::UNIX_EPOCH.naive_utc() - SECOND);
-        let next = self.expr.schedule.after(&wall.and_utc()).next()?;
-        Some(next.naive_utc())
+        self.expr.next_match(wall)
     }
 }
 

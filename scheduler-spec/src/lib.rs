@@ -9,8 +9,8 @@
 //!
 //! - [`parse_duration`]: `"30s"`, `"15m"`, `"1h30m"`, `"500ms"`, `"2d"`;
 //! - [`Every`]: ticks at whole multiples of a period since the Unix epoch;
-//! - [`CronExpr`] and [`parse_time_zone`]: a cron expression **with a seconds field**
-//!   and an IANA time zone, checked apart so each mistake can be pointed at;
+//! - [`CronExpr`] and [`parse_time_zone`]: a cron expression read as crontab reads
+//!   it (5 fields, or 6 and 7 with seconds and a year) and an IANA time zone, checked apart so each mistake can be pointed at;
 //! - [`CronSchedule`]: the two together, with [`CronSchedule::next_after`] (the
 //!   daylight saving time rule is documented there) and
 //!   [`CronSchedule::check_fires_after`] (the "never fires" check);

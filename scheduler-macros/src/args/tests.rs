@@ -229,8 +229,8 @@ fn mistakes_are_named() {
             "cron expression \"0 0 0 1 1 * 2020\" never fires; check that its day, month and weekday fields can meet and that its years are not all past",
         ),
         (
-            quote!(cron = "0 */15 * * *"),
-            "invalid cron expression \"0 */15 * * *\": it has 5 fields; put a seconds field first, like \"0 0 */15 * * *\"",
+            quote!(cron = "0 0 24 * * *"),
+            "invalid cron expression \"0 0 24 * * *\": the hour 24 is out of range; hours go from 0 to 23",
         ),
         (
             quote!(cron = "0 * * * * *", tz = "utc"),

@@ -31,55 +31,270 @@ fn berlin_ticks(s: &CronSchedule, from: &str, n: usize) -> Vec<String> {
     out
 }
 
-#[test]
-fn numeric_weekdays_are_refused_for_names() {
-    // `1-5` is Monday to Friday in Vixie cron, Sunday to Thursday in the `cron`
-    // crate: refused rather than read one way silently.
-    for numeric in ["0 0 9 * * 1-5", "0 0 9 * * MON,3", "0 0 9 * * 0"] {
-        assert!(
-            message(numeric).contains("uses numbers"),
-            "{numeric}: {}",
-            message(numeric)
-        );
+/// The first `n` ticks after `from` in UTC, as `YYYY-MM-DD HH:MM:SS`.
+fn utc_ticks(expr: &str, from: &str, n: usize) -> Vec<String> {
+    let s = schedule(expr, "UTC");
+    let mut at = utc(from);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let Some(t) = s.next_after(at) else { break };
+        out.push(t.format("%Y-%m-%d %a %H:%M:%S").to_string());
+        at = t;
     }
-    assert_eq!(
-        message("0 0 9 * * 1-5"),
-        "invalid cron expression \"0 0 9 * * 1-5\": the weekday field \"1-5\" uses numbers, \
-         which cron implementations count differently (here 1 = Sunday … 7 = Saturday; in Vixie \
-         cron 0 = Sunday, 1 = Monday); write day names instead, like \"MON-FRI\""
-    );
-    for named in [
-        "0 0 9 * * MON-FRI",
-        "0 0 9 * * */2",
-        "0 0 9 * * SUN,SAT",
-        "0 0 9 1 * *",
-    ] {
-        assert_eq!(message(named), "accepted", "{named}");
-    }
+    out
 }
 
 #[test]
-fn cron_needs_seconds_and_says_what_is_wrong() {
-    for ok in ["0 */15 * * * *", "0 0 12 * * MON-FRI 2030", "@hourly"] {
-        assert_eq!(message(ok), "accepted");
+fn weekday_numbers_count_as_crontab_does() {
+    // 0 and 7 are Sunday, 1 Monday … 6 Saturday, in ranges, lists and steps.
+    let monday_to_friday = utc_ticks("0 0 9 * * 1-5", "2026-06-05T12:00:00Z", 3);
+    assert_eq!(
+        monday_to_friday,
+        [
+            "2026-06-08 Mon 09:00:00",
+            "2026-06-09 Tue 09:00:00",
+            "2026-06-10 Wed 09:00:00"
+        ]
+    );
+    for (numbers, names) in [
+        ("0 0 9 * * 1-5", "0 0 9 * * MON-FRI"),
+        ("0 0 9 * * 0,6", "0 0 9 * * SUN,SAT"),
+        ("0 0 9 * * 7", "0 0 9 * * SUN"),
+        ("0 0 9 * * 5-7", "0 0 9 * * FRI,SAT,SUN"),
+        ("0 0 9 * * */2", "0 0 9 * * SUN,TUE,THU,SAT"),
+        ("0 0 9 * * 1/2", "0 0 9 * * MON,WED,FRI"),
+        ("0 0 9 * * MON,3", "0 0 9 * * MON,WED"),
+    ] {
+        assert_eq!(
+            utc_ticks(numbers, "2026-06-01T00:00:00Z", 14),
+            utc_ticks(names, "2026-06-01T00:00:00Z", 14),
+            "{numbers}"
+        );
+    }
+    // Decided on the fields, not on the spaces: a missing space is an error.
+    for glued in ["0 0 12 * *1-5", "0 0 12 * JAN1-5", "0 0 12 * * *1-5"] {
+        assert!(
+            message(glued).starts_with("invalid cron expression"),
+            "{glued}: {}",
+            message(glued)
+        );
     }
     assert_eq!(
-        message("*/15 * * * *"),
-        r#"invalid cron expression "*/15 * * * *": it has 5 fields; put a seconds field first, like "0 */15 * * * *""#
+        message("0 0 9 * * 8"),
+        r#"invalid cron expression "0 0 9 * * 8": the weekday 8 is out of range; weekdays go from 0 to 7 (0 and 7 are Sunday) or SUN to SAT"#
+    );
+}
+
+#[test]
+fn day_of_month_or_weekday_when_both_are_restricted() {
+    // Every 13th and every Friday, as in crontab.
+    assert_eq!(
+        utc_ticks("0 0 12 13 * FRI", "2026-06-01T00:00:00Z", 4),
+        [
+            "2026-06-05 Fri 12:00:00",
+            "2026-06-12 Fri 12:00:00",
+            "2026-06-13 Sat 12:00:00",
+            "2026-06-19 Fri 12:00:00"
+        ]
     );
     assert_eq!(
-        message("0 * * * * * * *"),
-        r#"invalid cron expression "0 * * * * * * *": it has 8 fields; write 6 or 7 (sec min hour day month weekday [year])"#
+        utc_ticks("0 0 1,15 * SUN", "2026-06-01T00:00:00Z", 4),
+        [
+            "2026-06-07 Sun 00:00:00",
+            "2026-06-14 Sun 00:00:00",
+            "2026-06-15 Mon 00:00:00",
+            "2026-06-21 Sun 00:00:00"
+        ]
+    );
+    // With one of them `*` or `?`, the other alone decides.
+    assert_eq!(
+        utc_ticks("0 0 0 13 * ?", "2026-06-01T00:00:00Z", 1),
+        ["2026-06-13 Sat 00:00:00"]
     );
     assert_eq!(
-        message(" "),
-        r#"invalid cron expression " ": it is empty; write it like "0 */15 * * * *" (sec min hour day month weekday [year])"#
+        utc_ticks("0 0 0 ? * FRI", "2026-06-01T00:00:00Z", 1),
+        ["2026-06-05 Fri 00:00:00"]
+    );
+}
+
+#[test]
+fn five_fields_and_shorthands_read_as_crontab() {
+    assert_eq!(
+        utc_ticks("0 9 * * 1-5", "2026-06-05T12:00:00Z", 2),
+        ["2026-06-08 Mon 09:00:00", "2026-06-09 Tue 09:00:00"]
     );
     assert_eq!(
-        message("0 0 12 * * Mun"),
-        r#"invalid cron expression "0 0 12 * * Mun": 'Mun' is not a valid day of the week."#
+        utc_ticks("*/15 * * * *", "2026-06-05T12:00:00Z", 2),
+        ["2026-06-05 Fri 12:15:00", "2026-06-05 Fri 12:30:00"]
     );
-    assert!(message("61 * * * * *").starts_with(r#"invalid cron expression "61 * * * * *": "#));
+    for (short, long) in [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+    ] {
+        assert_eq!(
+            utc_ticks(short, "2026-06-05T12:00:00Z", 3),
+            utc_ticks(long, "2026-06-05T12:00:00Z", 3),
+            "{short}"
+        );
+    }
+    assert_eq!(message(" @daily "), "accepted");
+    assert_eq!(
+        message("@reboot"),
+        r#"invalid cron expression "@reboot": @reboot is not supported (a job runs on a schedule, not at start-up); write @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly"#
+    );
+    assert_eq!(
+        message("@dayly"),
+        r#"invalid cron expression "@dayly": unknown shorthand @dayly; did you mean "@daily"? write @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly"#
+    );
+}
+
+#[test]
+fn last_nearest_weekday_and_nth_weekday() {
+    assert_eq!(
+        utc_ticks("0 0 L * *", "2026-01-15T00:00:00Z", 3),
+        [
+            "2026-01-31 Sat 00:00:00",
+            "2026-02-28 Sat 00:00:00",
+            "2026-03-31 Tue 00:00:00"
+        ]
+    );
+    assert_eq!(
+        utc_ticks("0 0 L-3 * *", "2026-01-15T00:00:00Z", 2),
+        ["2026-01-28 Wed 00:00:00", "2026-02-25 Wed 00:00:00"]
+    );
+    // The 15th of August 2026 is a Saturday, of November a Sunday.
+    assert_eq!(
+        utc_ticks("0 0 15W * *", "2026-08-01T00:00:00Z", 4),
+        [
+            "2026-08-14 Fri 00:00:00",
+            "2026-09-15 Tue 00:00:00",
+            "2026-10-15 Thu 00:00:00",
+            "2026-11-16 Mon 00:00:00"
+        ]
+    );
+    // The 1st of August 2026 is a Saturday: its nearest weekday is the 3rd.
+    assert_eq!(
+        utc_ticks("0 0 1W * *", "2026-07-15T00:00:00Z", 1),
+        ["2026-08-03 Mon 00:00:00"]
+    );
+    assert_eq!(
+        utc_ticks("0 0 LW * *", "2026-01-15T00:00:00Z", 2),
+        ["2026-01-30 Fri 00:00:00", "2026-02-27 Fri 00:00:00"]
+    );
+    assert_eq!(
+        utc_ticks("0 0 * * FRI#2", "2026-06-01T00:00:00Z", 2),
+        ["2026-06-12 Fri 00:00:00", "2026-07-10 Fri 00:00:00"]
+    );
+    assert_eq!(
+        utc_ticks("0 0 * * 5#2", "2026-06-01T00:00:00Z", 2),
+        utc_ticks("0 0 * * FRI#2", "2026-06-01T00:00:00Z", 2)
+    );
+    for last_friday in ["0 0 * * FRI#L", "0 0 * * 5L", "0 0 * * FRIL"] {
+        assert_eq!(
+            utc_ticks(last_friday, "2026-06-01T00:00:00Z", 2),
+            ["2026-06-26 Fri 00:00:00", "2026-07-31 Fri 00:00:00"],
+            "{last_friday}"
+        );
+    }
+    // Misplaced, they say where they belong.
+    assert_eq!(
+        message("0 0 12 * 15W *"),
+        r#"invalid cron expression "0 0 12 * 15W *": "15W" in the month field: W (the nearest weekday, like 15W) belongs in the day-of-month field"#
+    );
+    assert_eq!(
+        message("0 0 12 FRI#2 * *"),
+        r#"invalid cron expression "0 0 12 FRI#2 * *": "FRI#2" in the day-of-month field: # (the nth weekday, like FRI#2) belongs in the weekday field"#
+    );
+    assert_eq!(
+        message("0 0 12 1W-15 * *"),
+        r#"invalid cron expression "0 0 12 1W-15 * *": "1W-15": W names one day (like 15W), not a range or a step; list them: 1W,15W"#
+    );
+    assert_eq!(
+        message("0 0 12 * * FRI#6"),
+        r#"invalid cron expression "0 0 12 * * FRI#6": "FRI#6": the nth weekday goes from #1 to #5, or #L for the last"#
+    );
+}
+
+#[test]
+fn errors_are_in_our_words_with_the_right_bounds() {
+    for ok in [
+        "0 */15 * * * *",
+        "0 0 12 * * MON-FRI 2030",
+        "@hourly",
+        "*/15 * * * *",
+    ] {
+        assert_eq!(message(ok), "accepted", "{ok}");
+    }
+    for (expr, reason) in [
+        (
+            "60 * * * * *",
+            "the second 60 is out of range; seconds go from 0 to 59",
+        ),
+        (
+            "0 60 * * * *",
+            "the minute 60 is out of range; minutes go from 0 to 59",
+        ),
+        (
+            "0 0 24 * * *",
+            "the hour 24 is out of range; hours go from 0 to 23",
+        ),
+        (
+            "0 0 0 32 * *",
+            "the day of month 32 is out of range; days of month go from 1 to 31",
+        ),
+        (
+            "0 0 0 0 * *",
+            "the day of month 0 is out of range; days of month go from 1 to 31",
+        ),
+        (
+            "0 0 0 1 13 *",
+            "the month 13 is out of range; months go from 1 to 12 or JAN to DEC",
+        ),
+        (
+            "0 0 0 1 1 * 2101",
+            "the year 2101 is out of range; years go from 1970 to 2100",
+        ),
+        (
+            "0 0 12 * * Mun",
+            r#""Mun" is not a weekday; did you mean "MON"? weekdays go from 0 to 7 (0 and 7 are Sunday) or SUN to SAT"#,
+        ),
+        (
+            "0 0 12 * Dez *",
+            r#""Dez" is not a month; did you mean "DEC"? months go from 1 to 12 or JAN to DEC"#,
+        ),
+        (
+            "0 x * * * *",
+            r#""x" is not a minute; minutes go from 0 to 59"#,
+        ),
+        ("0 */0 * * * *", r#"the step in "*/0" must be 1 or more"#),
+        (
+            "0 0 5-1 * * *",
+            r#"the range "5-1" runs backwards; write the smaller end first"#,
+        ),
+        (
+            "0 1,,2 * * * *",
+            r#"the minute field "1,,2" has an empty item"#,
+        ),
+        (
+            "0 * * * * * * *",
+            "it has 8 fields; write 5, 6 or 7 ([sec] min hour day month weekday [year])",
+        ),
+        (
+            " ",
+            r#"it is empty; write it like "0 */15 * * * *" ([sec] min hour day month weekday [year])"#,
+        ),
+    ] {
+        assert_eq!(
+            message(expr),
+            format!("invalid cron expression {expr:?}: {reason}"),
+            "{expr}"
+        );
+    }
     assert!(
         CronSchedule::parse("0 * * * * *", "Mars/Olympus")
             .is_err_and(|e| matches!(e, Error::UnknownTimeZone { .. }))
@@ -328,7 +543,7 @@ fn seconds(tz: Tz, from: DateTime<Utc>, until: DateTime<Utc>) -> Vec<Second> {
 /// fixed hours, it ends a gap holding a matching wall time.
 fn is_tick(cron: &CronSchedule, s: &Second) -> bool {
     let fixed = cron.expr().has_fixed_hours();
-    let matches = |w: NaiveDateTime| cron.expr().schedule.includes(w.and_utc());
+    let matches = |w: NaiveDateTime| cron.expr().matches(w);
     if matches(s.wall) {
         return !(fixed && s.repeated);
     }
@@ -405,4 +620,44 @@ fn next_after_agrees_with_the_rule_second_by_second_around_transitions() {
             }
         }
     }
+}
+
+#[test]
+fn day_rules_mix_in_lists_and_never_firing_ones_are_found() {
+    assert_eq!(
+        utc_ticks("0 0 0 1,L * *", "2026-01-15T00:00:00Z", 3),
+        [
+            "2026-01-31 Sat 00:00:00",
+            "2026-02-01 Sun 00:00:00",
+            "2026-02-28 Sat 00:00:00"
+        ]
+    );
+    // `L` with a weekday: either one.
+    assert_eq!(
+        utc_ticks("0 0 L * MON", "2026-01-25T12:00:00Z", 3),
+        [
+            "2026-01-26 Mon 00:00:00",
+            "2026-01-31 Sat 00:00:00",
+            "2026-02-02 Mon 00:00:00"
+        ]
+    );
+    let now = utc("2026-06-01T00:00:00Z");
+    for never in ["0 0 0 L-30 2 *", "0 0 0 31W 2 *", "0 0 0 30 2 * 2030-2040"] {
+        let started = std::time::Instant::now();
+        assert!(
+            schedule(never, "Europe/Berlin")
+                .check_fires_after(now)
+                .is_err(),
+            "{never}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "{never}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        schedule("0 0 0 * 2 FRI#5", "UTC").next_after(now),
+        Some(utc("2036-02-29T00:00:00Z"))
+    );
 }

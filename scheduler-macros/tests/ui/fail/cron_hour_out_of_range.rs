@@ -1,6 +1,6 @@
 use scheduler_core::{BoxError, JobContext, job};
 
-#[job(cron = "*/15 * * * *")]
+#[job(cron = "0 0 24 * * *")]
 async fn sweep(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
