@@ -266,15 +266,19 @@ impl Session {
                 .await
                 .map(|(rows, _)| rows),
         };
-        rows.map_err(|source| {
-            let err = Error::statement(operation, source);
-            if let Some(guard) = &self.guard
-                && err.failure() != scheduler_core::StoreFailure::Other
-            {
-                guard.failed();
-            }
-            err
-        })
+        rows.map_err(|source| self.failed(operation, source))
+    }
+
+    /// A statement of `operation` failed with `source`: its error, and, for a lost or
+    /// read-only server, the pool's next connections checked ([`PoolGuard::failed`]).
+    fn failed(&self, operation: &'static str, source: DbErr) -> Error {
+        let err = Error::statement(operation, source);
+        if let Some(guard) = &self.guard
+            && err.failure() != scheduler_core::StoreFailure::Other
+        {
+            guard.failed();
+        }
+        err
     }
 
     /// Runs one statement like [`query`](Self::query), but never on a connection the
@@ -362,15 +366,7 @@ impl Session {
                 .await
                 .map(|(rows, _)| rows),
         };
-        rows.map_err(|source| {
-            let err = Error::statement(operation, source);
-            if let Some(guard) = &self.guard
-                && err.failure() != scheduler_core::StoreFailure::Other
-            {
-                guard.failed();
-            }
-            err
-        })
+        rows.map_err(|source| self.failed(operation, source))
     }
 
     /// Runs `sql` alone on a connection of the pool, in autocommit: its rows. On a

@@ -9,7 +9,9 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use scheduler_core::{ControlRequest, LeaseName, Store, TakeRequest, Taken, Tick, Ttl};
 use scheduler_postgres::{PostgresOptions, PostgresStore};
-use sea_orm::{ConnectionTrait, Database, TransactionTrait};
+use sea_orm::{
+    ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, TransactionTrait,
+};
 use test_postgres::TestDb;
 
 fn ttl() -> Ttl {
@@ -26,6 +28,30 @@ async fn take(store: &PostgresStore, job: &str, tick: Tick) -> scheduler_core::R
     store.take(&[request], ttl()).await
 }
 
+/// Takes `job` for three ticks, 200 ms apart: the store learns the pauses (on a task
+/// of its own, after its first take).
+async fn warm_up(store: &PostgresStore, job: &str) {
+    for offset in 1..=3 {
+        take(store, job, tick(store, offset).await)
+            .await
+            .expect("take");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Another session's transaction holding the controls table locked, as `ALTER
+/// TABLE` would (with the connection it runs on).
+async fn lock_controls(db: &TestDb) -> (DatabaseConnection, DatabaseTransaction) {
+    let admin = Database::connect(test_postgres::direct_url(db.url()))
+        .await
+        .expect("admin");
+    let lock = admin.begin().await.expect("begin");
+    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    (admin, lock)
+}
+
 #[tokio::test]
 async fn a_locked_controls_table_holds_up_no_unpaused_job() {
     let db = TestDb::new().await;
@@ -37,21 +63,9 @@ async fn a_locked_controls_table_holds_up_no_unpaused_job() {
         .pause(&ControlRequest::new("paused", "alice"))
         .await
         .expect("pause");
-    // The store learns the pauses (on a task of its own, after its first take).
-    for offset in 1..=3 {
-        take(&store, "warm-up", tick(&store, offset).await)
-            .await
-            .expect("take");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    warm_up(&store, "warm-up").await;
     // Another session holds the controls table locked, as `ALTER TABLE` would.
-    let admin = Database::connect(test_postgres::direct_url(db.url()))
-        .await
-        .expect("admin");
-    let lock = admin.begin().await.expect("begin");
-    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock");
+    let (_admin, lock) = lock_controls(&db).await;
     // Unpaused jobs are taken at once, tick after tick; the paused one is refused.
     for offset in 10..13 {
         let t = tick(&store, offset).await;
@@ -71,27 +85,16 @@ async fn a_pause_the_store_has_not_read_yet_is_never_skipped() {
     let store = PostgresStore::connect(db.url(), PostgresOptions::default())
         .await
         .expect("connect");
-    for offset in 1..=3 {
-        take(&store, "job", tick(&store, offset).await)
-            .await
-            .expect("take");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    warm_up(&store, "job").await;
     // A pause lands, and the table is locked before the store could read it again:
     // the take must not trust what it knew.
-    let admin = Database::connect(test_postgres::direct_url(db.url()))
-        .await
-        .expect("admin");
     store
         .controls()
         .expect("controls")
         .pause(&ControlRequest::new("job", "alice"))
         .await
         .expect("pause");
-    let lock = admin.begin().await.expect("begin");
-    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock");
+    let (_admin, lock) = lock_controls(&db).await;
     let t = tick(&store, 10).await;
     match take(&store, "job", t).await {
         Ok(taken) => assert!(taken.won.is_empty(), "a paused job won: {taken:?}"),

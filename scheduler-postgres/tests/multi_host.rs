@@ -39,15 +39,22 @@ fn dead_port() -> (u16, std::net::TcpListener, std::net::TcpStream) {
     (port, listener, client)
 }
 
-/// A server of its own with a database `name` whose sessions are read-only by
-/// default, as every session of a hot standby is.
-async fn read_only_server(name: &str) -> TestServer {
+/// A server of its own with a database `name` (as on the test's own server), and an
+/// admin connection to it.
+async fn server_with(name: &str) -> (TestServer, DatabaseConnection) {
     let server = tokio::task::spawn_blocking(TestServer::start)
         .await
         .expect("join")
         .expect("server");
     let admin = admin(&server.direct_url("postgres")).await;
     exec(&admin, &format!("CREATE DATABASE {name}")).await;
+    (server, admin)
+}
+
+/// A server of its own with a database `name` whose sessions are read-only by
+/// default, as every session of a hot standby is.
+async fn read_only_server(name: &str) -> TestServer {
+    let (server, admin) = server_with(name).await;
     exec(
         &admin,
         &format!("ALTER DATABASE {name} SET default_transaction_read_only = on"),
@@ -118,12 +125,7 @@ async fn read_write_skips_a_read_only_server_listed_first() {
 async fn a_new_connection_to_a_server_turned_read_only_moves_on() {
     let db = TestDb::new().await;
     let (second, name) = port_and_name(db.direct_url());
-    let first = tokio::task::spawn_blocking(TestServer::start)
-        .await
-        .expect("join")
-        .expect("server");
-    let first_admin = admin(&first.direct_url("postgres")).await;
-    exec(&first_admin, &format!("CREATE DATABASE {name}")).await;
+    let (first, first_admin) = server_with(&name).await;
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{second}/{name}?target_session_attrs=read-write",
         first.port()
@@ -233,12 +235,7 @@ async fn the_store_moves_to_the_next_host_when_its_own_goes_down() {
     let (second, name) = port_and_name(db.direct_url());
     // The second host has the lease table, as a promoted replica would.
     support::hostile::store(db.direct_url()).await;
-    let first = tokio::task::spawn_blocking(TestServer::start)
-        .await
-        .expect("join")
-        .expect("server");
-    let first_admin = admin(&first.direct_url("postgres")).await;
-    exec(&first_admin, &format!("CREATE DATABASE {name}")).await;
+    let (first, first_admin) = server_with(&name).await;
     drop(first_admin);
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{second}/{name}",
@@ -286,12 +283,7 @@ async fn the_apps_writes_retried_once_survive_a_switchover() {
     use sea_orm::{ConnectionTrait, DbBackend, Statement};
     let db = TestDb::new().await;
     let (second, name) = port_and_name(db.direct_url());
-    let first = tokio::task::spawn_blocking(TestServer::start)
-        .await
-        .expect("join")
-        .expect("server");
-    let first_admin = admin(&first.direct_url("postgres")).await;
-    exec(&first_admin, &format!("CREATE DATABASE {name}")).await;
+    let (first, first_admin) = server_with(&name).await;
     let table = "CREATE TABLE app_writes (id int PRIMARY KEY)";
     exec(&admin(&first.direct_url(&name)).await, table).await;
     exec(&admin(db.direct_url()).await, table).await;
