@@ -53,6 +53,23 @@ pub struct ScenarioConfig {
 }
 
 impl ScenarioConfig {
+    /// Prints `line` and appends it to the [`report`](Self::report) file, if set.
+    ///
+    /// # Errors
+    /// The report file cannot be opened or written.
+    pub fn report_line(&self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        println!("{line}");
+        if let Some(path) = &self.report {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            writeln!(file, "{line}")?;
+        }
+        Ok(())
+    }
+
     /// Scenario `name` with instances of `bin` on `url`, the driver on `direct_url`,
     /// logs under `log_root/NAME`; ttl 2 s, period 1 s, grace 5 s.
     pub fn new(name: &str, bin: &str, url: &str, direct_url: &str, log_root: &str) -> Self {

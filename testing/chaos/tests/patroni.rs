@@ -261,20 +261,6 @@ fn runs_after(record: &Record, fault: DateTime<Utc>) -> String {
     rows.join(", ")
 }
 
-/// Prints `line` and appends it to the report file.
-fn report(config: &ScenarioConfig, line: &str) {
-    use std::io::Write;
-    println!("{line}");
-    if let Some(path) = &config.report {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap();
-        writeln!(file, "{line}").unwrap();
-    }
-}
-
 /// A cluster, three instances on `route`, `fault` injected into the leader while
 /// a fencing run is under way; the record checked.
 async fn scenario(name: &str, route: Route, fault: Fault) {
@@ -309,13 +295,12 @@ async fn scenario(name: &str, route: Route, fault: Fault) {
     cluster.keep_logs(&verdict.logs);
     drop(cluster);
     let line = summary(name, &verdict, &runs, &outage);
-    report(
-        &config,
-        &format!(
+    config
+        .report_line(&format!(
             "{line}; cluster up in {started:?}, wall {:?}",
             wall.elapsed()
-        ),
-    );
+        ))
+        .expect("report");
     assert!(verdict.passed(), "{verdict}");
     let f = &verdict.findings;
     assert_eq!((f.duplicates, f.lost_writes), (0, 0), "{line}");

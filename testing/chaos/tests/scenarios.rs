@@ -648,20 +648,6 @@ impl FailedOver {
     }
 }
 
-/// Prints `line` and appends it to the report file.
-fn report(config: &ScenarioConfig, line: &str) {
-    use std::io::Write;
-    println!("{line}");
-    if let Some(path) = &config.report {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap();
-        writeln!(file, "{line}").unwrap();
-    }
-}
-
 /// Ends the scenario: checks that nothing ran while no writable server was
 /// reachable, finishes it, and reports the failover's numbers.
 async fn finish_failover(f: Failover, mut s: Scenario, failed: &FailedOver) -> (Verdict, String) {
@@ -669,7 +655,7 @@ async fn finish_failover(f: Failover, mut s: Scenario, failed: &FailedOver) -> (
     failed.nothing_ran_unrecorded(&mut s, &record);
     let verdict = s.finish().await.unwrap();
     let summary = failed.summary(&f.config.name, &verdict, &record);
-    report(&f.config, &summary);
+    f.config.report_line(&summary).expect("report");
     f.keep_logs();
     (verdict, summary)
 }
