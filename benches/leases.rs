@@ -128,6 +128,9 @@ impl Bench {
             .bind(TTL_MS)
             .bind(vec![false; names.len()])
             .bind(self.version)
+            // No triggered run keeps a completion.
+            .bind(Vec::<String>::new())
+            .bind(Vec::<String>::new())
             .fetch_all(&mut *conn)
             .await
             .unwrap();

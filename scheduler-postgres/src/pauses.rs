@@ -13,6 +13,11 @@
 //! the statement that writes its row, so an equal version means the same rows: the
 //! decision is the one a probe in that snapshot would have made.
 //!
+//! So are the triggered runs that keep a completion (their claim took the lease
+//! from a completed tick): a take counts their rows' ticks completed, and reads
+//! them from here instead of from the triggers table (claims and finishes bump the
+//! version too).
+//!
 //! When the version moved (a control since), or nothing is known yet, the take
 //! probes the controls table as before, and the rows are read again on a task of
 //! its own: a lock of the controls table then holds up that read, not the takes
@@ -40,6 +45,9 @@ pub(crate) struct Known {
     pub(crate) version: i64,
     /// By job: the node (`''`: everywhere) and the row.
     rows: HashMap<String, Vec<(String, Row)>>,
+    /// The leases and holders of the triggered runs that keep a completion for their
+    /// finish to put back: a take counts their rows' ticks completed.
+    pub(crate) claims: (Vec<String>, Vec<String>),
 }
 
 /// One row of the controls table that can refuse a take.
@@ -87,16 +95,23 @@ pub(crate) struct Pauses {
 }
 
 impl Pauses {
-    /// Nothing known yet; `version` and `controls` are the quoted tables.
-    pub(crate) fn new(version: &str, controls: &str) -> Self {
+    /// Nothing known yet; `version`, `controls` and `triggers` are the quoted tables.
+    pub(crate) fn new(version: &str, controls: &str, triggers: &str) -> Self {
         Self {
             known: Mutex::new(None),
             reading: AtomicBool::new(false),
             retry_at: Mutex::new(None),
+            // One statement, so one snapshot: the rows are those of the version read.
             read: format!(
                 "SELECT v.version, c.job, c.node, c.paused, c.since, c.resumed_at, \
-                        c.catch_up IS TRUE AS catch_up \
+                        c.catch_up IS TRUE AS catch_up, NULL::text AS lease, NULL::text AS holder \
                  FROM {version} v LEFT JOIN {controls} c ON c.paused OR c.catch_up \
+                 WHERE v.id = 1 \
+                 UNION ALL \
+                 SELECT v.version, NULL, NULL, NULL, NULL, NULL, false, tg.lease, tg.holder \
+                 FROM {version} v JOIN {triggers} tg \
+                   ON tg.state <> 'done' AND tg.state = 'running' \
+                  AND tg.prev_released_at IS NOT NULL \
                  WHERE v.id = 1"
             ),
         }
@@ -159,6 +174,12 @@ impl Pauses {
         let mut known = Known::default();
         for row in &rows {
             known.version = get(row, "version", OPERATION)?;
+            if let Some(lease) = get::<Option<String>>(row, "lease", OPERATION)? {
+                let holder = get::<Option<String>>(row, "holder", OPERATION)?;
+                known.claims.0.push(lease);
+                known.claims.1.push(holder.unwrap_or_default());
+                continue;
+            }
             let Some(job) = get::<Option<String>>(row, "job", OPERATION)? else {
                 continue;
             };

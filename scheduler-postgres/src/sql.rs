@@ -14,7 +14,8 @@ pub(crate) const NOW: &str = "SELECT clock_timestamp() AS now";
 ///   nodes, `''` for a request no pause applies to): one row per lease asked for,
 ///   `won`, held (`completed` when released as completed), or `paused`;
 /// - take known (`$1`–`$4` as take, `$5` whether each is paused, `$6` the control
-///   version that was decided on): as take, and a last row with the version;
+///   version that was decided on, `$7`/`$8` the leases and holders of the triggered
+///   runs that keep a completion): as take, and a last row with the version;
 /// - renew (`$1` names, `$2` holders, `$3` ttl in ms): the renewed names and expiries;
 /// - release (`$1` names, `$2` holders, `$3` completed): the released names;
 /// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any.
@@ -43,21 +44,28 @@ impl Sql {
         // condition is spelled out) are read once per statement, into a hashed
         // subplan, and probed only for a row the rest of the test leaves undecided
         // (a correlated `EXISTS` per row measured slower in the `leases` bench).
-        let completed = |l: &str| {
-            format!(
-                "({l}.released_at IS NOT NULL OR ({l}.name, {l}.holder) IN ( \
-                   SELECT tg.lease, tg.holder FROM {triggers} tg \
-                   WHERE tg.state <> 'done' AND tg.state = 'running' \
-                     AND tg.prev_released_at IS NOT NULL))"
-            )
+        //
+        // `claims` gives those triggered runs' (lease, holder) pairs: read from the
+        // triggers table, or, in the take that knows the controls ([`crate::pauses`]),
+        // the pairs known as of the control version (`$7`, `$8`: every claim and
+        // finish bumps it).
+        let open_claims = format!(
+            "SELECT tg.lease, tg.holder FROM {triggers} tg \
+             WHERE tg.state <> 'done' AND tg.state = 'running' \
+               AND tg.prev_released_at IS NOT NULL"
+        );
+        let known_claims =
+            "SELECT k.lease, k.holder FROM unnest($7::text[], $8::text[]) AS k(lease, holder)";
+        let completed = |l: &str, claims: &str| {
+            format!("({l}.released_at IS NOT NULL OR ({l}.name, {l}.holder) IN ({claims}))")
         };
         // A lease is free for a tick when it has expired and was taken for an earlier
         // tick, or for this tick but never completed.
-        let free = |l: &str, tick: &str| {
+        let free = |l: &str, tick: &str, claims: &str| {
             format!(
                 "{l}.expires_at <= now() AND ({l}.tick < {tick} \
                  OR ({l}.tick = {tick} AND NOT {completed}))",
-                completed = completed(l),
+                completed = completed(l, claims),
             )
         };
         // The held rows are read from the statement's snapshot (before the insert):
@@ -85,7 +93,7 @@ impl Sql {
         // a request no pause applies to names the job `''` and probes nothing.
         // The take's body after its `req` CTE, with `{extra}` added to every row
         // (the known variant's version column) and `{tail}` after its last part.
-        let body = |req: &str, extra: &str, first_extra: &str, tail: &str| {
+        let body = |req: &str, claims: &str, extra: &str, first_extra: &str, tail: &str| {
             format!(
                 "WITH {req}, won AS ( \
                  INSERT INTO {t} AS l (name, holder, tick, token, taken_at, expires_at, released_at) \
@@ -115,9 +123,9 @@ impl Sql {
                  UNION ALL \
                  SELECT false, req.name, NULL, NULL, NULL, NULL, false, true, clock_timestamp(){extra} \
                  FROM req WHERE req.paused{tail}",
-                pre = free("h", "req.tick"),
-                decide = free("l", "excluded.tick"),
-                held_completed = completed("h"),
+                pre = free("h", "req.tick", claims),
+                decide = free("l", "excluded.tick", claims),
+                held_completed = completed("h", claims),
             )
         };
         let take = body(
@@ -134,14 +142,16 @@ impl Sql {
                      AS r(name, tick, holder, job, node, caught_up) \
                  )"
             ),
+            &open_claims,
             "",
             "",
             "",
         );
         // The take when the store knows the controls as of version `$6`
         // ([`crate::pauses`]): each request says whether it is paused (`$5`, decided
-        // from that knowledge), and the controls table is not read at all (a lock on
-        // it, a `VACUUM FULL`, holds up no take). Only the version row is read: if it
+        // from that knowledge), the triggered runs that keep a completion are given
+        // (`$7`, `$8`), and neither the controls nor the triggers table is read (a
+        // lock on them, a `VACUUM FULL`, holds up no take). Only the version row is read: if it
         // is no longer `$6` in the statement's snapshot, nothing is taken, and the
         // last row (`version` not NULL, always there) says which version it is.
         let take_known = body(
@@ -154,6 +164,7 @@ impl Sql {
                    WHERE (SELECT v.version FROM v) = $6::bigint \
                  )"
             ),
+            known_claims,
             ", NULL::bigint",
             ", NULL::bigint AS version",
             " UNION ALL \

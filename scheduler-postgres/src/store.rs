@@ -190,6 +190,7 @@ impl PostgresStore {
             pauses: Arc::new(Pauses::new(
                 &options.table.with_suffix("_version"),
                 &options.table.with_suffix("_controls"),
+                &options.table.with_suffix("_triggers"),
             )),
             controls: Arc::new(controls),
             table: options.table,
@@ -395,6 +396,8 @@ impl Store for PostgresStore {
                 ttl.as_millis().into(),
                 paused.into(),
                 known.version.into(),
+                known.claims.0.clone().into(),
+                known.claims.1.clone().into(),
             ];
             let rows = self
                 .session

@@ -42,11 +42,16 @@ async fn warm_up(store: &PostgresStore, job: &str) {
 /// Another session's transaction holding the controls table locked, as `ALTER
 /// TABLE` would (with the connection it runs on).
 async fn lock_controls(db: &TestDb) -> (DatabaseConnection, DatabaseTransaction) {
+    lock(db, "scheduler_leases_controls").await
+}
+
+/// Another session's transaction holding `table` locked (with its connection).
+async fn lock(db: &TestDb, table: &str) -> (DatabaseConnection, DatabaseTransaction) {
     let admin = Database::connect(test_postgres::direct_url(db.url()))
         .await
         .expect("admin");
     let lock = admin.begin().await.expect("begin");
-    lock.execute_unprepared("LOCK TABLE scheduler_leases_controls IN ACCESS EXCLUSIVE MODE")
+    lock.execute_unprepared(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
         .await
         .expect("lock");
     (admin, lock)
@@ -104,4 +109,24 @@ async fn a_pause_the_store_has_not_read_yet_is_never_skipped() {
     let taken = take(&store, "job", t).await.expect("take");
     assert!(taken.won.is_empty(), "{taken:?}");
     assert_eq!(taken.paused.len(), 1, "{taken:?}");
+}
+
+/// Nor does a lock of the triggers table (every take asks whether a triggered run
+/// keeps its tick's completion): the store knows those runs as of the version too.
+#[tokio::test]
+async fn a_locked_triggers_table_holds_up_no_take() {
+    let db = TestDb::new().await;
+    let store = PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("connect");
+    warm_up(&store, "warm-up").await;
+    let (_admin, lock) = lock(&db, "scheduler_leases_triggers").await;
+    for offset in 10..13 {
+        let job = format!("free-{offset}");
+        let taken = take(&store, &job, tick(&store, offset).await)
+            .await
+            .expect("a take while the triggers table is locked");
+        assert_eq!(taken.won.len(), 1, "{taken:?}");
+    }
+    lock.rollback().await.expect("rollback");
 }

@@ -319,7 +319,7 @@ async fn take_stays_linear_under_a_generic_plan() {
         // and winning, at the table's version.
         let known_arguments = format!(
             "{names}::text[], {ticks}::timestamptz[], {holders}::text[], 60000, \
-             array_fill(false, ARRAY[{NAMES}]), 0"
+             array_fill(false, ARRAY[{NAMES}]), 0, '{{}}'::text[], '{{}}'::text[]"
         );
         failures.extend(
             check(

@@ -63,6 +63,10 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "sql.rs: one of two literals (\"\", \", NULL::bigint AS version\")",
     ),
     (
+        "claims",
+        "sql.rs: one of two SQL fragments built from literals and `{triggers}`",
+    ),
+    (
         "tail",
         "sql.rs: one of two literals (\"\", the known take's version row)",
     ),
