@@ -77,7 +77,8 @@ struct Written {
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
 struct WrittenSchedule {
-    /// A cron expression, crontab's way: "[sec] min hour day month weekday [year]".
+    /// A cron expression, crontab's way: "min hour day month weekday" (seconds first
+    /// and a year last may be added).
     #[arg(long, value_name = "EXPR", value_parser = cron)]
     cron: Option<String>,
 

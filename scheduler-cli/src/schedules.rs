@@ -75,8 +75,8 @@ pub struct PutArgs {
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 #[group(required = true, multiple = false)]
 pub struct WrittenSchedule {
-    /// A cron expression, crontab's way: "[sec] min hour day month weekday", then an
-    /// optional year.
+    /// A cron expression, crontab's way: "min hour day month weekday" (seconds first
+    /// and a year last may be added).
     #[arg(long, value_name = "EXPR", value_parser = cron)]
     pub cron: Option<String>,
     /// A period ("30s", "15m", "1h30m"): ticks at its multiples since the Unix epoch.
