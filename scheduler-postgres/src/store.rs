@@ -330,6 +330,20 @@ fn keys_to_values(leases: &[LeaseKey]) -> (Value, Value) {
     (names.into(), holders.into())
 }
 
+/// The names, ticks and holders of `requests`, as a take's first three arrays.
+fn request_arrays(requests: &[TakeRequest]) -> (Vec<String>, Vec<DateTime<Utc>>, Vec<String>) {
+    let names = requests
+        .iter()
+        .map(|r| r.name.as_str().to_owned())
+        .collect();
+    let ticks = requests.iter().map(|r| r.tick.at()).collect();
+    let holders = requests
+        .iter()
+        .map(|r| r.holder.as_str().to_owned())
+        .collect();
+    (names, ticks, holders)
+}
+
 /// A take's answer from its `rows` (won, held or paused, one per lease) and `clock`,
 /// the row whose `now` is the latest (the last one produced), received at
 /// `received`.
@@ -374,25 +388,17 @@ impl Store for PostgresStore {
         }
         // The instance's own traffic: the listener checks its connection now if due.
         self.watch.took();
-        let names: Vec<String> = requests
-            .iter()
-            .map(|r| r.name.as_str().to_owned())
-            .collect();
-        let ticks: Vec<DateTime<Utc>> = requests.iter().map(|r| r.tick.at()).collect();
-        let holders: Vec<String> = requests
-            .iter()
-            .map(|r| r.holder.as_str().to_owned())
-            .collect();
         if let Some(known) = self.pauses.known() {
+            let (names, ticks, holders) = request_arrays(requests);
             // The pauses decided here, as of the version the statement checks.
             let paused: Vec<bool> = requests
                 .iter()
                 .map(|r| (r.control.as_ref()).is_some_and(|k| known.paused(k, r.tick.at())))
                 .collect();
             let values = vec![
-                names.clone().into(),
-                ticks.clone().into(),
-                holders.clone().into(),
+                names.into(),
+                ticks.into(),
+                holders.into(),
                 ttl.as_millis().into(),
                 paused.into(),
                 known.version.into(),
@@ -420,6 +426,8 @@ impl Store for PostgresStore {
         } else {
             self.pauses.stale(&self.session, None);
         }
+        // Built again (rare: nothing known yet, or a control since the last read).
+        let (names, ticks, holders) = request_arrays(requests);
         // `''` where no pause applies: no pause names the job `''`.
         let mut caught_up = Vec::with_capacity(requests.len());
         let (jobs, nodes): (Vec<String>, Vec<String>) = requests
