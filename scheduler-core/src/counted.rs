@@ -125,6 +125,10 @@ impl<S: Store> Store for Counted<S> {
         self.inner.request_cancel(name, newer).await
     }
 
+    async fn create_missing(&self, names: &[LeaseName]) -> Result<Vec<LeaseName>> {
+        self.inner.create_missing(names).await
+    }
+
     /// The inner store's controls, not counted (the lease statements are what
     /// this wrapper measures).
     fn controls(&self) -> Option<&dyn crate::Controls> {

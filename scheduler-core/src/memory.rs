@@ -41,6 +41,8 @@ pub struct MemoryStore {
     /// Milliseconds a renewal or a release waits before it is applied (a slow store).
     renew_delay_ms: AtomicU64,
     release_delay_ms: AtomicU64,
+    /// [`Store::create_missing`] creates nothing: every job counts as known.
+    jobs_known: AtomicBool,
     /// Pauses, triggers, dynamic schedules and their record.
     tables: Mutex<controls::Tables>,
 }
@@ -63,6 +65,19 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row [`Store::create_missing`] creates at `now`: free, its tick `now`
+    /// completed, held by nobody (the empty holder no take generates).
+    fn created(now: DateTime<Utc>) -> Self {
+        Self {
+            holder: Holder::from_stored(String::new()),
+            tick: Tick::new(now),
+            token: FencingToken::new(1),
+            expires_at: now,
+            completed: true,
+            cancel_tick: None,
+        }
+    }
+
     /// Whether the row is free for `tick`, its own tick `completed` (its `completed`,
     /// or the completion a trigger's claim keeps while it holds the row).
     fn free_for(&self, tick: Tick, now: DateTime<Utc>, completed: bool) -> bool {
@@ -97,6 +112,14 @@ impl MemoryStore {
     /// only (a bad request, a lock on the table that takes wait on).
     pub fn set_failing_takes(&self, failing: bool) {
         self.failing_takes.store(failing, Ordering::SeqCst);
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Makes [`Store::create_missing`] create nothing (`true`), as on a store where
+    /// every job ran before: start-up then catches up the ticks before it as the
+    /// catch-up window says, which a test of what start-up does may want.
+    pub fn set_jobs_known(&self, known: bool) {
+        self.jobs_known.store(known, Ordering::SeqCst);
     }
 
     /// The store's clock, read without going through [`Store::now`].
@@ -362,6 +385,23 @@ impl Store for MemoryStore {
     async fn now(&self) -> Result<DateTime<Utc>> {
         wait_ms(&self.clock_delay_ms).await;
         self.call()
+    }
+
+    async fn create_missing(&self, names: &[LeaseName]) -> Result<Vec<LeaseName>> {
+        ensure_unique(names.iter())?;
+        let now = self.call()?;
+        let mut rows = self.lock();
+        let mut created = Vec::new();
+        if self.jobs_known.load(Ordering::SeqCst) {
+            return Ok(created);
+        }
+        for name in names {
+            if !rows.contains_key(name) {
+                rows.insert(name.clone(), Row::created(now));
+                created.push(name.clone());
+            }
+        }
+        Ok(created)
     }
 
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {

@@ -73,6 +73,25 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         Ok(false)
     }
 
+    /// Creates a row for each lease of `names` that has none yet: free, released as
+    /// completed, its tick the store's now, so that no tick from before can ever be
+    /// taken under it. Returns the names it created. The runtime calls it at
+    /// start-up for its jobs' leases: a job whose lease had no row is new to the
+    /// cluster, and its ticks from before it first existed are not caught up (as a
+    /// Kubernetes CronJob or a Temporal schedule never runs times from before it was
+    /// created), while a job whose row exists catches up what an outage missed.
+    ///
+    /// The default creates nothing: on a store without it, start-up catches up ticks
+    /// from before a job existed, as the catch-up policy says. A store that wraps
+    /// another must forward it.
+    ///
+    /// # Errors
+    /// [`Error::Store`](crate::Error::Store) if the backend fails.
+    async fn create_missing(&self, names: &[LeaseName]) -> Result<Vec<LeaseName>> {
+        let _ = names;
+        Ok(Vec::new())
+    }
+
     /// The store's controls (pause, resume, trigger, dynamic schedules, their
     /// record), or `None` for a store that keeps none: the runtime then polls
     /// nothing, and takes carry no pause condition a store would honour. A store
@@ -104,6 +123,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         (**self).request_cancel(name, newer).await
+    }
+
+    async fn create_missing(&self, names: &[LeaseName]) -> Result<Vec<LeaseName>> {
+        (**self).create_missing(names).await
     }
 
     fn controls(&self) -> Option<&dyn Controls> {

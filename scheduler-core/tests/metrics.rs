@@ -207,6 +207,8 @@ async fn the_exported_metrics_match_a_scripted_run_exactly() {
     let start = DateTime::<Utc>::from_timestamp(BASE, 500_000_000).expect("time");
     let clock = LocalClock::starting_at(start);
     let store = Arc::new(MemoryStore::with_clock(clock));
+    // As if the job ran before: start-up catches up the tick before it.
+    store.set_jobs_known(true);
     let mut failing = Probe::new("failing", 3_000, 50);
     failing.fail = true;
     let mut fenced = Probe::new("fenced", 60_000, 5_000);

@@ -1,8 +1,8 @@
 //! Reading the store's rows: typed columns, timestamps checked for range first, and
 //! leases and lease names.
 
-use chrono::{DateTime, Utc};
-use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Tick};
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_core::{FencingToken, Held, Holder, Lease, LeaseName, Taken, Tick};
 use sea_orm::{DbErr, QueryResult};
 
 use crate::error::{Error, Result};
@@ -164,4 +164,39 @@ pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Resul
         operation,
         cause: DbErr::Custom(e.to_string()),
     })
+}
+
+/// A take's answer from its `rows` (won, held or paused, one per lease) and `clock`,
+/// the row whose `now` is the latest (the last one produced), received at
+/// `received`.
+pub(crate) fn taken_from_rows(
+    rows: &[QueryResult],
+    clock: Option<&QueryResult>,
+    received: std::time::Instant,
+) -> scheduler_core::Result<Taken> {
+    let mut taken = Taken::default();
+    for row in rows {
+        if get::<bool>(row, "paused", "take leases")? {
+            taken.paused.push(name_from_row(row, "take leases")?);
+        } else if get::<bool>(row, "won", "take leases")? {
+            taken.won.push(lease_from_row(row)?);
+        } else {
+            taken.held.push(Held {
+                name: name_from_row(row, "take leases")?,
+                tick: Tick::new(held_time(row, "tick")?),
+                expires_at: held_time(row, "expires_at")?,
+                completed: get(row, "completed", "take leases")?,
+            });
+        }
+    }
+    // The last row's clock: rows come in the order they were produced, so it is
+    // the latest, the closest to the answer's arrival (read once, not per row).
+    // The runtime takes the sample as read when this call returns: the time spent
+    // decoding since the rows arrived is added (a few milliseconds per thousand
+    // rows), so the sample still errs late, by the way back only, never early.
+    let now = clock
+        .map(|row| time(row, "now", "take leases"))
+        .transpose()?;
+    taken.now = now.map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
+    Ok(taken)
 }

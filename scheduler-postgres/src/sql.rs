@@ -18,13 +18,15 @@ pub(crate) const NOW: &str = "SELECT clock_timestamp() AS now";
 ///   runs that keep a completion): as take, and a last row with the version;
 /// - renew (`$1` names, `$2` holders, `$3` ttl in ms): the renewed names and expiries;
 /// - release (`$1` names, `$2` holders, `$3` completed): the released names;
-/// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any.
+/// - request cancel (`$1` name, `$2` the newer tick): the row marked, if any;
+/// - create missing (`$1` names): the names that had no row and now have one.
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
     pub(crate) take: String,
     pub(crate) take_known: String,
     pub(crate) renew: String,
     pub(crate) release: String,
+    pub(crate) create_missing: String,
     pub(crate) request_cancel: String,
 }
 
@@ -234,11 +236,21 @@ impl Sql {
                released_at = CASE WHEN $3::boolean THEN now() END \
              {mine} RETURNING l.name"
         );
+        // `$1` names: a row for each without one, free, its tick now completed (no
+        // tick from before it can be taken), held by nobody (`''`, which no take
+        // generates). In name order, as every lease statement locks.
+        let create_missing = format!(
+            "INSERT INTO {t} (name, holder, tick, token, taken_at, expires_at, released_at) \
+             SELECT n.name, '', now(), 1, now(), now(), now() \
+             FROM unnest($1::text[]) AS n(name) ORDER BY n.name \
+             ON CONFLICT (name) DO NOTHING RETURNING name"
+        );
         Self {
             take,
             take_known,
             renew,
             release,
+            create_missing,
             request_cancel,
         }
     }

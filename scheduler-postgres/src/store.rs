@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use scheduler_core::lease::ensure_unique;
 use scheduler_core::{
-    Controls, Held, LeaseKey, LeaseName, Release, Renewed, Store, TakeRequest, Taken, Tick, Ttl,
+    Controls, LeaseKey, LeaseName, Release, Renewed, Store, TakeRequest, Taken, Tick, Ttl,
 };
 use scheduler_migrations::TableName;
 use sea_orm::{Database, DatabaseConnection, DatabaseTransaction, DbErr, QueryResult, Value};
@@ -21,7 +21,7 @@ use crate::guard::PoolGuard;
 use crate::migrate;
 use crate::options::{PostgresOptions, connect_failed, listen_options, parse_url, pool_options};
 use crate::pauses::Pauses;
-use crate::row::{get, held_time, lease_from_row, name_from_row, time};
+use crate::row::{get, name_from_row, taken_from_rows, time};
 use crate::session::{Pooling, Session};
 use crate::sql::{self, Sql};
 use crate::watch::Watcher;
@@ -344,41 +344,6 @@ fn request_arrays(requests: &[TakeRequest]) -> (Vec<String>, Vec<DateTime<Utc>>,
     (names, ticks, holders)
 }
 
-/// A take's answer from its `rows` (won, held or paused, one per lease) and `clock`,
-/// the row whose `now` is the latest (the last one produced), received at
-/// `received`.
-fn taken_from_rows(
-    rows: &[QueryResult],
-    clock: Option<&QueryResult>,
-    received: std::time::Instant,
-) -> scheduler_core::Result<Taken> {
-    let mut taken = Taken::default();
-    for row in rows {
-        if get::<bool>(row, "paused", "take leases")? {
-            taken.paused.push(name_from_row(row, "take leases")?);
-        } else if get::<bool>(row, "won", "take leases")? {
-            taken.won.push(lease_from_row(row)?);
-        } else {
-            taken.held.push(Held {
-                name: name_from_row(row, "take leases")?,
-                tick: Tick::new(held_time(row, "tick")?),
-                expires_at: held_time(row, "expires_at")?,
-                completed: get(row, "completed", "take leases")?,
-            });
-        }
-    }
-    // The last row's clock: rows come in the order they were produced, so it is
-    // the latest, the closest to the answer's arrival (read once, not per row).
-    // The runtime takes the sample as read when this call returns: the time spent
-    // decoding since the rows arrived is added (a few milliseconds per thousand
-    // rows), so the sample still errs late, by the way back only, never early.
-    let now = clock
-        .map(|row| time(row, "now", "take leases"))
-        .transpose()?;
-    taken.now = now.map(|now| now + TimeDelta::from_std(received.elapsed()).unwrap_or_default());
-    Ok(taken)
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     async fn take(&self, requests: &[TakeRequest], ttl: Ttl) -> scheduler_core::Result<Taken> {
@@ -515,6 +480,28 @@ impl Store for PostgresStore {
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    async fn create_missing(&self, names: &[LeaseName]) -> scheduler_core::Result<Vec<LeaseName>> {
+        ensure_unique(names.iter())?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<String> = names.iter().map(|n| n.as_str().to_owned()).collect();
+        let rows = self
+            .session
+            .lease_query(
+                "record new leases",
+                &self.sql.create_missing,
+                vec![names.into()],
+                Duration::MAX,
+            )
+            .await?;
+        let created = rows
+            .iter()
+            .map(|row| name_from_row(row, "record new leases"))
+            .collect::<Result<_>>()?;
+        Ok(created)
     }
 
     async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {

@@ -119,3 +119,10 @@ async fn two_apps_share_one_database_through_their_own_tables() {
     scheduler_store_tests::batch_returns_exactly_the_free(&a, &a, 10).await;
     scheduler_store_tests::batch_returns_exactly_the_free(&b, &b, 10).await;
 }
+
+#[tokio::test]
+async fn missing_rows_are_created_once() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 2).await;
+    scheduler_store_tests::missing_rows_are_created_once(&s[0], &s[1]).await;
+}

@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use scheduler_core::{LeaseKey, TakeRequest};
+use scheduler_core::{LeaseKey, LeaseName, TakeRequest};
 
 /// `[["name","holder",tick_micros,"job","node",caught_up],…]` for a batch take
 /// (`caught_up` 1 or 0: [`ControlKey::caught_up_on_resume`]
@@ -43,6 +43,11 @@ pub(crate) fn keys(keys: &[LeaseKey]) -> String {
         out.push(',');
         string(out, k.holder.as_str());
     })
+}
+
+/// `[["name"],…]` for a batch of names.
+pub(crate) fn names(names: &[LeaseName]) -> String {
+    rows(names, |out, n| string(out, n.as_str()))
 }
 
 fn rows<T>(items: &[T], mut row: impl FnMut(&mut String, &T)) -> String {

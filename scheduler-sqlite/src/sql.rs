@@ -21,6 +21,7 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) request_cancel: String,
+    pub(crate) create_missing: String,
     pub(crate) now: String,
 }
 
@@ -121,6 +122,13 @@ impl Sql {
              RETURNING name",
             triggers = table.with_suffix("_triggers"),
         );
+        // `?1` is `[["name"],…]`: a row for each name without one, free, its tick now
+        // completed (no tick from before it can be taken), held by nobody (`''`).
+        let create_missing = format!(
+            "INSERT INTO {t} (name, holder, tick, token, taken_at, expires_at, released_at) \
+             SELECT r.value ->> 0, '', {NOW}, 1, {NOW}, {NOW}, {NOW} FROM json_each(?1) AS r \
+             WHERE true ON CONFLICT (name) DO NOTHING RETURNING name"
+        );
         let release = format!(
             "UPDATE {t} SET expires_at = min(expires_at, {NOW}), \
                released_at = CASE WHEN ?2 THEN {NOW} END \
@@ -134,6 +142,7 @@ impl Sql {
             renew,
             release,
             request_cancel,
+            create_missing,
             now: format!("SELECT {NOW} AS now"),
         }
     }

@@ -352,6 +352,27 @@ impl scheduler_core::Store for SqliteStore {
         Ok(!rows.is_empty())
     }
 
+    async fn create_missing(&self, names: &[LeaseName]) -> scheduler_core::Result<Vec<LeaseName>> {
+        const OP: &str = "record new leases";
+        ensure_unique(names.iter())?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _turn = self.write_turn(OP).await?;
+        let rows = self
+            .query(
+                OP,
+                &self.sql.create_missing,
+                vec![batch::names(names).into()],
+            )
+            .await?;
+        let created = rows
+            .iter()
+            .map(|row| name_from_row(row, OP))
+            .collect::<Result<_>>()?;
+        Ok(created)
+    }
+
     async fn now(&self) -> scheduler_core::Result<DateTime<Utc>> {
         const OP: &str = "read the database clock";
         let rows = self.query(OP, &self.sql.now, Vec::new()).await?;

@@ -288,3 +288,10 @@ async fn leases_survive_reopening_and_the_schema_is_applied_once() {
         .expect("int");
     assert_eq!(synchronous, 2, "synchronous = FULL");
 }
+
+#[tokio::test]
+async fn missing_rows_are_created_once() {
+    let dir = TempDir::new("created");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    scheduler_store_tests::missing_rows_are_created_once(&s[0], &s[1]).await;
+}

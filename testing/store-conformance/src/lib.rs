@@ -599,6 +599,86 @@ pub async fn cancel_requests_reach_the_holder(a: &SharedStore, b: &SharedStore) 
     );
 }
 
+/// [`Store::create_missing`] creates a row only for a name that has none, once
+/// across racing instances; the row refuses every tick up to its creation and
+/// hands out the ticks after it.
+pub async fn missing_rows_are_created_once(a: &SharedStore, b: &SharedStore) {
+    let (old, new) = (name("created-old"), name("created-new"));
+    // A name with a row already: a tick of it ran.
+    let ran = a
+        .take(
+            &[TakeRequest::new(old.clone(), tick(a, -10).await)],
+            ttl(60_000),
+        )
+        .await
+        .expect("take")
+        .won
+        .pop()
+        .expect("free");
+    a.release(&[ran.key()], Release::Completed)
+        .await
+        .expect("release");
+    let before = tick(a, -1).await;
+    let created = a
+        .create_missing(&[old.clone(), new.clone()])
+        .await
+        .expect("create");
+    assert_eq!(created, vec![new.clone()], "only the name without a row");
+    assert!(
+        b.create_missing(std::slice::from_ref(&new))
+            .await
+            .expect("create")
+            .is_empty(),
+        "created twice"
+    );
+    // The old name's row is as it was: its next tick is free.
+    let next = Tick::new(ran.tick.at() + TimeDelta::seconds(1));
+    assert_eq!(
+        b.take(&[TakeRequest::new(old, next)], ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .len(),
+        1
+    );
+    // A tick from before the new row is refused, as completed.
+    let lost = b
+        .take(&[TakeRequest::new(new.clone(), before)], ttl(60_000))
+        .await
+        .expect("take");
+    assert!(
+        lost.won.is_empty(),
+        "a tick from before the row ran: {lost:?}"
+    );
+    assert!(lost.held.iter().all(|h| h.completed), "{lost:?}");
+    // A tick after it is free, and its token is one a fencing check accepts.
+    let after = tick(a, 2).await;
+    let won = b
+        .take(&[TakeRequest::new(new, after)], ttl(60_000))
+        .await
+        .expect("take")
+        .won;
+    assert_eq!(won.len(), 1, "a tick after the row was refused");
+    assert!(won[0].token.get() > 0);
+    // Racing instances: each fresh name is created by exactly one.
+    let names: Vec<LeaseName> = (0..20)
+        .map(|i| name(&format!("created-race-{i}")))
+        .collect();
+    let (x, y) = tokio::join!(a.create_missing(&names), b.create_missing(&names));
+    let (mut x, y) = (x.expect("create"), y.expect("create"));
+    x.extend(y);
+    x.sort();
+    let mut want = names.clone();
+    want.sort();
+    assert_eq!(x, want, "each name created once");
+    assert!(
+        a.create_missing(&[name("created-dup"), name("created-dup")])
+            .await
+            .is_err(),
+        "a name twice in one batch"
+    );
+}
+
 /// Every invariant above, in turn, on fresh names each time.
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[1 % stores.len()]);
@@ -609,6 +689,7 @@ pub async fn all(stores: &[SharedStore]) {
     released_tick_is_done(a, b).await;
     retried_take_of_the_same_holder_wins(a, b).await;
     cancel_requests_reach_the_holder(a, b).await;
+    missing_rows_are_created_once(a, b).await;
     batch_returns_exactly_the_free(a, b, 100).await;
     awkward_names_round_trip(a).await;
 }

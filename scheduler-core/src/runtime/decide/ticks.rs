@@ -149,6 +149,27 @@ impl JobTicks {
         self.catch_up_from
     }
 
+    /// Starts the schedule of a job new to the cluster (its lease had no row) at
+    /// `now`: as [`start`](Self::start), but no tick from before `now` is caught up
+    /// (a nightly job deployed at 23:50 does not run the night's tick before it
+    /// existed), as a Kubernetes CronJob or a Temporal schedule never runs a time
+    /// from before it was created.
+    pub(crate) fn start_new(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
+        self.start(cadence, now);
+        self.drop_up_to(cadence, now);
+    }
+
+    /// Drops the ticks start-up would catch up at or before `at`.
+    fn drop_up_to(&mut self, cadence: &Cadence, at: DateTime<Utc>) {
+        self.backlog.retain(|(tick, _, _)| tick.at() > at);
+        if self.pending.as_ref().is_some_and(|p| p.tick.at() <= at) {
+            self.pending = self
+                .backlog
+                .pop_front()
+                .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+        }
+    }
+
     /// Starts the schedule of a dynamic schedule's row changed at `changed`: as
     /// [`start`](Self::start), but no tick from before the change is caught up (a
     /// schedule added at noon does not run its 9 o'clock tick).
@@ -165,19 +186,8 @@ impl JobTicks {
         if self.leave_after.is_some() {
             self.leave_after = Some(changed.map_or(now, |changed| changed.min(now)));
         }
-        let Some(changed) = changed else {
-            return;
-        };
-        self.backlog.retain(|(tick, _, _)| tick.at() > changed);
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.tick.at() <= changed)
-        {
-            self.pending = self
-                .backlog
-                .pop_front()
-                .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+        if let Some(changed) = changed {
+            self.drop_up_to(cadence, changed);
         }
     }
 

@@ -3,13 +3,15 @@
 //! announcements of control changes; then the drain. A backfill asked for while no
 //! scheduler runs gets a loop of its own ([`Engine::standalone`]).
 
+use std::collections::HashSet;
 use std::future::Future;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Engine;
 use super::backfills::{BackfillDoor, BackfillRequest};
 use crate::error::{Error, StoreFailure};
+use crate::lease::LeaseName;
 use crate::runtime::backoff::Backoff;
 
 impl Engine {
@@ -21,9 +23,15 @@ impl Engine {
         let requests = door.open();
         // Learn the store's clock before computing any tick.
         let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
+        let mut new_leases = None;
         loop {
             self.beat.beat();
-            if self.sync_clock().await {
+            // The jobs new to the cluster first (their rows' tick is then no later
+            // than the clock read next, so no tick after start-up is refused).
+            if new_leases.is_none() {
+                new_leases = self.create_missing_leases().await;
+            }
+            if new_leases.is_some() && self.sync_clock().await {
                 // The first read also paid for the connection's set-up; a second one
                 // on the warm connection is kept if its round trip is shorter.
                 self.sync_clock().await;
@@ -31,7 +39,11 @@ impl Engine {
             }
             self.beat.store_failed(StoreFailure::Unreachable);
             let wait = startup.next_delay();
-            warn!(retry_in = ?wait, "reading the store's clock failed; retrying");
+            let what = match new_leases {
+                None => "recording the jobs' leases",
+                Some(_) => "reading the store's clock",
+            };
+            warn!(retry_in = ?wait, "{what} failed; retrying");
             tokio::select! {
                 biased;
                 () = &mut shutdown => {
@@ -43,8 +55,17 @@ impl Engine {
         }
         self.store_ok();
         let now = self.db_now();
+        let new_leases = new_leases.unwrap_or_default();
         for (job, e) in self.jobs.iter_mut().zip(&self.s.entries) {
-            job.start(&e.cadence, now);
+            if new_leases.contains(&e.lease) {
+                job.start_new(&e.cadence, now);
+            } else {
+                job.start(&e.cadence, now);
+            }
+        }
+        if !new_leases.is_empty() {
+            let names: Vec<&str> = new_leases.iter().map(LeaseName::as_str).collect();
+            info!(leases = ?names, "new to the cluster: no tick from before now is caught up");
         }
         if let Some(ctl) = &mut self.ctl {
             ctl.started = Some(now);
@@ -52,6 +73,26 @@ impl Engine {
         self.turns(shutdown, Some(requests)).await;
         door.close();
         self.drain().await;
+    }
+
+    /// Creates the rows of the jobs' leases that have none
+    /// ([`Store::create_missing`](crate::Store::create_missing)): the leases new to
+    /// the cluster, or `None` when the store failed.
+    async fn create_missing_leases(&mut self) -> Option<HashSet<LeaseName>> {
+        let names: Vec<LeaseName> = self.s.entries.iter().map(|e| e.lease.clone()).collect();
+        if names.is_empty() {
+            return Some(HashSet::new());
+        }
+        let store = self.s.store.clone();
+        let call = async move { store.create_missing(&names).await };
+        match self.clock_gate.try_run("create leases", call).await {
+            Some(Ok(created)) => Some(created.into_iter().collect()),
+            Some(Err(err)) => {
+                debug!(error = %err, "recording the jobs' leases failed");
+                None
+            }
+            None => None,
+        }
     }
 
     /// Runs backfill `request` on this loop, which has no job and ends with it (no
