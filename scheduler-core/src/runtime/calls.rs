@@ -8,10 +8,15 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tracing::warn;
 
 use super::backoff::Backoff;
 use super::observe::Observer;
 use crate::error::{Error, StoreFailure};
+
+/// How late past a call's deadline the loop must see it to know that its thread was
+/// held up (not the store slow): far more than a busy machine delays a timer.
+const HELD_UP: Duration = Duration::from_secs(1);
 
 /// Store calls of one kind, at most one in flight: an instance never has more than
 /// one connection of the app's pool busy with lease statements (and one with a clock
@@ -105,21 +110,44 @@ impl Gate {
         Fut: Future<Output = crate::Result<T>> + Send + 'static,
     {
         let (limit, hard) = (self.limit, self.hard_limit());
-        let task = tokio::spawn(async move {
+        let mut task = tokio::spawn(async move {
             let _permit = permit;
             tokio::time::timeout(hard, call).await
         });
-        let abandoned = || {
-            Error::store_as(
+        let deadline = Instant::now() + wait;
+        let mut answer = tokio::time::timeout(wait, &mut task).await;
+        // A deadline seen seconds after it passed: this thread did not run meanwhile
+        // (a job blocking it), so the call had no chance to read its answer either.
+        // The store is not to blame: the call gets its time again.
+        let held_up = Instant::now().saturating_duration_since(deadline);
+        if answer.is_err() && held_up >= HELD_UP {
+            answer = tokio::time::timeout(wait, &mut task).await;
+            if answer.is_ok() {
+                warn!(
+                    held_up = ?held_up,
+                    "the scheduler's thread was held up {held_up:?} while the store answered \
+                     ({operation}): is a job blocking its thread (std::thread::sleep, blocking \
+                     I/O, a long computation) instead of awaiting? Run such work in \
+                     tokio::task::spawn_blocking"
+                );
+            }
+        }
+        match answer {
+            Ok(Ok(Ok(result))) => result,
+            Ok(Ok(Err(_))) | Err(_) if held_up >= HELD_UP => Err(Error::store_as(
+                StoreFailure::Unreachable,
+                format!(
+                    "the store did not answer ({operation}) within {limit:?}, and the \
+                     scheduler's thread was held up {held_up:?} meanwhile (a job blocking its \
+                     thread?); the call was abandoned"
+                ),
+            )),
+            Ok(Ok(Err(_))) | Err(_) => Err(Error::store_as(
                 StoreFailure::Unreachable,
                 format!(
                     "the store did not answer ({operation}) within {limit:?}; the call was abandoned"
                 ),
-            )
-        };
-        match tokio::time::timeout(wait, task).await {
-            Ok(Ok(Ok(result))) => result,
-            Ok(Ok(Err(_))) | Err(_) => Err(abandoned()),
+            )),
             Ok(Err(join)) => Err(Error::store(format!("the store call failed: {join}"))),
         }
     }
@@ -155,5 +183,70 @@ impl Retry {
         let delay = self.backoff.next_delay().min(cap);
         self.at = Some(Instant::now() + delay);
         delay
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Blocks this (current-thread) runtime's only thread for `d` once polled, as a
+    /// job calling `std::thread::sleep` does.
+    fn block_thread(d: Duration) {
+        tokio::spawn(async move { std::thread::sleep(d) });
+    }
+
+    fn gate() -> Gate {
+        let observe = Observer::new(crate::Stats::default(), None, None);
+        Gate::new(Duration::from_millis(200), observe)
+    }
+
+    /// A call the store answers in 50 ms, while a job blocks the thread for 2 s: it
+    /// succeeds (it was abandoned, the store blamed: "did not answer within 200ms").
+    #[tokio::test]
+    async fn a_blocked_thread_does_not_abandon_a_call_the_store_answered() {
+        block_thread(Duration::from_secs(2));
+        let answer = gate()
+            .run("poll controls", async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                // An answer is read in more than one step, as a driver's is.
+                tokio::task::yield_now().await;
+                Ok(5)
+            })
+            .await;
+        assert_eq!(answer.map_err(|e| e.to_string()), Ok(5));
+    }
+
+    /// A call that gets no answer while the thread was blocked says both.
+    #[tokio::test]
+    async fn a_call_unanswered_across_a_blocked_thread_says_so() {
+        block_thread(Duration::from_secs(2));
+        let answer = gate()
+            .run("poll controls", async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(5)
+            })
+            .await;
+        let err = answer.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("a job blocking its thread?"), "{err}");
+    }
+
+    /// A call unanswered on a thread that ran blames the store, as before.
+    #[tokio::test]
+    async fn an_unanswered_call_on_a_free_thread_blames_the_store() {
+        let answer = gate()
+            .run("poll controls", async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(5)
+            })
+            .await;
+        let err = answer.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.contains("the store did not answer (poll controls) within 200ms"),
+            "{err}"
+        );
+        assert!(!err.contains("blocking"), "{err}");
     }
 }
