@@ -328,7 +328,7 @@ mod tests {
     }
 
     /// What `fn main() -> Result<(), Report>` prints for `report`.
-    fn from_main(report: BoxError) -> String {
+    fn from_main(report: Report) -> String {
         format!("Error: {report:?}")
     }
 
@@ -360,6 +360,8 @@ mod tests {
 
     #[test]
     fn the_alternate_form_is_the_errors_own_debug() {
-
+        let report = Report::from(Error::NoControls);
+        assert_eq!(format!("{report:#?}"), "NoControls");
+        assert!(report.into_inner().downcast_ref::<Error>().is_some());
     }
 }
