@@ -142,16 +142,15 @@ async fn main() -> Result<(), Report> {
         .init();
 
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(err) if err.kind() == ErrorKind::AddrInUse => {
-            let port = args.port;
-            return Err(
-                format!("port {port} is in use; pass --port N (0 picks a free port)").into(),
-            );
-        }
-        Err(err) => return Err(format!("cannot listen on {addr}: {err}").into()),
-    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| match err.kind() {
+            ErrorKind::AddrInUse => format!(
+                "port {} is in use; pass --port N (0 picks a free port)",
+                args.port
+            ),
+            _ => format!("cannot listen on {addr}: {err}"),
+        })?;
     let store = SqliteStore::open(&args.db, SqliteOptions::default()).await?;
     let history = Arc::new(RunHistory::new(&store, HistoryOptions::default()).await?);
     let mut builder = Scheduler::builder(store.clone())

@@ -57,7 +57,7 @@ use axum::response::IntoResponse;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::{Resource, metrics::SdkMeterProvider};
-use prometheus::{Encoder as _, Registry, TextEncoder};
+use prometheus::{Registry, TextEncoder};
 use scheduler_core::{BoxError, JobContext, Report, Scheduler, job, shutdown_signal};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
 use tokio::sync::Notify;
@@ -120,11 +120,8 @@ async fn heartbeat(ctx: JobContext) -> Result<(), BoxError> {
 #[job(every = "2s")]
 async fn flaky(ctx: JobContext) -> Result<(), BoxError> {
     let fails = ctx.tick().at().timestamp() % 4 == 2;
-    println!(
-        "{} flaky tick {}",
-        if fails { "failed" } else { "ran" },
-        ctx.tick()
-    );
+    let (word, tick) = (if fails { "failed" } else { "ran" }, ctx.tick());
+    println!("{word} flaky tick {tick}");
     count_run(&ctx);
     if fails {
         return Err("the upstream said no".into());
@@ -142,18 +139,11 @@ async fn slow_report(ctx: JobContext) -> Result<(), BoxError> {
 }
 
 /// `GET /metrics`: the registry's metrics in the Prometheus text format, 0.0.4.
-async fn metrics(State(registry): State<Registry>) -> impl IntoResponse {
-    let mut body = Vec::new();
-    match TextEncoder::new().encode(&registry.gather(), &mut body) {
-        Ok(()) => {
-            let text = "text/plain; version=0.0.4; charset=utf-8";
-            Ok(([(header::CONTENT_TYPE, text)], body))
-        }
-        Err(err) => Err((
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding failed: {err}\n"),
-        )),
-    }
+async fn metrics(State(registry): State<Registry>) -> Result<impl IntoResponse, StatusCode> {
+    let text = TextEncoder::new().encode_to_string(&registry.gather());
+    let text = text.map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, content_type)], text))
 }
 
 #[tokio::main]
@@ -188,20 +178,17 @@ async fn main() -> Result<(), Report> {
         .build();
 
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(err) if err.kind() == ErrorKind::AddrInUse => {
-            let port = args.port;
-            return Err(
-                format!("port {port} is in use; pass --port N (0 picks a free port)").into(),
-            );
-        }
-        Err(err) => return Err(format!("cannot listen on {addr}: {err}").into()),
-    };
-    println!(
-        "serving metrics on http://{}/metrics",
-        listener.local_addr()?
-    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| match err.kind() {
+            ErrorKind::AddrInUse => format!(
+                "port {} is in use; pass --port N (0 picks a free port)",
+                args.port
+            ),
+            _ => format!("cannot listen on {addr}: {err}"),
+        })?;
+    let local = listener.local_addr()?;
+    println!("serving metrics on http://{local}/metrics");
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics\n") })
@@ -239,10 +226,7 @@ async fn main() -> Result<(), Report> {
     // --seconds, or --stop-after-runs (then serving on until Ctrl-C or SIGTERM).
     let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
     let mut stop = std::pin::pin!(async {
-        tokio::select! {
-            () = shutdown_signal() => {}
-            () = tokio::time::sleep(seconds) => {}
-        }
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
     });
     let mut stopped = false;
     scheduler
