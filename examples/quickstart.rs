@@ -2,9 +2,13 @@
 //! `scheduler.db`, in the working directory), printing each run.
 //!
 //! ```text
-//! cargo run --example quickstart                 # until Ctrl-C
+//! cargo run --example quickstart                 # until Ctrl-C or SIGTERM
 //! cargo run --example quickstart -- --seconds 10 # for ten seconds
 //! ```
+//!
+//! Ctrl-C or SIGTERM (what Docker, systemd and Kubernetes send) stops it gracefully:
+//! running jobs get 3 s to finish, then every lease is released; a second Ctrl-C or
+//! SIGTERM cancels the running jobs at once.
 //!
 //! Start it twice in one directory: the two processes share the file, and each tick
 //! of the cluster jobs runs in only one of them; the node job runs once per tick per

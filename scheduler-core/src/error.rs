@@ -323,7 +323,9 @@ mod tests {
 
     impl std::error::Error for Layer {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+            self.1
+                .as_deref()
+                .map(|s| s as &(dyn std::error::Error + 'static))
         }
     }
 

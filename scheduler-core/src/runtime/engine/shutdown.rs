@@ -19,7 +19,10 @@ impl Engine {
         info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
         while !self.tasks.is_empty() {
             if second_signal.is_cancelled() {
-                info!(running = self.tasks.len(), "a second signal: not waiting for the running jobs");
+                info!(
+                    running = self.tasks.len(),
+                    "a second signal: not waiting for the running jobs"
+                );
                 break;
             }
             if self.releases_due(false) {
