@@ -33,8 +33,9 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{Redirect, Response};
 use clap::{CommandFactory as _, FromArgMatches as _};
-use scheduler_core::shutdown_signal;
-use scheduler_core::{BoxError, JobContext, Report, ScheduleRow, Scheduler, Store as _, job};
+use scheduler_core::{
+    BoxError, JobContext, Report, ScheduleRow, Scheduler, Store as _, job, shutdown_signal,
+};
 use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
 use scheduler_web::{Actions, Actor, Dashboard};
 use tracing_subscriber::EnvFilter;
@@ -173,12 +174,8 @@ async fn main() -> Result<(), Report> {
         controls
             .register_handlers(scheduler.node_id(), &["tenant_report".to_owned()])
             .await?;
-        if !controls
-            .schedules()
-            .await?
-            .iter()
-            .any(|r| r.name == "tenant-42-report")
-        {
+        let schedules = controls.schedules().await?;
+        if !schedules.iter().any(|r| r.name == "tenant-42-report") {
             let mut row = ScheduleRow::new("tenant-42-report", "tenant_report", "every 30s");
             row.args = r#"{"tenant": 42}"#.to_owned();
             controls
@@ -187,36 +184,26 @@ async fn main() -> Result<(), Report> {
         }
     }
 
-    let actions = if args.read_only {
-        Actions::disabled()
-    } else {
-        Actions::enabled()
+    let (actions, mode) = match args.read_only {
+        true => (Actions::disabled(), "read-only"),
+        false => (Actions::enabled(), "actions enabled"),
     };
     let dashboard = Dashboard::new(store)
         .jobs(scheduler.jobs())
         .node(scheduler.node_id())
         .actions(actions);
+    let redirect = axum::routing::get(|| async { Redirect::to("/scheduler") });
+    let dashboard = dashboard.router().layer(middleware::from_fn(operator));
     let app = axum::Router::new()
-        .route(
-            "/",
-            axum::routing::get(|| async { Redirect::to("/scheduler") }),
-        )
-        .nest(
-            "/scheduler",
-            dashboard.router().layer(middleware::from_fn(operator)),
-        );
+        .route("/", redirect)
+        .nest("/scheduler", dashboard);
     let addr = listener.local_addr()?;
     println!("dashboard on http://{addr}/scheduler");
     println!(
-        "{} jobs and a dynamic schedule on {} as node {}, {}; Ctrl-C stops gracefully",
+        "{} jobs and a dynamic schedule on {} as node {}, {mode}; Ctrl-C stops gracefully",
         scheduler.jobs().len(),
         args.db,
         scheduler.node_id(),
-        if args.read_only {
-            "read-only"
-        } else {
-            "actions enabled"
-        },
     );
 
     let stopped = scheduler_core::CancellationToken::new();
