@@ -22,25 +22,26 @@
 //!
 //! `--help` lists the flags, and the environment variables that stand in for them.
 
-use std::io::ErrorKind;
+use std::env;
+use std::future::IntoFuture as _;
+use std::io::{ErrorKind, IsTerminal as _};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{Redirect, Response};
-use axum::routing::get;
-use scheduler_core::{BoxError, JobContext, ScheduleRow, Scheduler, Store as _, job};
-use scheduler_examples::{Node, RunFor, init_logging, parse_args, report};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use scheduler_core::{
+    BoxError, JobContext, Report, ScheduleRow, Scheduler, Store as _, job, shutdown_signal,
+};
 use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
 use scheduler_web::{Actions, Actor, Dashboard};
-use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
 
 /// A few jobs on the embedded SQLite store and their dashboard on
-/// http://127.0.0.1:PORT/scheduler; Ctrl-C stops gracefully.
+/// http://127.0.0.1:PORT/scheduler; Ctrl-C or SIGTERM stops gracefully.
 #[derive(Debug, clap::Parser)]
 #[command(name = "dashboard")]
 struct Args {
@@ -58,10 +59,12 @@ struct Args {
     /// Serve the dashboard without its actions (pause, resume, trigger, schedules)
     #[arg(long)]
     read_only: bool,
-    #[command(flatten)]
-    node: Node,
-    #[command(flatten)]
-    run_for: RunFor,
+    /// Node id for node-scope jobs (default: the hostname)
+    #[arg(long, value_name = "NAME", env = "NODE_ID")]
+    node: Option<String>,
+    /// Stop gracefully after N seconds (default: run until Ctrl-C or SIGTERM)
+    #[arg(long, value_name = "N", env = "RUN_SECONDS")]
+    seconds: Option<u64>,
 }
 
 /// Every second.
@@ -121,28 +124,34 @@ async fn operator(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// Listens on `127.0.0.1:port`; a port in use says which flag picks another.
-async fn listen(port: u16) -> Result<TcpListener, BoxError> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    TcpListener::bind(addr)
+#[tokio::main]
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`NODE_ID= …` runs as the hostname).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    // Logs on stderr: `info` unless RUST_LOG says otherwise; colours on a terminal only.
+    let colour =
+        std::io::stderr().is_terminal() && env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
+
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|err| match err.kind() {
-            ErrorKind::AddrInUse => {
-                format!("port {port} is in use; pass --port N (0 picks a free port)").into()
-            }
-            _ => format!("cannot listen on {addr}: {err}").into(),
-        })
-}
-
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args: Args = parse_args();
-    init_logging();
-    report(run(args).await)
-}
-
-async fn run(args: Args) -> Result<(), BoxError> {
-    let listener = listen(args.port).await?;
+            ErrorKind::AddrInUse => format!(
+                "port {} is in use; pass --port N (0 picks a free port)",
+                args.port
+            ),
+            _ => format!("cannot listen on {addr}: {err}"),
+        })?;
     let store = SqliteStore::open(&args.db, SqliteOptions::default()).await?;
     let history = Arc::new(RunHistory::new(&store, HistoryOptions::default()).await?);
     let mut builder = Scheduler::builder(store.clone())
@@ -155,7 +164,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .job(nightly_digest)
         .job(history.retention_job())
         .handler("tenant_report", tenant_report);
-    if let Some(node) = args.node.node {
+    if let Some(node) = args.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
@@ -165,12 +174,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         controls
             .register_handlers(scheduler.node_id(), &["tenant_report".to_owned()])
             .await?;
-        if !controls
-            .schedules()
-            .await?
-            .iter()
-            .any(|r| r.name == "tenant-42-report")
-        {
+        let schedules = controls.schedules().await?;
+        if !schedules.iter().any(|r| r.name == "tenant-42-report") {
             let mut row = ScheduleRow::new("tenant-42-report", "tenant_report", "every 30s");
             row.args = r#"{"tenant": 42}"#.to_owned();
             controls
@@ -179,46 +184,39 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
     }
 
-    let actions = if args.read_only {
-        Actions::disabled()
-    } else {
-        Actions::enabled()
+    let (actions, mode) = match args.read_only {
+        true => (Actions::disabled(), "read-only"),
+        false => (Actions::enabled(), "actions enabled"),
     };
     let dashboard = Dashboard::new(store)
         .jobs(scheduler.jobs())
         .node(scheduler.node_id())
         .actions(actions);
-    let app = Router::new()
-        .route("/", get(|| async { Redirect::to("/scheduler") }))
-        .nest(
-            "/scheduler",
-            dashboard.router().layer(middleware::from_fn(operator)),
-        );
+    let redirect = axum::routing::get(|| async { Redirect::to("/scheduler") });
+    let dashboard = dashboard.router().layer(middleware::from_fn(operator));
+    let app = axum::Router::new()
+        .route("/", redirect)
+        .nest("/scheduler", dashboard);
     let addr = listener.local_addr()?;
     println!("dashboard on http://{addr}/scheduler");
     println!(
-        "{} jobs and a dynamic schedule on {} as node {}, {}; Ctrl-C stops gracefully",
+        "{} jobs and a dynamic schedule on {} as node {}, {mode}; Ctrl-C stops gracefully",
         scheduler.jobs().len(),
         args.db,
         scheduler.node_id(),
-        if args.read_only {
-            "read-only"
-        } else {
-            "actions enabled"
-        },
     );
 
-    let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(async move {
-        let mut stopped = stopped_rx;
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    scheduler.run_until(args.run_for.shutdown_signal()).await;
-    let _ = stopped_tx.send(true);
+    let stopped = scheduler_core::CancellationToken::new();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(stopped.clone().cancelled_owned());
+    let server = tokio::spawn(server.into_future());
+    // Until Ctrl-C or SIGTERM (a second one stops waiting for running jobs), or --seconds.
+    let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
+    let stop = async {
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
+    };
+    scheduler.run_until(stop).await;
+    stopped.cancel();
     server.await??;
     Ok(())
 }

@@ -10,26 +10,32 @@
 //! and shows the old token's write being refused; then it ends that demo lease
 //! (`diagnostics::forget_lease`), whose row stays for its fencing token.
 
-use std::process::ExitCode;
+use std::env;
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
+use clap::{CommandFactory as _, FromArgMatches as _};
 use scheduler_core::{
-    BoxError, JobContext, LeaseName, Scheduler, Store, TakeRequest, Tick, Ttl, job,
+    BoxError, JobContext, LeaseName, Report, Scheduler, Store, TakeRequest, Tick, Ttl, job,
+    shutdown_signal,
 };
-use scheduler_examples::{Database, RunFor, init_logging, parse_args, report};
 use scheduler_postgres::diagnostics::{self, Forgotten};
 use scheduler_postgres::{Fence, FencedError, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use tracing_subscriber::EnvFilter;
 
 /// A fenced job paying out once per tick on PostgreSQL, then a stale holder's write
 /// being refused.
 #[derive(Debug, clap::Parser)]
 #[command(name = "fenced_payout")]
 struct Args {
-    #[command(flatten)]
-    database: Database,
-    #[command(flatten)]
-    run_for: RunFor,
+    /// PostgreSQL database, e.g. postgres://postgres@127.0.0.1:5432/app
+    /// (add ?pgbouncer=true behind PgBouncer's transaction pooling)
+    #[arg(long, value_name = "URL", env = "DATABASE_URL")]
+    database_url: String,
+    /// Stop gracefully after N seconds (default: run until Ctrl-C or SIGTERM)
+    #[arg(long, value_name = "N", env = "RUN_SECONDS")]
+    seconds: Option<u64>,
 }
 
 /// Pays out what is owed for one tick, once.
@@ -68,15 +74,24 @@ async fn payout(ctx: JobContext) -> Result<(), BoxError> {
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    let args: Args = parse_args();
-    init_logging();
-    report(run(args).await)
-}
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`NODE_ID= …` runs as the hostname).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    // Logs on stderr: `info` unless RUST_LOG says otherwise; colours on a terminal only.
+    let colour =
+        std::io::stderr().is_terminal() && env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
 
-async fn run(args: Args) -> Result<(), BoxError> {
-    let url = &args.database.database_url;
-    let store = PostgresStore::connect(url, PostgresOptions::default()).await?;
+    let store = PostgresStore::connect(&args.database_url, PostgresOptions::default()).await?;
     store
         .connection()
         .execute_unprepared("CREATE TABLE IF NOT EXISTS payouts (tick timestamptz PRIMARY KEY, token bigint NOT NULL, amount bigint NOT NULL)")
@@ -91,7 +106,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
             d.job, d.lease, d.schedule
         );
     }
-    scheduler.run_until(args.run_for.shutdown_signal()).await;
+    // Until Ctrl-C or SIGTERM (a second one stops waiting for running jobs), or --seconds.
+    let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
+    let stop = async {
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
+    };
+    scheduler.run_until(stop).await;
 
     // Play a stale holder: take the lease (token n), let another instance take it over
     // (token n+1), then try to write with token n.

@@ -18,15 +18,15 @@
 //! It drops and recreates its two tables (`keyed_ingest_*`) at start.
 
 use std::collections::HashSet;
-use std::process::ExitCode;
+use std::env;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use scheduler_core::BoxError;
-use scheduler_examples::{Database, parse_args, report};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use scheduler_core::{BoxError, Report};
 use scheduler_postgres::{KeyedOptions, PostgresOptions, PostgresStore};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
-use tokio::sync::{Mutex, mpsc};
 
 const BATCH: usize = 100;
 
@@ -35,8 +35,10 @@ const BATCH: usize = 100;
 #[derive(Debug, clap::Parser)]
 #[command(name = "keyed_ingest")]
 struct Args {
-    #[command(flatten)]
-    database: Database,
+    /// PostgreSQL database, e.g. postgres://postgres@127.0.0.1:5432/app
+    /// (add ?pgbouncer=true behind PgBouncer's transaction pooling)
+    #[arg(long, value_name = "URL", env = "DATABASE_URL")]
+    database_url: String,
     /// How many deliveries the stream has (one in ten a redelivery)
     #[arg(long, value_name = "N", env = "EVENTS", default_value_t = 20_000)]
     events: u64,
@@ -104,6 +106,10 @@ fn stream(count: u64) -> Vec<Event> {
         .collect()
 }
 
+/// The batches, in delivery order, and the index of the next one to take.
+type Queue = Arc<(Vec<Vec<Event>>, AtomicUsize)>;
+
+/// What a worker did.
 #[derive(Debug, Default)]
 struct Tally {
     batches: u64,
@@ -112,18 +118,14 @@ struct Tally {
     skipped: u64,
 }
 
-async fn worker(
-    store: PostgresStore,
-    batches: Arc<Mutex<mpsc::Receiver<Vec<Event>>>>,
-) -> Result<Tally, BoxError> {
+/// Takes the next batch of the queue (`next` is its index) until none is left.
+async fn worker(store: PostgresStore, queue: Queue) -> Result<Tally, BoxError> {
     let keyed = store.keyed(KeyedOptions::default());
     let mut tally = Tally::default();
-    loop {
-        let Some(batch) = batches.lock().await.recv().await else {
-            return Ok(tally);
-        };
+    let (batches, next) = &*queue;
+    while let Some(batch) = batches.get(next.fetch_add(1, Ordering::SeqCst)) {
         let done = keyed
-            .process(&batch, |txn, chunk| {
+            .process(batch, |txn, chunk| {
                 let chunk = chunk.to_vec();
                 Box::pin(async move {
                     // Under the locks no other worker books these ids until we commit, so
@@ -148,18 +150,13 @@ async fn worker(
                     let ids: Vec<String> = new.iter().map(|e| e.id.clone()).collect();
                     let accounts: Vec<i32> = new.iter().map(|e| e.account).collect();
                     let amounts: Vec<i64> = new.iter().map(|e| e.amount).collect();
+                    // Each new event: its row, and its line in the ledger.
                     txn.execute_raw(Statement::from_sql_and_values(
                         DbBackend::Postgres,
-                        "INSERT INTO keyed_ingest_events (id, account, amount) \
-                         SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[])",
-                        [ids.clone().into(), accounts.into(), amounts.clone().into()],
-                    ))
-                    .await?;
-                    txn.execute_raw(Statement::from_sql_and_values(
-                        DbBackend::Postgres,
-                        "INSERT INTO keyed_ingest_ledger (event_id, amount) \
-                         SELECT * FROM unnest($1::text[], $2::int8[])",
-                        [ids.into(), amounts.into()],
+                        "WITH new AS (INSERT INTO keyed_ingest_events (id, account, amount) \
+                         SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[]) RETURNING id, amount) \
+                         INSERT INTO keyed_ingest_ledger (event_id, amount) SELECT id, amount FROM new",
+                        [ids.into(), accounts.into(), amounts.into()],
                     ))
                     .await?;
                     Ok::<_, DbErr>((new.len() as u64, skipped))
@@ -173,28 +170,21 @@ async fn worker(
             tally.skipped += skipped;
         }
     }
-}
-
-async fn scalar(store: &PostgresStore, sql: &str) -> Result<i64, BoxError> {
-    let row = store
-        .connection()
-        .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
-        .await?
-        .ok_or("no row")?;
-    Ok(row.try_get("", "v")?)
+    Ok(tally)
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    report(run(parse_args()).await)
-}
-
-async fn run(args: Args) -> Result<(), BoxError> {
-    let events = args.events;
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`EVENTS= …` sends 20,000).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     // A pool as large as the workers: each borrows a connection per transaction only.
     let options = PostgresOptions::default().max_connections(args.workers);
     let workers = args.workers as usize;
-    let store = PostgresStore::connect(&args.database.database_url, options).await?;
+    let store = PostgresStore::connect(&args.database_url, options).await?;
     store
         .connection()
         .execute_unprepared(
@@ -204,34 +194,28 @@ async fn run(args: Args) -> Result<(), BoxError> {
         )
         .await?;
 
-    let deliveries = stream(events);
-    let distinct: HashSet<&str> = deliveries.iter().map(|e| e.id.as_str()).collect();
-    let expected_sum: i64 = {
-        let mut seen = HashSet::new();
-        deliveries
-            .iter()
-            .filter(|e| seen.insert(e.id.as_str()))
-            .map(|e| e.amount)
-            .sum()
-    };
+    let deliveries = stream(args.events);
+    let mut seen = HashSet::new();
+    let expected_sum: i64 = deliveries
+        .iter()
+        .filter(|e| seen.insert(e.id.as_str()))
+        .map(|e| e.amount)
+        .sum();
+    let distinct = seen.len();
     println!(
         "{} deliveries of {} distinct events ({:.1}% redeliveries), {workers} workers, batches of {BATCH}",
         deliveries.len(),
-        distinct.len(),
-        100.0 * (1.0 - distinct.len() as f64 / deliveries.len().max(1) as f64)
+        distinct,
+        100.0 * (1.0 - distinct as f64 / deliveries.len().max(1) as f64)
     );
 
     // A queue of batches that the workers take from, in delivery order.
-    let (send, receive) = mpsc::channel(workers * 2);
-    let receive = Arc::new(Mutex::new(receive));
+    let batches = deliveries.chunks(BATCH).map(<[Event]>::to_vec).collect();
+    let queue: Queue = Arc::new((batches, AtomicUsize::new(0)));
     let started = Instant::now();
     let tasks: Vec<_> = (0..workers)
-        .map(|_| tokio::spawn(worker(store.clone(), receive.clone())))
+        .map(|_| tokio::spawn(worker(store.clone(), queue.clone())))
         .collect();
-    for batch in deliveries.chunks(BATCH) {
-        send.send(batch.to_vec()).await?;
-    }
-    drop(send);
     let mut total = Tally::default();
     for (i, task) in tasks.into_iter().enumerate() {
         let tally = task.await??;
@@ -252,34 +236,27 @@ async fn run(args: Args) -> Result<(), BoxError> {
         total.skipped
     );
 
-    let stored = scalar(&store, "SELECT count(*) AS v FROM keyed_ingest_events").await?;
-    let ledger = scalar(&store, "SELECT count(*) AS v FROM keyed_ingest_ledger").await?;
-    let ledger_ids = scalar(
-        &store,
-        "SELECT count(DISTINCT event_id) AS v FROM keyed_ingest_ledger",
-    )
-    .await?;
-    let ledger_sum = scalar(
-        &store,
-        "SELECT coalesce(sum(amount), 0)::int8 AS v FROM keyed_ingest_ledger",
-    )
-    .await?;
-    let locks = scalar(
-        &store,
-        "SELECT count(*) AS v FROM pg_locks WHERE locktype = 'advisory' \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    )
-    .await?;
+    let row = store
+        .connection()
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT (SELECT count(*) FROM keyed_ingest_events) AS stored, count(*) AS ledger, \
+             count(DISTINCT event_id) AS ledger_ids, coalesce(sum(amount), 0)::int8 AS ledger_sum, \
+             (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = \
+              (SELECT oid FROM pg_database WHERE datname = current_database())) AS locks \
+             FROM keyed_ingest_ledger",
+        ))
+        .await?
+        .ok_or("no row")?;
+    let get = |column: &str| row.try_get::<i64>("", column);
+    let (stored, ledger, ledger_ids) = (get("stored")?, get("ledger")?, get("ledger_ids")?);
+    let (ledger_sum, locks) = (get("ledger_sum")?, get("locks")?);
     println!(
         "events table: {stored} rows; ledger: {ledger} lines for {ledger_ids} events, sum {ledger_sum} \
          (expected {expected_sum}); advisory locks left: {locks}"
     );
-    let distinct = distinct.len() as i64;
-    if stored == distinct
-        && ledger == distinct
-        && ledger_ids == distinct
-        && ledger_sum == expected_sum
-    {
+    let distinct = distinct as i64;
+    if [stored, ledger, ledger_ids] == [distinct; 3] && ledger_sum == expected_sum {
         println!("OK: each of the {distinct} events was booked exactly once");
         Ok(())
     } else {

@@ -1,4 +1,3 @@
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 //! The scheduler's OpenTelemetry metrics, scraped by Prometheus.
 //!
 //! Three jobs run on the embedded SQLite store (a file, `metrics.db`, in the working
@@ -35,33 +34,37 @@
 //!
 //! The scheduler's job is the `job_name` label (OpenTelemetry attribute `job.name`),
 //! so it never clashes with the `job` label Prometheus gives every target.
+//!
+//! Versions that work together (the scheduler's meter is `opentelemetry` 0.33's):
+//!
+//! ```toml
+//! opentelemetry = { version = "0.33", default-features = false, features = ["metrics"] }
+//! opentelemetry_sdk = { version = "0.33", default-features = false, features = ["metrics"] }
+//! opentelemetry-prometheus = "0.33"
+//! prometheus = { version = "0.14", default-features = false }
+//! ```
 
-use std::io::ErrorKind;
+use std::env;
+use std::io::{ErrorKind, IsTerminal as _};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::response::IntoResponse;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
-use prometheus::{Encoder as _, Registry, TextEncoder};
-use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{Node, RunFor, init_logging, parse_args, report};
+use opentelemetry_sdk::{Resource, metrics::SdkMeterProvider};
+use prometheus::{Registry, TextEncoder};
+use scheduler_core::{BoxError, JobContext, Report, Scheduler, job, shutdown_signal};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
-
-/// The Prometheus text exposition format, version 0.0.4, which is UTF-8.
-const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
+use tracing_subscriber::EnvFilter;
 
 /// Three jobs on the embedded SQLite store, their metrics served for Prometheus on
-/// http://127.0.0.1:PORT/metrics; Ctrl-C stops gracefully.
+/// http://127.0.0.1:PORT/metrics; Ctrl-C or SIGTERM stops gracefully.
 #[derive(Debug, clap::Parser)]
 #[command(name = "metrics")]
 struct Args {
@@ -79,41 +82,29 @@ struct Args {
     /// Stop scheduling after N runs, and keep serving the metrics until Ctrl-C
     #[arg(long, value_name = "N", env = "STOP_AFTER_RUNS")]
     stop_after_runs: Option<u64>,
-    #[command(flatten)]
-    node: Node,
-    #[command(flatten)]
-    run_for: RunFor,
+    /// Node id for node-scope jobs (default: the hostname)
+    #[arg(long, value_name = "NAME", env = "NODE_ID")]
+    node: Option<String>,
+    /// Stop gracefully after N seconds (default: run until Ctrl-C or SIGTERM)
+    #[arg(long, value_name = "N", env = "RUN_SECONDS")]
+    seconds: Option<u64>,
 }
 
 /// Counts runs, and says when `--stop-after-runs` is reached.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Runs {
     count: AtomicU64,
     limit: Option<u64>,
     reached: Notify,
 }
 
-impl Runs {
-    fn one_more(&self) {
-        let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-        if Some(n) == self.limit {
-            // `notify_one` keeps the permit if nobody waits yet.
-            self.reached.notify_one();
-        }
-    }
-
-    async fn reached(&self) {
-        if self.limit.is_some() {
-            self.reached.notified().await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
+/// Counts one run (each job's last line).
 fn count_run(ctx: &JobContext) {
-    if let Ok(runs) = ctx.state::<std::sync::Arc<Runs>>() {
-        runs.one_more();
+    if let Ok(runs) = ctx.state::<Arc<Runs>>() {
+        let n = runs.count.fetch_add(1, Ordering::SeqCst) + 1;
+        if Some(n) == runs.limit {
+            runs.reached.notify_one(); // keeps the permit if nobody waits yet
+        }
     }
 }
 
@@ -128,13 +119,13 @@ async fn heartbeat(ctx: JobContext) -> Result<(), BoxError> {
 /// Every two seconds; fails on every other tick.
 #[job(every = "2s")]
 async fn flaky(ctx: JobContext) -> Result<(), BoxError> {
-    if ctx.tick().at().timestamp() % 4 == 2 {
-        println!("failed flaky tick {}", ctx.tick());
-        count_run(&ctx);
+    let fails = ctx.tick().at().timestamp() % 4 == 2;
+    let (word, tick) = (if fails { "failed" } else { "ran" }, ctx.tick());
+    println!("{word} flaky tick {tick}");
+    count_run(&ctx);
+    if fails {
         return Err("the upstream said no".into());
     }
-    println!("ran flaky tick {}", ctx.tick());
-    count_run(&ctx);
     Ok(())
 }
 
@@ -147,80 +138,72 @@ async fn slow_report(ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Listens on `127.0.0.1:port`; a port in use says which flag picks another.
-async fn listen(port: u16) -> Result<TcpListener, BoxError> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    TcpListener::bind(addr)
-        .await
-        .map_err(|err| match err.kind() {
-            ErrorKind::AddrInUse => {
-                format!("port {port} is in use; pass --port N (0 picks a free port)").into()
-            }
-            _ => format!("cannot listen on {addr}: {err}").into(),
-        })
-}
-
-/// Serves `GET /metrics` (and `HEAD`) from `registry` until the process ends.
-async fn serve(listener: TcpListener, registry: Registry) {
-    let app = Router::new()
-        .route("/metrics", get(metrics))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics\n") })
-        .with_state(registry);
-    if let Err(err) = axum::serve(listener, app).await {
-        tracing::error!(error = %err, "the metrics server stopped");
-    }
-}
-
-/// The registry's metrics in the Prometheus text format.
-async fn metrics(State(registry): State<Registry>) -> Response {
-    let mut body = Vec::new();
-    match TextEncoder::new().encode(&registry.gather(), &mut body) {
-        Ok(()) => ([(header::CONTENT_TYPE, EXPOSITION)], body).into_response(),
-        Err(err) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding the metrics failed: {err}\n"),
-        )
-            .into_response(),
-    }
+/// `GET /metrics`: the registry's metrics in the Prometheus text format, 0.0.4.
+async fn metrics(State(registry): State<Registry>) -> Result<impl IntoResponse, StatusCode> {
+    let text = TextEncoder::new().encode_to_string(&registry.gather());
+    let text = text.map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, content_type)], text))
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    let args: Args = parse_args();
-    init_logging();
-    report(run(args).await)
-}
-
-async fn run(args: Args) -> Result<(), BoxError> {
-    let path = args.db;
-    let limit = args.stop_after_runs;
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`NODE_ID= …` runs as the hostname).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    // Logs on stderr: `info` unless RUST_LOG says otherwise; colours on a terminal only.
+    let colour =
+        std::io::stderr().is_terminal() && env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
 
     // The app owns the meter provider; the scheduler only gets a meter from it.
     let registry = Registry::new();
     let exporter = opentelemetry_prometheus::exporter()
         .with_registry(registry.clone())
         .build()?;
+    let resource = Resource::builder()
+        .with_service_name("scheduler-metrics-example")
+        .build();
     let provider = SdkMeterProvider::builder()
         .with_reader(exporter)
-        .with_resource(
-            Resource::builder()
-                .with_service_name("scheduler-metrics-example")
-                .build(),
-        )
+        .with_resource(resource)
         .build();
 
-    let listener = listen(args.port).await?;
-    println!(
-        "serving metrics on http://{}/metrics",
-        listener.local_addr()?
-    );
-    tokio::spawn(serve(listener, registry));
-    let runs = std::sync::Arc::new(Runs {
-        count: AtomicU64::new(0),
-        limit,
-        reached: Notify::new(),
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| match err.kind() {
+            ErrorKind::AddrInUse => format!(
+                "port {} is in use; pass --port N (0 picks a free port)",
+                args.port
+            ),
+            _ => format!("cannot listen on {addr}: {err}"),
+        })?;
+    let local = listener.local_addr()?;
+    println!("serving metrics on http://{local}/metrics");
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics\n") })
+        .with_state(registry);
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            eprintln!("the metrics server stopped: {err}");
+        }
     });
-    let store = SqliteStore::open(&path, SqliteOptions::default()).await?;
+
+    let runs = Arc::new(Runs {
+        limit: args.stop_after_runs,
+        ..Runs::default()
+    });
+    let store = SqliteStore::open(&args.db, SqliteOptions::default()).await?;
     let mut builder = Scheduler::builder(store)
         .lease_ttl(Duration::from_secs(10))
         .shutdown_grace(Duration::from_secs(3))
@@ -229,32 +212,36 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .job(heartbeat)
         .job(flaky)
         .job(slow_report);
-    if let Some(node) = args.node.node {
+    if let Some(node) = args.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
     println!(
-        "metrics: 3 jobs on {path} as node {}; Ctrl-C stops gracefully",
+        "metrics: 3 jobs on {} as node {}; Ctrl-C stops gracefully",
+        args.db,
         scheduler.node_id()
     );
 
-    let mut signal = std::pin::pin!(args.run_for.shutdown_signal());
-    let mut signalled = false;
+    // Until Ctrl-C or SIGTERM (a second one stops waiting for running jobs), or
+    // --seconds, or --stop-after-runs (then serving on until Ctrl-C or SIGTERM).
+    let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
+    let mut stop = std::pin::pin!(async {
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
+    });
+    let mut stopped = false;
     scheduler
         .run_until(async {
             tokio::select! {
-                () = &mut signal => signalled = true,
-                () = runs.reached() => {}
+                () = &mut stop => stopped = true,
+                () = runs.reached.notified(), if runs.limit.is_some() => {}
             }
         })
         .await;
-    if !signalled {
+    if !stopped {
         // Every run has ended and been recorded: the metrics no longer change.
-        println!(
-            "stopped scheduling after {} runs; still serving metrics until Ctrl-C",
-            runs.count.load(Ordering::SeqCst)
-        );
-        signal.await;
+        let count = runs.count.load(Ordering::SeqCst);
+        println!("stopped scheduling after {count} runs; still serving metrics until Ctrl-C");
+        stop.await;
     }
     provider.shutdown()?;
     Ok(())

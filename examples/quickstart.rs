@@ -2,9 +2,13 @@
 //! `scheduler.db`, in the working directory), printing each run.
 //!
 //! ```text
-//! cargo run --example quickstart                 # until Ctrl-C
+//! cargo run --example quickstart                 # until Ctrl-C or SIGTERM
 //! cargo run --example quickstart -- --seconds 10 # for ten seconds
 //! ```
+//!
+//! Ctrl-C or SIGTERM (what Docker, systemd and Kubernetes send) stops it gracefully:
+//! running jobs get 3 s to finish, then every lease is released; a second Ctrl-C or
+//! SIGTERM cancels the running jobs at once.
 //!
 //! Start it twice in one directory: the two processes share the file, and each tick
 //! of the cluster jobs runs in only one of them; the node job runs once per tick per
@@ -12,15 +16,17 @@
 //!
 //! `--help` lists the flags, and the environment variables that stand in for them.
 
-use std::process::ExitCode;
+use std::env;
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{Node, RunFor, init_logging, parse_args, report};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use scheduler_core::{BoxError, JobContext, Report, Scheduler, job, shutdown_signal};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
+use tracing_subscriber::EnvFilter;
 
-/// Three jobs on the embedded SQLite store, printing each run; Ctrl-C stops them
-/// gracefully.
+/// Three jobs on the embedded SQLite store, printing each run; Ctrl-C or SIGTERM
+/// stops them gracefully.
 #[derive(Debug, clap::Parser)]
 #[command(name = "quickstart")]
 struct Args {
@@ -32,10 +38,12 @@ struct Args {
         default_value = "scheduler.db"
     )]
     db: String,
-    #[command(flatten)]
-    node: Node,
-    #[command(flatten)]
-    run_for: RunFor,
+    /// Node id for node-scope jobs (default: the hostname)
+    #[arg(long, value_name = "NAME", env = "NODE_ID")]
+    node: Option<String>,
+    /// Stop gracefully after N seconds (default: run until Ctrl-C or SIGTERM)
+    #[arg(long, value_name = "N", env = "RUN_SECONDS")]
+    seconds: Option<u64>,
 }
 
 /// Every two seconds, once in the cluster.
@@ -78,29 +86,44 @@ async fn slow_sweep(ctx: JobContext) -> Result<(), BoxError> {
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    let args: Args = parse_args();
-    init_logging();
-    report(run(args).await)
-}
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`NODE_ID= …` runs as the hostname).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    // Logs on stderr: `info` unless RUST_LOG says otherwise; colours on a terminal only.
+    let colour =
+        std::io::stderr().is_terminal() && env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
 
-async fn run(args: Args) -> Result<(), BoxError> {
-    let path = args.db;
-    let store = SqliteStore::open(&path, SqliteOptions::default()).await?;
+    let store = SqliteStore::open(&args.db, SqliteOptions::default()).await?;
     let mut builder = Scheduler::builder(store)
         .lease_ttl(Duration::from_secs(10))
         .shutdown_grace(Duration::from_secs(3))
         .job(heartbeat)
         .job(node_report)
         .job(slow_sweep);
-    if let Some(node) = args.node.node {
+    if let Some(node) = args.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
     println!(
-        "quickstart: 3 jobs on {path} as node {}; Ctrl-C stops gracefully",
+        "quickstart: 3 jobs on {} as node {}; Ctrl-C stops gracefully",
+        args.db,
         scheduler.node_id()
     );
-    scheduler.run_until(args.run_for.shutdown_signal()).await;
+    // Until Ctrl-C or SIGTERM (a second one stops waiting for running jobs), or --seconds.
+    let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
+    let stop = async {
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
+    };
+    scheduler.run_until(stop).await;
     Ok(())
 }

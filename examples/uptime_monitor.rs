@@ -18,26 +18,32 @@
 //! Every finished run is recorded in the run history (`scheduler_leases_runs`), so
 //! `cargo run -p scheduler-cli -- status` shows each job's last run.
 
-use std::process::ExitCode;
+use std::env;
+use std::io::IsTerminal as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use scheduler_core::{BoxError, JobContext, Scheduler, job};
-use scheduler_examples::{Database, Node, RunFor, init_logging, parse_args, report};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use scheduler_core::{BoxError, JobContext, Report, Scheduler, job, shutdown_signal};
 use scheduler_postgres::{HistoryOptions, PostgresOptions, PostgresStore, RunHistory};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use tracing_subscriber::EnvFilter;
 
 /// Four jobs of an uptime monitor on PostgreSQL; start several to watch them share
-/// the work. Ctrl-C stops an instance gracefully.
+/// the work. Ctrl-C or SIGTERM stops an instance gracefully.
 #[derive(Debug, clap::Parser)]
 #[command(name = "uptime_monitor")]
 struct Args {
-    #[command(flatten)]
-    database: Database,
-    #[command(flatten)]
-    node: Node,
-    #[command(flatten)]
-    run_for: RunFor,
+    /// PostgreSQL database, e.g. postgres://postgres@127.0.0.1:5432/app
+    /// (add ?pgbouncer=true behind PgBouncer's transaction pooling)
+    #[arg(long, value_name = "URL", env = "DATABASE_URL")]
+    database_url: String,
+    /// Node id for node-scope jobs (default: the hostname)
+    #[arg(long, value_name = "NAME", env = "NODE_ID")]
+    node: Option<String>,
+    /// Stop gracefully after N seconds (default: run until Ctrl-C or SIGTERM)
+    #[arg(long, value_name = "N", env = "RUN_SECONDS")]
+    seconds: Option<u64>,
 }
 
 /// Taken before [`SCHEMA`], in its transaction: `CREATE TABLE IF NOT EXISTS` is not
@@ -57,39 +63,20 @@ INSERT INTO monitors (url) SELECT 'https://example.invalid/' || g FROM generate_
 INSERT INTO domains (name) VALUES ('example.invalid'), ('example.test') ON CONFLICT DO NOTHING;
 ";
 
-fn db(ctx: &JobContext) -> Result<&DatabaseConnection, BoxError> {
-    Ok(ctx.state::<DatabaseConnection>()?)
-}
-
-async fn exec(
-    db: &DatabaseConnection,
-    sql: &str,
-    values: Vec<sea_orm::Value>,
-) -> Result<u64, BoxError> {
-    Ok(db
-        .execute_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
-        .await?
-        .rows_affected())
+/// Runs `sql` on the app's pool (given to the scheduler as state); the rows it wrote.
+async fn exec(ctx: &JobContext, sql: &str, values: Vec<sea_orm::Value>) -> Result<u64, BoxError> {
+    let db = ctx.state::<DatabaseConnection>()?;
+    let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+    Ok(db.execute_raw(statement).await?.rows_affected())
 }
 
 /// Deletes what expired. A second run finds nothing left to delete.
 #[job(every = "1h")]
 async fn sweep(ctx: JobContext) -> Result<(), BoxError> {
-    let deleted = exec(
-        db(&ctx)?,
-        "DELETE FROM challenges WHERE expires_at < now()",
-        vec![],
-    )
-    .await?;
-    println!(
-        "[{}] sweep for {}: {deleted} expired challenges deleted",
-        ctx.node(),
-        ctx.tick()
-    );
+    let sql = "DELETE FROM challenges WHERE expires_at < now()";
+    let deleted = exec(&ctx, sql, vec![]).await?;
+    let (node, tick) = (ctx.node(), ctx.tick());
+    println!("[{node}] sweep for {tick}: {deleted} expired challenges deleted");
     Ok(())
 }
 
@@ -97,7 +84,7 @@ async fn sweep(ctx: JobContext) -> Result<(), BoxError> {
 #[job(every = "30s", name = "alert-evaluation")]
 async fn alert_evaluation(ctx: JobContext) -> Result<(), BoxError> {
     let raised = exec(
-        db(&ctx)?,
+        &ctx,
         "INSERT INTO alerts (monitor, raised_at)
          SELECT m.id, now() FROM monitors m
          WHERE (SELECT count(*) FILTER (WHERE NOT up) FROM (
@@ -106,11 +93,8 @@ async fn alert_evaluation(ctx: JobContext) -> Result<(), BoxError> {
         vec![],
     )
     .await?;
-    println!(
-        "[{}] alert evaluation for {}: {raised} new alerts",
-        ctx.node(),
-        ctx.tick()
-    );
+    let (node, tick) = (ctx.node(), ctx.tick());
+    println!("[{node}] alert evaluation for {tick}: {raised} new alerts");
     Ok(())
 }
 
@@ -118,16 +102,13 @@ async fn alert_evaluation(ctx: JobContext) -> Result<(), BoxError> {
 #[job(cron = "0 */15 * * * *", name = "mail-checks", jitter = "5s")]
 async fn mail_checks(ctx: JobContext) -> Result<(), BoxError> {
     let checked = exec(
-        db(&ctx)?,
+        &ctx,
         "UPDATE domains SET checked_at = now() WHERE checked_at IS NULL OR checked_at < now() - interval '23 hours'",
         vec![],
     )
     .await?;
-    println!(
-        "[{}] mail checks for {}: {checked} domains checked",
-        ctx.node(),
-        ctx.tick()
-    );
+    let (node, tick) = (ctx.node(), ctx.tick());
+    println!("[{node}] mail checks for {tick}: {checked} domains checked");
     Ok(())
 }
 
@@ -135,43 +116,44 @@ async fn mail_checks(ctx: JobContext) -> Result<(), BoxError> {
 #[job(every = "10s", scope = "node", name = "uptime-checks")]
 async fn uptime_checks(ctx: JobContext) -> Result<(), BoxError> {
     let added = exec(
-        db(&ctx)?,
+        &ctx,
         "INSERT INTO uptime_checks (monitor, node, tick, up)
          SELECT id, $1, $2, random() > 0.1 FROM monitors ON CONFLICT DO NOTHING",
         vec![ctx.node().to_owned().into(), ctx.tick().at().into()],
     )
     .await?;
-    println!(
-        "[{}] uptime checks for {}: {added} results",
-        ctx.node(),
-        ctx.tick()
-    );
-    Ok(())
-}
-
-/// Creates the example's tables and sample rows, once however many instances start
-/// at the same time.
-async fn create_schema(store: &PostgresStore) -> Result<(), BoxError> {
-    let txn = store.begin().await?;
-    txn.execute_unprepared(SCHEMA_LOCK).await?;
-    txn.execute_unprepared(SCHEMA).await?;
-    txn.commit().await?;
+    let (node, tick) = (ctx.node(), ctx.tick());
+    println!("[{node}] uptime checks for {tick}: {added} results");
     Ok(())
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    let args: Args = parse_args();
-    init_logging();
-    report(run(args).await)
-}
+async fn main() -> Result<(), Report> {
+    // An empty environment variable counts as unset (`NODE_ID= …` runs as the hostname).
+    let command = Args::command().mut_args(|arg| match arg.get_env().and_then(env::var_os) {
+        Some(value) if value.is_empty() => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let args = Args::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    // Logs on stderr: `info` unless RUST_LOG says otherwise; colours on a terminal only.
+    let colour =
+        std::io::stderr().is_terminal() && env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
 
-async fn run(args: Args) -> Result<(), BoxError> {
     // A pool of two: one is plenty for the leases (they never pin it); the other is
     // for the jobs' own queries and the run history.
     let options = PostgresOptions::default().max_connections(2);
-    let store = PostgresStore::connect(&args.database.database_url, options).await?;
-    create_schema(&store).await?;
+    let store = PostgresStore::connect(&args.database_url, options).await?;
+    // The example's tables and sample rows, once however many instances start at once.
+    let txn = store.begin().await?;
+    txn.execute_unprepared(SCHEMA_LOCK).await?;
+    txn.execute_unprepared(SCHEMA).await?;
+    txn.commit().await?;
     // One row per finished run, swept after 30 days by the history's own job.
     let history = Arc::new(RunHistory::new(&store, HistoryOptions::default()).await?);
     let mut builder = Scheduler::builder(store.clone())
@@ -183,7 +165,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .job(alert_evaluation)
         .job(mail_checks)
         .job(uptime_checks);
-    if let Some(node) = args.node.node {
+    if let Some(node) = args.node {
         builder = builder.node_id(node);
     }
     let scheduler = builder.build()?;
@@ -192,6 +174,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
         scheduler.node_id(),
         history.table()
     );
-    scheduler.run_until(args.run_for.shutdown_signal()).await;
+    // Until Ctrl-C or SIGTERM (a second one stops waiting for running jobs), or --seconds.
+    let seconds = args.seconds.map_or(Duration::MAX, Duration::from_secs);
+    let stop = async {
+        tokio::select! { () = shutdown_signal() => {}, () = tokio::time::sleep(seconds) => {} }
+    };
+    scheduler.run_until(stop).await;
     Ok(())
 }

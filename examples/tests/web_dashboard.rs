@@ -122,7 +122,7 @@ fn a_busy_port_says_which_flag_picks_another() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.trim_end(),
-        format!("error: port {port} is in use; pass --port N (0 picks a free port)")
+        format!("Error: port {port} is in use; pass --port N (0 picks a free port)")
     );
     drop(busy);
     let _ = std::fs::remove_dir_all(&dir);

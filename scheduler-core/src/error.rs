@@ -221,6 +221,65 @@ fn given_types(given: &[&'static str]) -> String {
 /// `Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error as `main` reports it: `fn main() -> Result<(), Report>` prints `Error: `
+/// and the error's causes on one line ([`error_chain`]), where a `BoxError` would
+/// print its `Debug` form (`Error: Connect { server: Some(…), cause: …`).
+///
+/// `?` turns any error (anything `Into<BoxError>`, strings too) into a `Report`:
+///
+/// ```no_run
+/// use scheduler_core::{MemoryStore, Report, Scheduler, shutdown_signal};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Report> {
+///     let grace: u64 = std::env::var("GRACE_SECONDS")?.parse()?;
+///     let scheduler = Scheduler::builder(MemoryStore::new())
+///         .shutdown_grace(std::time::Duration::from_secs(grace))
+///         .build()?;
+///     scheduler.run_until(shutdown_signal()).await;
+///     Ok(())
+/// }
+/// ```
+///
+/// A `Report` is not itself a [`std::error::Error`] (so that every error converts
+/// into it, as with `anyhow::Error`); [`Report::into_inner`] gives the error back.
+/// `{:#?}` prints the error's own `Debug` form.
+pub struct Report(BoxError);
+
+impl<E: Into<BoxError>> From<E> for Report {
+    fn from(error: E) -> Self {
+        Report(error.into())
+    }
+}
+
+impl Report {
+    /// The error reported.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.0.as_ref()
+    }
+
+    /// The error reported, to downcast or to pass on.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.alternate() {
+            std::fmt::Debug::fmt(&self.0, f)
+        } else {
+            f.write_str(&error_chain(self.0.as_ref()))
+        }
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&error_chain(self.0.as_ref()))
+    }
+}
+
 /// `err` and every source below it, as one line: `a: b: c`.
 ///
 /// For a log line or a `main` that reports an error: each cause is printed once,
@@ -244,4 +303,67 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+
+    use super::*;
+
+    /// An error with a message and maybe a source.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1
+                .as_deref()
+                .map(|s| s as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    /// What `fn main() -> Result<(), Report>` prints for `report`.
+    fn from_main(report: Report) -> String {
+        format!("Error: {report:?}")
+    }
+
+    #[test]
+    fn main_prints_a_nested_error_as_its_chain() {
+        let io = Layer("connection refused (os error 111)", None);
+        let pool = Layer("pool timed out", Some(Box::new(io)));
+        let top = Layer("cannot connect to 127.0.0.1:5432", Some(Box::new(pool)));
+        assert_eq!(
+            from_main(top.into()),
+            "Error: cannot connect to 127.0.0.1:5432: pool timed out: connection refused (os error 111)"
+        );
+        assert_eq!(from_main("no such job".into()), "Error: no such job");
+    }
+
+    #[test]
+    fn main_prints_missing_state_in_words() {
+        let err = Error::MissingState {
+            job: "sweep".to_owned(),
+            type_name: "sqlx::PgPool",
+            given: vec![],
+        };
+        assert_eq!(
+            from_main(err.into()),
+            "Error: job \"sweep\" needs state of type `sqlx::PgPool`, but the scheduler was given \
+             none of that type (SchedulerBuilder::state); it was given no state at all"
+        );
+    }
+
+    #[test]
+    fn the_alternate_form_is_the_errors_own_debug() {
+        let report = Report::from(Error::NoControls);
+        assert_eq!(format!("{report:#?}"), "NoControls");
+        assert!(report.into_inner().downcast_ref::<Error>().is_some());
+    }
 }

@@ -307,8 +307,9 @@ impl JobContext {
         self.token
     }
 
-    /// Fires when the run must stop: shutdown past the grace period, or a lost lease
-    /// of a job that needs fencing.
+    /// Fires when the run must stop: shutdown past the grace period (or at a second
+    /// signal: [`shutdown_signal`](crate::shutdown_signal)), or a lost lease of a job
+    /// that needs fencing.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }

@@ -43,6 +43,7 @@ pub mod policy;
 mod random;
 mod runtime;
 pub mod schedule;
+mod shutdown;
 pub mod store;
 
 pub use clock::LocalClock;
@@ -50,7 +51,7 @@ pub use control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow,
     Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
-pub use error::{BoxError, Error, Result, StoreFailure, error_chain};
+pub use error::{BoxError, Error, Report, Result, StoreFailure, error_chain};
 pub use job::{
     Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType,
     TimedOut,
@@ -71,6 +72,7 @@ pub use runtime::{
     metric_names,
 };
 pub use schedule::{Schedule, ScheduleError, parse_duration};
+pub use shutdown::shutdown_signal;
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;
 

@@ -185,6 +185,10 @@ impl Scheduler {
     /// releases every lease at once so other instances can take the next ticks
     /// without waiting for expiry.
     ///
+    /// `shutdown` is usually [`shutdown_signal()`](crate::shutdown_signal) (Ctrl-C or
+    /// SIGTERM), after which a second signal ends the grace period at once; any
+    /// future works (a sleep, a channel, a `select!` of several).
+    ///
     /// Store failures are logged and retried with backoff; this never returns early
     /// and never panics. Cancel safety: dropping the future stops everything at once,
     /// like a crash: running jobs are aborted and their leases are left to expire.

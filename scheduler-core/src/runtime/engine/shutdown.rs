@@ -10,12 +10,21 @@ use super::{CANCEL_NOTICE, Engine};
 impl Engine {
     /// Graceful shutdown: no new ticks; running jobs get the grace period (their
     /// leases still renewed, and the leases of runs that end released at once); the
-    /// rest are cancelled; every lease is released.
+    /// rest are cancelled; every lease is released. A second signal
+    /// ([`shutdown_signal`](crate::shutdown_signal)) ends the grace period at once.
     pub(super) async fn drain(&mut self) {
         self.draining = true;
         let deadline = Instant::now() + self.s.settings.grace;
+        let second_signal = crate::shutdown::second_signal();
         info!(running = self.tasks.len(), grace = ?self.s.settings.grace, "scheduler shutting down");
         while !self.tasks.is_empty() {
+            if second_signal.is_cancelled() {
+                info!(
+                    running = self.tasks.len(),
+                    "a second signal: not waiting for the running jobs"
+                );
+                break;
+            }
             if self.releases_due(false) {
                 self.flush_releases().await;
             }
@@ -28,6 +37,7 @@ impl Engine {
                 Some(done) = self.tasks.join_next_with_id() => {
                     self.finished(done);
                 }
+                () = second_signal.cancelled() => {}
                 () = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= deadline {
                         break;
