@@ -30,7 +30,8 @@
 //! assert!(script.iter().any(|sql| sql.starts_with("CREATE TABLE \"app_a\".\"leases\"")));
 //! # Ok::<(), scheduler_migrations::InvalidTableName>(())
 //! ```
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 pub mod postgres;
 pub mod sqlite;

@@ -89,7 +89,8 @@
 //! # Ok(())
 //! # }
 //! ```
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 pub mod backfill;
 mod columns;

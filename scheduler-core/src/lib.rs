@@ -27,7 +27,10 @@
 //! # Ok(())
 //! # }
 //! ```
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+pub mod _guide;
 
 pub mod clock;
 pub mod control;

@@ -3,7 +3,8 @@
 //!
 //! Use it through `scheduler-core`, which re-exports it as `scheduler_core::job`
 //! (feature `macros`, on by default); the code it generates refers to that crate.
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod args;
 mod expand;

@@ -55,7 +55,8 @@
 //! The `rustls` feature (default) connects with rustls (`sslmode=require` and
 //! friends in the URL); `native-tls` uses the platform's library (OpenSSL on Linux)
 //! instead; with neither (`default-features = false`) connections are plain TCP.
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod controls;
 mod controls_sql;

@@ -37,7 +37,8 @@
 //! # Ok(())
 //! # }
 //! ```
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod cron;
 mod duration;

@@ -54,7 +54,8 @@
 //! not exist ([`Error::MissingDirectory`]), a read-only file or directory
 //! ([`Error::ReadOnly`]), a file that is not a database ([`Error::Open`]), a lock
 //! held by another process beyond the busy timeout ([`Error::Busy`]).
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod batch;
 mod control;

@@ -90,7 +90,8 @@
 //! The history and leases pages need a store with controls
 //! ([`Store::controls`](scheduler_core::Store::controls)); runs are listed when the
 //! store keeps a run history.
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod actions;
 mod csrf;
