@@ -253,6 +253,14 @@ impl Store for Metered {
         self.inner.request_cancel(name, newer).await
     }
 
+    async fn create_missing(
+        &self,
+        names: &[LeaseName],
+    ) -> scheduler_core::Result<Vec<LeaseName>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.create_missing(names).await
+    }
+
     fn controls(&self) -> Option<&dyn Controls> {
         Some(self)
     }

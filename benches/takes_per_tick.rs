@@ -138,6 +138,13 @@ impl<S: Store> Store for Logged<S> {
         self.inner.request_cancel(name, newer).await
     }
 
+    async fn create_missing(
+        &self,
+        names: &[LeaseName],
+    ) -> scheduler_core::Result<Vec<LeaseName>> {
+        self.inner.create_missing(names).await
+    }
+
     fn controls(&self) -> Option<&dyn Controls> {
         self.inner.controls()
     }

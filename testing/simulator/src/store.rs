@@ -188,6 +188,12 @@ impl Store for SimStore {
         self.answer(now).await
     }
 
+    async fn create_missing(&self, names: &[LeaseName]) -> Result<Vec<LeaseName>> {
+        self.send().await?;
+        let created = self.inner.create_missing(names).await;
+        self.answer(created).await
+    }
+
     async fn request_cancel(&self, name: &LeaseName, newer: Tick) -> Result<bool> {
         self.send().await?;
         let holder = self.inner.row(name).map(|row| row.holder);
