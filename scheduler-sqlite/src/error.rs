@@ -155,7 +155,7 @@ impl From<Error> for scheduler_core::Error {
 }
 
 /// SQLite's primary result codes that get variants of their own.
-/// <https://www.sqlite.org/rescode.html>
+/// (SQLite's documentation, "Result and Error Codes").
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_READONLY: i32 = 8;
 const SQLITE_CANTOPEN: i32 = 14;
