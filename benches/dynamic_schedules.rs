@@ -253,10 +253,7 @@ impl Store for Metered {
         self.inner.request_cancel(name, newer).await
     }
 
-    async fn create_missing(
-        &self,
-        names: &[LeaseName],
-    ) -> scheduler_core::Result<Vec<LeaseName>> {
+    async fn create_missing(&self, names: &[LeaseName]) -> scheduler_core::Result<Vec<LeaseName>> {
         add(&self.calls.other_controls, 1);
         self.inner.create_missing(names).await
     }

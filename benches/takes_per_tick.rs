@@ -138,10 +138,7 @@ impl<S: Store> Store for Logged<S> {
         self.inner.request_cancel(name, newer).await
     }
 
-    async fn create_missing(
-        &self,
-        names: &[LeaseName],
-    ) -> scheduler_core::Result<Vec<LeaseName>> {
+    async fn create_missing(&self, names: &[LeaseName]) -> scheduler_core::Result<Vec<LeaseName>> {
         self.inner.create_missing(names).await
     }
 

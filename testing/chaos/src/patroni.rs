@@ -271,7 +271,9 @@ impl Cluster {
         execute(&admin, &format!("CREATE DATABASE {DATABASE}")).await?;
         wait_for(
             "HAProxy to reach the leader",
-            Duration::from_secs(30),
+            // Its health checks see the leader within seconds; a machine busy with
+            // other builds took over 30 s once.
+            Duration::from_secs(90),
             || writable(cluster.haproxy_url()),
         )
         .await?;
