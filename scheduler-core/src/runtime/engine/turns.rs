@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Engine;
@@ -24,12 +25,28 @@ impl Engine {
         // Learn the store's clock before computing any tick.
         let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
         let mut new_leases = None;
+        // Recording the leases is retried for a lease ttl; then the scheduler starts
+        // without (a store that refuses it, a table altered by hand, must not keep
+        // it from taking leases and saying why they fail).
+        let record_until = Instant::now() + self.s.settings.ttl.get();
         loop {
             self.beat.beat();
             // The jobs new to the cluster first (their rows' tick is then no later
             // than the clock read next, so no tick after start-up is refused).
             if new_leases.is_none() {
-                new_leases = self.create_missing_leases().await;
+                new_leases = match self.create_missing_leases().await {
+                    Ok(created) => Some(created),
+                    Err(err) if Instant::now() >= record_until => {
+                        warn!(
+                            error = %err,
+                            "recording the jobs' leases failed; starting without: start-up \
+                             catches up as each job's catch-up window says, even a job new \
+                             to the cluster"
+                        );
+                        Some(HashSet::new())
+                    }
+                    Err(_) => None,
+                };
             }
             if new_leases.is_some() && self.sync_clock().await {
                 // The first read also paid for the connection's set-up; a second one
@@ -77,21 +94,24 @@ impl Engine {
 
     /// Creates the rows of the jobs' leases that have none
     /// ([`Store::create_missing`](crate::Store::create_missing)): the leases new to
-    /// the cluster, or `None` when the store failed.
-    async fn create_missing_leases(&mut self) -> Option<HashSet<LeaseName>> {
+    /// the cluster.
+    async fn create_missing_leases(&mut self) -> crate::Result<HashSet<LeaseName>> {
         let names: Vec<LeaseName> = self.s.entries.iter().map(|e| e.lease.clone()).collect();
         if names.is_empty() {
-            return Some(HashSet::new());
+            return Ok(HashSet::new());
         }
         let store = self.s.store.clone();
         let call = async move { store.create_missing(&names).await };
         match self.clock_gate.try_run("create leases", call).await {
-            Some(Ok(created)) => Some(created.into_iter().collect()),
+            Some(Ok(created)) => Ok(created.into_iter().collect()),
             Some(Err(err)) => {
                 debug!(error = %err, "recording the jobs' leases failed");
-                None
+                Err(err)
             }
-            None => None,
+            None => Err(Error::store_as(
+                StoreFailure::Unreachable,
+                "an earlier store call has not answered yet",
+            )),
         }
     }
 
