@@ -54,7 +54,8 @@ pub struct RunRow {
 pub struct LeaseRow {
     /// The lease's name.
     pub name: String,
-    /// Its holder (`node:pid:random`), if any.
+    /// Its holder (`node:pid:random`), if it was ever held (`None` for the row
+    /// [`Store::create_missing`](crate::Store::create_missing) made).
     pub holder: Option<String>,
     /// The tick it was last taken for.
     pub tick: DateTime<Utc>,

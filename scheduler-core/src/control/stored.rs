@@ -252,7 +252,8 @@ pub fn run_from<R: StoredRow>(row: &R) -> Result<RunRow, R::Error> {
 pub fn lease_row_from<R: StoredRow>(row: &R) -> Result<LeaseRow, R::Error> {
     Ok(LeaseRow {
         name: row.text("name")?,
-        holder: row.opt_text("holder")?,
+        // `''`: the row start-up created for a job new to the cluster, never held.
+        holder: row.opt_text("holder")?.filter(|h| !h.is_empty()),
         tick: row.time("tick")?,
         token: row.int("token")?,
         expires_at: row.time("expires_at")?,

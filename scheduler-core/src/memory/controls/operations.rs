@@ -411,7 +411,7 @@ impl ControlTables for MemoryStore {
             .iter()
             .map(|(name, row)| LeaseRow {
                 name: name.to_string(),
-                holder: Some(row.holder.to_string()),
+                holder: Some(row.holder.to_string()).filter(|h| !h.is_empty()),
                 tick: row.tick.at(),
                 token: row.token.get(),
                 expires_at: row.expires_at,
