@@ -240,13 +240,15 @@ impl Instance {
         jobs: impl FnOnce(&PostgresStore) -> Vec<Recorder>,
     ) -> Instance {
         let store = store(url, config.pool).await;
+        let jobs = jobs(&store);
+        ran_before(&store, &jobs, &config.node).await;
         let mut builder = Scheduler::builder(store.clone())
             .node_id(config.node)
             .lease_ttl(config.ttl)
             .shutdown_grace(config.grace)
             .retry_backoff(Duration::from_millis(50), Duration::from_millis(500))
             .clock(config.clock);
-        for mut job in jobs(&store) {
+        for mut job in jobs {
             job.instance = name.to_owned();
             builder = builder.job(job);
         }
@@ -575,4 +577,28 @@ pub async fn lease(db: &DatabaseConnection, name: &str) -> (i64, DateTime<Utc>) 
         row.try_get("", "token").expect("token"),
         row.try_get("", "expires_at").expect("expires_at"),
     )
+}
+
+/// Records each of `jobs`' leases (as `node` names them) as run ten days ago, unless
+/// it has a row: the instances start as a cluster that ran these jobs before, whose
+/// start-up catches up as each job's window says (a job new to the cluster catches
+/// up nothing from before its start, which the tests of that say themselves).
+pub async fn ran_before(store: &PostgresStore, jobs: &[Recorder], node: &str) {
+    use scheduler_core::{LeaseName, Release, Store, TakeRequest, Tick, Ttl};
+    let now = store.now().await.expect("store clock");
+    let tick = Tick::new(now - TimeDelta::days(10));
+    let requests: Vec<TakeRequest> = jobs
+        .iter()
+        .map(|j| {
+            let name = LeaseName::for_job(&j.name, j.scope, node).expect("lease name");
+            TakeRequest::new(name, tick)
+        })
+        .collect();
+    let ttl = Ttl::new(Duration::from_secs(60)).expect("ttl");
+    let taken = store.take(&requests, ttl).await.expect("take");
+    let keys: Vec<_> = taken.won.iter().map(|l| l.key()).collect();
+    store
+        .release(&keys, Release::Completed)
+        .await
+        .expect("release");
 }
