@@ -85,12 +85,14 @@ async fn start(
     PostgresStore,
 ) {
     let store = store(url, 4).await;
+    let jobs = jobs(&store);
+    support::ran_before(&store, jobs.iter().map(|j| (j.name(), j.scope())), node).await;
     let mut builder = configure(
         Scheduler::builder(store.clone())
             .node_id(node)
             .retry_backoff(Duration::from_millis(50), Duration::from_millis(500)),
     );
-    for job in jobs(&store) {
+    for job in jobs {
         builder = builder.job(job);
     }
     let scheduler = builder.build().expect("build");

@@ -322,6 +322,16 @@ async fn a_scheduler_runs_the_retention_job_it_is_given() {
     let conn = test_postgres::inspect(db.url()).await;
     insert_runs(&conn, "old", 50, "3 hours").await;
     insert_runs(&conn, "recent", 5, "1 minute").await;
+    // The sweep ran before, two hours ago (a job new to the cluster would catch up
+    // no tick from before its start).
+    conn.execute_raw(Statement::from_string(
+        DbBackend::Postgres,
+        "INSERT INTO scheduler_leases (name, holder, tick, token, taken_at, expires_at, released_at) \
+         VALUES ('scheduler-history-retention', 'earlier', now() - interval '2 hours', 1, \
+                 now(), now(), now())",
+    ))
+    .await
+    .expect("seed the sweep's lease");
     let scheduler = Scheduler::builder(store.clone())
         .record_runs(history.clone())
         .job(history.retention_job())
@@ -331,8 +341,8 @@ async fn a_scheduler_runs_the_retention_job_it_is_given() {
     let task = tokio::spawn(scheduler.run_until(async {
         let _ = stopped.await;
     }));
-    // The hourly tick now due is within its catch-up window: it runs at start, and its
-    // own run is recorded like any other.
+    // The hourly tick now due is within its catch-up window: it runs at start (the
+    // sweep ran before), and its own run is recorded like any other.
     wait_for(LIMIT, "the sweep to run and be recorded", || {
         let conn = conn.clone();
         async move {

@@ -241,7 +241,12 @@ impl Instance {
     ) -> Instance {
         let store = store(url, config.pool).await;
         let jobs = jobs(&store);
-        ran_before(&store, &jobs, &config.node).await;
+        ran_before(
+            &store,
+            jobs.iter().map(|j| (j.name.as_str(), j.scope)),
+            &config.node,
+        )
+        .await;
         let mut builder = Scheduler::builder(store.clone())
             .node_id(config.node)
             .lease_ttl(config.ttl)
@@ -579,18 +584,23 @@ pub async fn lease(db: &DatabaseConnection, name: &str) -> (i64, DateTime<Utc>) 
     )
 }
 
-/// Records each of `jobs`' leases (as `node` names them) as run ten days ago, unless
+/// Records the lease of each job of `jobs` (name and scope, as `node` names it) as
+/// run ten days ago, unless
 /// it has a row: the instances start as a cluster that ran these jobs before, whose
 /// start-up catches up as each job's window says (a job new to the cluster catches
 /// up nothing from before its start, which the tests of that say themselves).
-pub async fn ran_before(store: &PostgresStore, jobs: &[Recorder], node: &str) {
+pub async fn ran_before<'a>(
+    store: &PostgresStore,
+    jobs: impl IntoIterator<Item = (&'a str, Scope)>,
+    node: &str,
+) {
     use scheduler_core::{LeaseName, Release, Store, TakeRequest, Tick, Ttl};
     let now = store.now().await.expect("store clock");
     let tick = Tick::new(now - TimeDelta::days(10));
     let requests: Vec<TakeRequest> = jobs
-        .iter()
-        .map(|j| {
-            let name = LeaseName::for_job(&j.name, j.scope, node).expect("lease name");
+        .into_iter()
+        .map(|(job, scope)| {
+            let name = LeaseName::for_job(job, scope, node).expect("lease name");
             TakeRequest::new(name, tick)
         })
         .collect();
