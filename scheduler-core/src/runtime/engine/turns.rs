@@ -25,6 +25,7 @@ impl Engine {
         // Learn the store's clock before computing any tick.
         let mut startup = Backoff::new(self.s.settings.retry_base, self.s.settings.retry_cap);
         let mut new_leases = None;
+        let mut failure = StoreFailure::Unreachable;
         // Recording the leases is retried for a lease ttl; then the scheduler starts
         // without (a store that refuses it, a table altered by hand, must not keep
         // it from taking leases and saying why they fail).
@@ -45,7 +46,10 @@ impl Engine {
                         );
                         Some(HashSet::new())
                     }
-                    Err(_) => None,
+                    Err(err) => {
+                        failure = err.store_failure().unwrap_or(StoreFailure::Unreachable);
+                        None
+                    }
                 };
             }
             if new_leases.is_some() && self.sync_clock().await {
@@ -54,7 +58,10 @@ impl Engine {
                 self.sync_clock().await;
                 break;
             }
-            self.beat.store_failed(StoreFailure::Unreachable);
+            self.beat.store_failed(match new_leases {
+                None => failure,
+                Some(_) => StoreFailure::Unreachable,
+            });
             let wait = startup.next_delay();
             let what = match new_leases {
                 None => "recording the jobs' leases",
