@@ -17,7 +17,9 @@ async fn pays_out_refuses_the_stale_holder_and_ends_its_demo_lease() {
     let url = db.url().to_owned();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(example("fenced_payout"))
-            .args(["--database-url", &url, "--seconds", "2"])
+            // Long enough for a tick of the job (every 5 s) to fall: on a fresh
+            // database, none from before the start runs.
+            .args(["--database-url", &url, "--seconds", "7"])
             .env("RUST_LOG", "warn")
             .env_remove("RUN_SECONDS")
             .output()
