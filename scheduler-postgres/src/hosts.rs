@@ -200,6 +200,7 @@ impl Hosts {
             path = host_path(&hosts, path)
         );
         let base = PgConnectOptions::from_str(&base_url).map_err(|e| invalid(e.to_string()))?;
+        crate::options::check_database(&base)?;
         let mut targets = Vec::with_capacity(hosts.len());
         for (host, port) in hosts {
             let port = match port.as_deref() {
