@@ -10,19 +10,24 @@ const LISTED: usize = 10;
 
 /// Refuses `job` unless the store knows it ([`Controls::known_jobs`]: the jobs the
 /// instances registered, the dynamic schedules, the jobs of the lease table's
-/// leases).
+/// leases); with `paused`, a job with a pause in force counts too (what `resume`
+/// asks, so that a pause forced on a job nobody knows can be undone).
 ///
 /// # Errors
 /// [`Error::UnknownJob`], with the closest known name if one is near;
 /// [`Error::CannotCheckJob`] if the store could not say.
-pub async fn check_job(controls: &dyn Controls, job: &str) -> Result<()> {
-    let known = controls
-        .known_jobs()
-        .await
-        .map_err(|cause| Error::CannotCheckJob {
-            job: job.to_owned(),
-            cause,
-        })?;
+pub async fn check_job(controls: &dyn Controls, job: &str, paused: bool) -> Result<()> {
+    let cannot = |cause| Error::CannotCheckJob {
+        job: job.to_owned(),
+        cause,
+    };
+    let mut known = controls.known_jobs().await.map_err(cannot)?;
+    if paused && !known.iter().any(|name| name == job) {
+        let pauses = controls.paused().await.map_err(cannot)?;
+        known.extend(pauses.into_iter().map(|pause| pause.job));
+        known.sort();
+        known.dedup();
+    }
     if known.iter().any(|name| name == job) {
         return Ok(());
     }

@@ -31,11 +31,12 @@
 //! and `--why TEXT`; every instance honours it, the take itself refusing a paused
 //! job):
 //! - `scheduler-cli pause JOB [--node N]` stops the job's runs (everywhere, or on one
-//!   node): its ticks are counted `paused`. A job no instance knows (not registered
-//!   by a running instance, not a dynamic schedule, no lease of it) is refused by
-//!   `pause`, `resume` and `trigger` unless `--force`, with the closest known name. `resume JOB [--node N] [--no-catch-up]`
+//!   node): its ticks are counted `paused`. `resume JOB [--node N] [--no-catch-up]`
 //!   lets them through again, catching up the ticks paused over as the job's
 //!   catch-up policy says, or dropping them.
+//! - A job no instance knows (none registered it, no dynamic schedule or lease names
+//!   it; for `resume`, no pause of it is in force) is refused by `pause`, `resume`
+//!   and `trigger` (exit 4), with the closest known name, unless `--force`.
 //! - `scheduler-cli trigger JOB [--node N] [--wait [--timeout 60s]]` asks for one
 //!   extra run, exactly once in the cluster, and prints the trigger's id; with
 //!   `--wait` it follows the run until it ends. `trigger-status ID [--wait]` shows
@@ -337,7 +338,7 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
         Command::Pause(args) => {
             let controls = db.controls()?;
             if !args.force {
-                check_job(controls, &args.job).await?;
+                check_job(controls, &args.job, false).await?;
             }
             let applied = pause(controls, &args.request()).await?;
             render(json, &applied, Applied::human, Applied::json)?
@@ -345,7 +346,7 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
         Command::Resume(args) => {
             let controls = db.controls()?;
             if !args.force {
-                check_job(controls, &args.job).await?;
+                check_job(controls, &args.job, true).await?;
             }
             let applied = resume(controls, &args.request(), !args.no_catch_up).await?;
             render(json, &applied, Applied::human, Applied::json)?
@@ -353,7 +354,7 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
         Command::Trigger(args) => {
             let controls = db.controls()?;
             if !args.force {
-                check_job(controls, &args.job).await?;
+                check_job(controls, &args.job, false).await?;
             }
             let mut triggered = trigger(controls, &args.request()).await?;
             if let Some(wait) = args.wait.timeout() {

@@ -45,8 +45,16 @@ async fn unknown_jobs_are_refused(db: &Db) {
     let history = json(&db.cli(&["history", "--json"]).await);
     assert_eq!(history["controls"].as_array().unwrap().len(), 0, "{kind}");
 
-    // Forced: stored, as before.
+    // Forced: stored, as before; and a forced pause can be undone without force.
     let out = db.cli(&["pause", "no-such-job", "--force"]).await;
+    assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
+    let out = db.cli(&["trigger", "no-such-job"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{kind}: a pause does not make it known"
+    );
+    let out = db.cli(&["resume", "no-such-job"]).await;
     assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
     // A known name is acted on.
     let out = db.cli(&["pause", "sweep"]).await;
