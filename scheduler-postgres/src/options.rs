@@ -494,23 +494,7 @@ fn check_url(url: &str) -> Result<()> {
             reason: e.to_string(),
         }
     })?;
-    check_database(&options)
-}
-
-/// Rejects options that name no database (neither the URL's path, `?dbname=` nor
-/// `PGDATABASE`): the server would pick the one named after the user (`postgres`),
-/// most likely not the app's, and the scheduler would run a second, silent cluster
-/// there.
-pub(crate) fn check_database(options: &PgConnectOptions) -> Result<()> {
-    match options.get_database() {
-        Some(name) if !name.is_empty() => Ok(()),
-        _ => Err(Error::InvalidUrl {
-            reason: "the URL names no database: write postgres://host/DBNAME (without one, \
-                     the server picks the database named after the user, another than the \
-                     app's)"
-                .to_owned(),
-        }),
-    }
+    crate::hosts::check_database(&options)
 }
 
 #[cfg(test)]
