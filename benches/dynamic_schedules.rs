@@ -392,6 +392,16 @@ impl Controls for Metered {
         self.inner.handlers().await
     }
 
+    async fn register_jobs(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        add(&self.calls.other_controls, 1);
+        self.inner.register_jobs(node, names).await
+    }
+
+    async fn jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.jobs().await
+    }
+
     async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         add(&self.calls.other_controls, 1);
         self.inner.leases().await

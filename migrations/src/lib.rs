@@ -106,6 +106,7 @@ pub const ADDED_TABLES: &[(&str, &str)] = &[
     ("_schedules", "m20261202_000003_controls"),
     ("_handlers", "m20261202_000003_controls"),
     ("_version", "m20261202_000003_controls"),
+    ("_jobs", "m20261204_000004_jobs"),
 ];
 
 /// Of [`ADDED_TABLES`], those missing beside the lease table `table`, given the
@@ -151,6 +152,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "m20261202_000003_controls",
         postgres: postgres::create_controls,
         sqlite: sqlite::create_controls,
+    },
+    Migration {
+        name: "m20261204_000004_jobs",
+        postgres: postgres::create_jobs,
+        sqlite: sqlite::create_jobs,
     },
 ];
 

@@ -214,6 +214,21 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     ]
 }
 
+/// Creates `t_jobs`: the jobs each node runs (registered in code), which an
+/// operator's pause, resume or trigger of a job is checked against, like
+/// `t_handlers` for a dynamic schedule's handler.
+pub(crate) fn create_jobs(table: &TableName) -> Vec<String> {
+    let jobs = table.with_suffix("_jobs");
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {jobs} (
+            job     text        NOT NULL,
+            node    text        NOT NULL,
+            seen_at timestamptz NOT NULL,
+            PRIMARY KEY (job, node)
+        )"
+    )]
+}
+
 /// The history table's newest column: a table without it is brought up to date by
 /// running [`create_history`] again.
 pub const HISTORY_NEWEST_COLUMN: &str = "attempt";

@@ -147,6 +147,19 @@ pub(crate) fn create_controls(table: &TableName) -> Vec<String> {
     ]
 }
 
+/// Creates `t_jobs`, as [`crate::postgres`] does, times in integer microseconds.
+pub(crate) fn create_jobs(table: &TableName) -> Vec<String> {
+    let jobs = table.with_suffix("_jobs");
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {jobs} (
+            job     TEXT    NOT NULL,
+            node    TEXT    NOT NULL,
+            seen_at INTEGER NOT NULL,
+            PRIMARY KEY (job, node)
+        ) STRICT, WITHOUT ROWID"
+    )]
+}
+
 /// Creates the run history table and its indexes when they are missing: the
 /// PostgreSQL history ([`postgres::create_history`](crate::postgres::create_history))
 /// with SQLite's types — times (`tick`, `started`, `finished`) are integer

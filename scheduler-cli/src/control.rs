@@ -58,6 +58,10 @@ pub struct PauseArgs {
     /// Only on this node (a node-scoped job's run there); default every node.
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
+    /// Act on a job no instance knows (a job about to be deployed); without it, an
+    /// unknown name is refused.
+    #[arg(long)]
+    pub force: bool,
     /// Who asks, and why.
     #[command(flatten)]
     pub who: Who,
@@ -82,6 +86,9 @@ pub struct ResumeArgs {
     /// policy says.
     #[arg(long)]
     pub no_catch_up: bool,
+    /// Act on a job no instance knows; without it, an unknown name is refused.
+    #[arg(long)]
+    pub force: bool,
     /// Who asks, and why.
     #[command(flatten)]
     pub who: Who,

@@ -1,5 +1,5 @@
-//! Which store a URL names: a SQLite file for `sqlite:` URLs, PostgreSQL for any
-//! other.
+//! Which store a URL names: PostgreSQL for `postgres://` and `postgresql://` URLs, a
+//! SQLite file for `sqlite:` URLs and plain paths; any other scheme is refused.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,14 +24,15 @@ pub enum Database {
 }
 
 impl Database {
-    /// Opens the store `url` names: [`sqlite_path`] for a `sqlite:` URL, PostgreSQL
-    /// otherwise, waiting at most `timeout` for the server (or for SQLite's write
+    /// Opens the store `url` names: the SQLite file [`sqlite_path`] reads, else
+    /// PostgreSQL, waiting at most `timeout` for the server (or for SQLite's write
     /// lock).
     ///
     /// # Errors
-    /// [`Error::BadSqliteUrl`], [`Error::NoSqliteFile`] or [`Error::OpenSqlite`] for
-    /// a SQLite file; [`Error::Connect`] if a PostgreSQL URL does not parse or the
-    /// server cannot be reached.
+    /// [`Error::UnsupportedUrl`] for another scheme; [`Error::BadSqliteUrl`],
+    /// [`Error::NoSqliteFile`] or [`Error::OpenSqlite`] for a SQLite file;
+    /// [`Error::Connect`] if a PostgreSQL URL does not parse (or names no database)
+    /// or the server cannot be reached.
     pub async fn open(url: &str, table: &TableName, timeout: Duration) -> Result<Self> {
         match sqlite_path(url) {
             Some(path) => {
@@ -110,17 +111,45 @@ impl Database {
     }
 }
 
-/// The file a `sqlite:` URL names, or `None` for any other URL (PostgreSQL's).
+/// The SQLite file `url` names, or `None` for a PostgreSQL URL (`postgres://`,
+/// `postgresql://`).
 ///
 /// `sqlite:///var/lib/app/scheduler.db` names an absolute path, `sqlite://app.db`
-/// and `sqlite:app.db` one relative to the working directory. The path is taken as
-/// written (no percent-decoding); URL options (`?mode=ro`) are refused, since the
+/// and `sqlite:app.db` one relative to the working directory; so does a plain path
+/// (`/var/lib/app/scheduler.db`, `./app.db`, `app.db`: no scheme). The path is taken
+/// as written (no percent-decoding); URL options (`?mode=ro`) are refused, since the
 /// store opens the file its own way.
 ///
 /// # Errors
-/// [`Error::BadSqliteUrl`] for a URL with options or without a path.
+/// [`Error::BadSqliteUrl`] for a URL with options or without a path;
+/// [`Error::UnsupportedUrl`] for a scheme other than `postgres`, `postgresql` and
+/// `sqlite`; [`Error::NoUrl`] for an empty one.
 pub fn sqlite_path(url: &str) -> Option<Result<PathBuf>> {
-    let rest = url.strip_prefix("sqlite:")?;
+    if url.trim().is_empty() {
+        return Some(Err(Error::NoUrl));
+    }
+    if let Some((scheme, _)) = url.split_once("://") {
+        let named = !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if named && !matches!(scheme, "postgres" | "postgresql" | "sqlite") {
+            return Some(Err(Error::UnsupportedUrl {
+                scheme: scheme.to_owned(),
+            }));
+        }
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        // A libpq `key=value` string is PostgreSQL's, which says what it reads.
+        if url.contains('=') {
+            return None;
+        }
+        // No scheme: a file's path, as a shell user writes it.
+        return Some(Ok(PathBuf::from(url)));
+    };
     let path = rest.strip_prefix("//").unwrap_or(rest);
     let bad = |reason| {
         Some(Err(Error::BadSqliteUrl {
@@ -168,5 +197,24 @@ mod tests {
         assert!(sqlite_path("sqlite://app.db?mode=ro").unwrap().is_err());
         assert!(sqlite_path("sqlite://").unwrap().is_err());
         assert!(sqlite_path("sqlite::memory:").unwrap().is_err());
+        // A plain path is a SQLite file's.
+        assert_eq!(
+            path("/var/lib/app.db"),
+            Some(PathBuf::from("/var/lib/app.db"))
+        );
+        assert_eq!(path("./app.db"), Some(PathBuf::from("./app.db")));
+        assert_eq!(path("app.db"), Some(PathBuf::from("app.db")));
+        // Another scheme is refused, naming the scheme only.
+        for url in [
+            "mysql://u:secret@h/db",
+            "sqlite3:///app.db",
+            "file:///app.db",
+        ] {
+            let err = sqlite_path(url).unwrap().unwrap_err();
+            assert!(matches!(err, Error::UnsupportedUrl { .. }), "{url}");
+            assert!(!err.to_string().contains("secret"));
+        }
+        assert!(matches!(sqlite_path(" ").unwrap(), Err(Error::NoUrl)));
+        assert_eq!(path("host=db dbname=app"), None);
     }
 }

@@ -63,6 +63,38 @@ pub enum Error {
     /// A dynamic schedule that does not check, refused before the store is opened.
     #[error("{0}")]
     BadSchedule(scheduler_core::Error),
+    /// `pause`, `resume` or `trigger` of a job the store does not know, without
+    /// `--force`.
+    #[error("no instance knows a job named {job:?}{hint}")]
+    UnknownJob {
+        /// The job asked for.
+        job: String,
+        /// The closest known name, or the names known, and `--force`.
+        hint: String,
+    },
+    /// The jobs the store knows could not be read (a lease table whose migrations
+    /// an older version ran?).
+    #[error(
+        "cannot tell whether an instance knows a job named {job:?}: {cause}; pass --force to \
+         act on it all the same"
+    )]
+    CannotCheckJob {
+        /// The job asked for.
+        job: String,
+        /// Why the store could not say.
+        cause: scheduler_core::Error,
+    },
+    /// A database URL of a scheme this tool does not read.
+    #[error(
+        "the database URL's scheme {scheme}: is not one this tool reads: write \
+         postgres://user@host/DBNAME for PostgreSQL, or sqlite:///path/to/app.db (or the \
+         file's path) for SQLite"
+    )]
+    UnsupportedUrl {
+        /// The scheme given (the rest of the URL, which may hold a password, is not
+        /// repeated).
+        scheme: String,
+    },
     /// `trigger-status` of an id the store does not know.
     #[error("no trigger {id}: `history` lists the triggers asked for (their id is the detail)")]
     NoSuchTrigger {
@@ -126,12 +158,13 @@ impl Error {
     /// The process's exit code for this error: [`EXIT_USAGE`] for a dynamic schedule
     /// that does not check, [`EXIT_REFUSED`] for a control the store refused
     /// (an unknown handler, a bad name or policy),
-    /// [`EXIT_MISSING`](crate::EXIT_MISSING) for no such trigger, 1 for any other.
+    /// [`EXIT_MISSING`](crate::EXIT_MISSING) for no such trigger or job, 1 for any
+    /// other.
     pub fn exit_code(&self) -> u8 {
         use scheduler_core::Error as Core;
         match self {
             Error::BadSchedule(_) => EXIT_USAGE,
-            Error::NoSuchTrigger { .. } => crate::EXIT_MISSING,
+            Error::NoSuchTrigger { .. } | Error::UnknownJob { .. } => crate::EXIT_MISSING,
             Error::Control(
                 Core::InvalidControl { .. }
                 | Core::UnknownHandler { .. }

@@ -1,8 +1,9 @@
 //! `scheduler-cli`: the operator's view of a scheduler database, and its hands.
 //!
 //! The database comes from `--database-url` or `DATABASE_URL`: a `sqlite:` URL
-//! (`sqlite:///var/lib/app/scheduler.db`, `sqlite://app.db`) opens that SQLite file,
-//! any other URL PostgreSQL. The lease table is `--table` (default
+//! (`sqlite:///var/lib/app/scheduler.db`, `sqlite://app.db`) or a plain path opens
+//! that SQLite file, a `postgres://` URL (naming its database) PostgreSQL; another
+//! scheme is refused. The lease table is `--table` (default
 //! `scheduler_leases`) on both; the control tables are named after it. The tool
 //! never creates or alters a table.
 //!
@@ -33,6 +34,9 @@
 //!   node): its ticks are counted `paused`. `resume JOB [--node N] [--no-catch-up]`
 //!   lets them through again, catching up the ticks paused over as the job's
 //!   catch-up policy says, or dropping them.
+//! - A job no instance knows (none registered it, no dynamic schedule or lease names
+//!   it; for `resume`, no pause of it is in force) is refused by `pause`, `resume`
+//!   and `trigger` (exit 4), with the closest known name, unless `--force`.
 //! - `scheduler-cli trigger JOB [--node N] [--wait [--timeout 60s]]` asks for one
 //!   extra run, exactly once in the cluster, and prints the trigger's id; with
 //!   `--wait` it follows the run until it ends. `trigger-status ID [--wait]` shows
@@ -56,7 +60,7 @@
 //! | 1 | an error: no database, a failed statement, a store that keeps no controls |
 //! | 2 | a bad command line ([`EXIT_USAGE`]): a flag, a cron expression, a zone, a period, a policy or JSON arguments that do not check |
 //! | 3 | `forget`: the lease is held ([`EXIT_HELD`]) |
-//! | 4 | no such thing ([`EXIT_MISSING`]): lease (`forget`), dynamic schedule (`schedules rm`), trigger (`trigger-status`) |
+//! | 4 | no such thing ([`EXIT_MISSING`]): lease (`forget`), dynamic schedule (`schedules rm`), trigger (`trigger-status`), a job no instance knows (`pause`, `resume`, `trigger` without `--force`) |
 //! | 5 | the store refused the control ([`EXIT_REFUSED`]): a handler no instance registered, a name it cannot keep |
 //! | 6 | `--wait`: the triggered run ended other than well: failed, timed out, cancelled ([`EXIT_RUN_FAILED`]) |
 //! | 7 | `--wait`: the triggered run was skipped, its overlap policy refusing it ([`EXIT_SKIPPED`]) |
@@ -100,6 +104,7 @@ pub mod error;
 pub mod forget;
 pub mod history;
 mod json;
+pub mod known;
 pub mod locks;
 pub mod next;
 pub mod schedules;
@@ -119,6 +124,7 @@ pub use database::{Database, sqlite_path};
 pub use error::{EXIT_REFUSED, EXIT_USAGE, Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use history::{History, HistoryArgs, history};
+pub use known::check_job;
 pub use locks::{AdvisoryLock, Locks, locks};
 pub use next::{Next, NextArgs, next};
 pub use schedules::{
@@ -141,8 +147,9 @@ pub use trigger::{
     long_about = None
 )]
 pub struct Cli {
-    /// The database: postgres://user:password@host:port/database, or a SQLite file
-    /// as sqlite:///absolute/path.db or sqlite://relative/path.db.
+    /// The database: postgres://user:password@host:port/database (a URL naming no
+    /// database is refused), or a SQLite file as sqlite:///absolute/path.db,
+    /// sqlite://relative/path.db or the file's path.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
@@ -330,15 +337,26 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
             render(json, &forget, Forget::human, Forget::json)?
         }
         Command::Pause(args) => {
-            let applied = pause(db.controls()?, &args.request()).await?;
+            let controls = db.controls()?;
+            if !args.force {
+                check_job(controls, &args.job, false).await?;
+            }
+            let applied = pause(controls, &args.request()).await?;
             render(json, &applied, Applied::human, Applied::json)?
         }
         Command::Resume(args) => {
-            let applied = resume(db.controls()?, &args.request(), !args.no_catch_up).await?;
+            let controls = db.controls()?;
+            if !args.force {
+                check_job(controls, &args.job, true).await?;
+            }
+            let applied = resume(controls, &args.request(), !args.no_catch_up).await?;
             render(json, &applied, Applied::human, Applied::json)?
         }
         Command::Trigger(args) => {
             let controls = db.controls()?;
+            if !args.force {
+                check_job(controls, &args.job, false).await?;
+            }
             let mut triggered = trigger(controls, &args.request()).await?;
             if let Some(wait) = args.wait.timeout() {
                 triggered = trigger_status(controls, triggered.trigger.id, Some(wait)).await?;

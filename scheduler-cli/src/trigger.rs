@@ -62,6 +62,10 @@ pub struct TriggerArgs {
     /// The node to run it on (a node-scoped job); default any instance.
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
+    /// Ask for a run of a job no instance knows; without it, an unknown name is
+    /// refused.
+    #[arg(long)]
+    pub force: bool,
     /// Who asks, and why.
     #[command(flatten)]
     pub who: Who,

@@ -1,7 +1,8 @@
 //! The CLI against a running `Scheduler`, on PostgreSQL and on a SQLite file: a
 //! dynamic schedule stored by `schedules put` is picked up by the instance, and
 //! `trigger --wait` returns once the instance ran it, its exit code saying how the
-//! handler ended.
+//! handler ended; the jobs registered in code are known to `pause` as soon as the
+//! instance polls, a typo of one refused with the right name.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use scheduler_cli::EXIT_RUN_FAILED;
-use scheduler_core::{BoxError, JobContext, Scheduler};
+use scheduler_core::{BoxError, Idempotent, JobContext, Schedule, Scheduler};
 use support::stores::{Db, eventually, json, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,6 +23,22 @@ async fn a_scheduler_on_postgres_runs_what_the_cli_asks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_on_sqlite_runs_what_the_cli_asks() {
     runs_what_the_cli_asks(Db::sqlite().await).await;
+}
+
+/// A job registered in code whose tick does not come during the test.
+struct Daily;
+
+#[scheduler_core::async_trait]
+impl Idempotent for Daily {
+    fn name(&self) -> &str {
+        "daily-digest"
+    }
+    fn schedule(&self) -> Schedule {
+        Schedule::every(Duration::from_secs(24 * 3600))
+    }
+    async fn run(&self, _ctx: JobContext) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 async fn runs_what_the_cli_asks(db: Db) {
@@ -43,6 +60,7 @@ async fn runs_what_the_cli_asks(db: Db) {
         .node_id("node-a")
         .control_poll(Some(Duration::from_millis(100)))
         .handler("count", handler)
+        .job(Daily)
         .build()
         .expect("build");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -57,6 +75,28 @@ async fn runs_what_the_cli_asks(db: Db) {
             .contains(&"count".to_owned())
     })
     .await;
+
+    // The job registered in code is known (registered at the first poll with the
+    // handler), though it never ran; a typo of it is refused, naming it.
+    eventually("the instance registers its job", || async {
+        db.controls()
+            .jobs()
+            .await
+            .unwrap()
+            .contains(&"daily-digest".to_owned())
+    })
+    .await;
+    let out = db.cli(&["pause", "daily-digets"]).await;
+    assert_eq!(out.status.code(), Some(4), "{kind}");
+    assert!(
+        text(&out.stderr).contains("did you mean \"daily-digest\"?"),
+        "{kind}: {}",
+        text(&out.stderr)
+    );
+    let out = db.cli(&["pause", "daily-digest"]).await;
+    assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
+    let out = db.cli(&["resume", "daily-digest"]).await;
+    assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
 
     // Once a year: nothing runs unless triggered.
     for (name, args) in [

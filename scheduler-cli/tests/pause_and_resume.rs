@@ -19,6 +19,8 @@ async fn pause_and_resume_on_sqlite() {
 
 async fn pause_refuses_takes_until_resumed(db: &Db) {
     let kind = db.kind;
+    db.runs("node-a", &["alerts", "sweep", "uptime"]).await;
+    db.runs("node-b", &["sweep", "uptime"]).await;
 
     // Paused everywhere: the take of either node is refused, reported as paused.
     let out = db

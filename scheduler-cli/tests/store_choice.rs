@@ -68,6 +68,11 @@ async fn sqlite_urls_name_an_existing_file() {
         .await
         .unwrap();
     let store = Arc::new(store);
+    scheduler_core::Store::controls(&*store)
+        .unwrap()
+        .register_jobs("node-a", &["sweep".to_owned()])
+        .await
+        .unwrap();
     let absolute = format!("sqlite://{}", path.display());
     assert!(absolute.starts_with("sqlite:///"));
     let out = cli(
@@ -116,7 +121,12 @@ async fn controls_on_postgres_follow_the_table_flag() {
         .table("app_a.leases")
         .unwrap()
         .create_schema(true);
-    let _store = scheduler_postgres::PostgresStore::connect(db.url(), options)
+    let store = scheduler_postgres::PostgresStore::connect(db.url(), options)
+        .await
+        .unwrap();
+    scheduler_core::Store::controls(&store)
+        .unwrap()
+        .register_jobs("node-a", &["sweep".to_owned()])
         .await
         .unwrap();
     let out = cli(

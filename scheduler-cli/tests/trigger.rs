@@ -80,6 +80,8 @@ async fn claim_and_finish(db: &Db, job: &str, outcome: Outcome, error: Option<&s
 
 async fn trigger_prints_its_id_and_waits_for_the_run(db: Db) {
     let kind = db.kind;
+    // An instance registered `sweep`, but none polls here: triggers stay pending.
+    db.runs("node-a", &["sweep"]).await;
 
     // Asked for: its id printed, pending in the store (nobody runs the job).
     let out = db

@@ -209,6 +209,42 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// The handlers registered by any instance.
     async fn handlers(&self) -> Result<Vec<String>>;
 
+    /// Records that `node` runs the jobs `names` (those registered in code): what
+    /// an operator's command is checked against ([`known_jobs`](Self::known_jobs)).
+    ///
+    /// The default records nothing; the stores keep them. A store that wraps
+    /// another must forward it.
+    async fn register_jobs(&self, node: &str, names: &[String]) -> Result<()> {
+        let _ = (node, names);
+        Ok(())
+    }
+
+    /// The jobs registered by any instance ([`register_jobs`](Self::register_jobs)),
+    /// sorted; none by default.
+    async fn jobs(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// Every job name the store knows of, sorted, once each: the jobs the instances
+    /// registered ([`jobs`](Self::jobs)), the dynamic schedules not removed, and the
+    /// job of every lease in the lease table ([`LeaseRow::job`]: a job that ran).
+    /// What an operator's pause, resume or trigger of a job nobody runs is refused
+    /// by (a typo would otherwise be stored and do nothing).
+    async fn known_jobs(&self) -> Result<Vec<String>> {
+        let mut names = self.jobs().await?;
+        names.extend(
+            self.schedules()
+                .await?
+                .into_iter()
+                .filter(|row| !row.removed)
+                .map(|row| row.name),
+        );
+        names.extend(self.leases().await?.iter().map(LeaseRow::job));
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Every lease, by name.
     async fn leases(&self) -> Result<Vec<LeaseRow>>;
 

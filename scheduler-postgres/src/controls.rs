@@ -337,6 +337,29 @@ impl ControlTables for PostgresStore {
         Ok(self.registered_handlers().await?)
     }
 
+    async fn write_jobs(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        const OP: &str = "register jobs";
+        if names.is_empty() {
+            return Ok(());
+        }
+        self.execute(
+            OP,
+            &self.control_sql().register_jobs,
+            vec![node.to_owned().into(), names.to_vec().into()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn read_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        const OP: &str = "read the registered jobs";
+        let rows = self.query(OP, &self.control_sql().jobs, Vec::new()).await?;
+        Ok(rows
+            .iter()
+            .map(|row| get(row, "job", OP))
+            .collect::<Result<_, _>>()?)
+    }
+
     async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         const OP: &str = "read the leases";
         let rows = self

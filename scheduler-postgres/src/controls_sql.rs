@@ -91,6 +91,10 @@ pub(crate) struct ControlSql {
     pub(crate) register_handlers: String,
     /// Every handler registered.
     pub(crate) handlers: String,
+    /// `$1` node, `$2` job names (distinct, sorted).
+    pub(crate) register_jobs: String,
+    /// Every job registered.
+    pub(crate) jobs: String,
     /// Every lease, by name.
     pub(crate) leases: String,
     /// `$1` before (id), `$2` limit: runs of the run history.
@@ -115,6 +119,7 @@ impl ControlSql {
         let triggers = table.with_suffix("_triggers");
         let schedules = table.with_suffix("_schedules");
         let handlers = table.with_suffix("_handlers");
+        let jobs = table.with_suffix("_jobs");
         let version = table.with_suffix("_version");
         let channel = channel(table);
         // In every bump's `RETURNING`: evaluated for the version row, announced at
@@ -356,6 +361,14 @@ impl ControlSql {
              ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
         );
         let handlers_read = format!("SELECT DISTINCT handler FROM {handlers} ORDER BY handler");
+        // As the handlers: in job order.
+        let register_jobs = format!(
+            "INSERT INTO {jobs} (job, node, seen_at) \
+             SELECT j.job, $1, now() FROM unnest($2::text[]) AS j(job) \
+             ORDER BY j.job \
+             ON CONFLICT (job, node) DO UPDATE SET seen_at = excluded.seen_at"
+        );
+        let jobs_read = format!("SELECT DISTINCT job FROM {jobs} ORDER BY job");
         let leases = format!(
             "SELECT name, holder, tick, token, expires_at, released_at FROM {t} ORDER BY name"
         );
@@ -387,6 +400,8 @@ impl ControlSql {
             remove_schedule,
             register_handlers,
             handlers: handlers_read,
+            register_jobs,
+            jobs: jobs_read,
             leases,
             runs: runs_all,
             job_runs,

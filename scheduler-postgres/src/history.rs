@@ -192,11 +192,51 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
     ))
     .await
     .map_err(fail)?;
-    for sql in ddl::create_history(table) {
-        txn.execute_unprepared(&sql).await.map_err(fail)?;
+    // Read again under the lock: another instance starting at the same time may
+    // have created it meanwhile; then only that one says so.
+    let found = txn
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT to_regclass($1) IS NOT NULL AS table, \
+                    EXISTS (SELECT FROM pg_catalog.pg_attribute \
+                            WHERE attrelid = to_regclass($1) AND attname = $2 \
+                              AND NOT attisdropped) AS current",
+            [
+                table.quoted().into(),
+                ddl::HISTORY_NEWEST_COLUMN.to_owned().into(),
+            ],
+        ))
+        .await
+        .map_err(fail)?;
+    let flag = |col: &str| {
+        found
+            .first()
+            .map_or(Ok(false), |row| row.try_get::<bool>("", col))
+            .map_err(fail)
+    };
+    let (had_table, current) = (flag("table")?, flag("current")?);
+    if !current {
+        // `IF NOT EXISTS` on what exists is a NOTICE, which the driver logs at INFO
+        // on every start: none is wanted here.
+        txn.execute_unprepared("SET LOCAL client_min_messages = warning")
+            .await
+            .map_err(fail)?;
+        for sql in ddl::create_history(table) {
+            txn.execute_unprepared(&sql).await.map_err(fail)?;
+        }
     }
     txn.commit().await.map_err(fail)?;
-    tracing::info!(table = %table, "created the run history table");
+    match (had_table, current) {
+        (false, _) => tracing::info!(table = %table, "created the run history table"),
+        (true, false) => tracing::info!(
+            table = %table,
+            column = ddl::HISTORY_NEWEST_COLUMN,
+            "brought the run history table up to date"
+        ),
+        (true, true) => {
+            tracing::debug!(table = %table, "the run history table was created by another instance");
+        }
+    }
     Ok(())
 }
 

@@ -20,6 +20,22 @@ use sea_orm::sqlx::{self, Connection, Executor, Row};
 
 use crate::error::{Error, Result};
 
+/// Rejects options that name no database (neither the URL's path, `?dbname=` nor
+/// `PGDATABASE`): the server would pick the one named after the user (`postgres`),
+/// most likely not the app's, and the scheduler would run a second, silent cluster
+/// there.
+pub(crate) fn check_database(options: &PgConnectOptions) -> Result<()> {
+    match options.get_database() {
+        Some(name) if !name.is_empty() => Ok(()),
+        _ => Err(Error::InvalidUrl {
+            reason: "the URL names no database: write postgres://host/DBNAME (without one, \
+                     the server picks the database named after the user, another than the \
+                     app's)"
+                .to_owned(),
+        }),
+    }
+}
+
 /// What a server must be to be used (`target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SessionAttrs {
@@ -200,6 +216,7 @@ impl Hosts {
             path = host_path(&hosts, path)
         );
         let base = PgConnectOptions::from_str(&base_url).map_err(|e| invalid(e.to_string()))?;
+        check_database(&base)?;
         let mut targets = Vec::with_capacity(hosts.len());
         for (host, port) in hosts {
             let port = match port.as_deref() {

@@ -484,15 +484,17 @@ fn check_scheme(url: &str) -> Result<()> {
     }
 }
 
-/// Rejects what does not parse as a PostgreSQL URL before any connection is tried.
+/// Rejects what does not parse as a PostgreSQL URL, or names no database, before any
+/// connection is tried.
 fn check_url(url: &str) -> Result<()> {
     use std::str::FromStr;
     check_scheme(url)?;
-    sea_orm::sqlx::postgres::PgConnectOptions::from_str(url)
-        .map(drop)
-        .map_err(|e| Error::InvalidUrl {
+    let options = sea_orm::sqlx::postgres::PgConnectOptions::from_str(url).map_err(|e| {
+        Error::InvalidUrl {
             reason: e.to_string(),
-        })
+        }
+    })?;
+    crate::hosts::check_database(&options)
 }
 
 #[cfg(test)]

@@ -59,3 +59,47 @@ fn bad_names_ttls_and_tables_are_typed_errors() {
         .err();
     assert!(matches!(err, Some(Error::InvalidTableName(_))), "{err:?}");
 }
+
+/// A URL without a database name would have the server pick the user's own database
+/// (`postgres`): a second, silent cluster. It is refused in words before any
+/// connection is tried; one that names its database in `?dbname=`, or with a socket
+/// directory in `?host=`, is read as written.
+#[tokio::test]
+async fn a_url_without_a_database_is_refused_in_words() {
+    // Nothing listens here: a URL that passes the checks fails to connect instead.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let options = || PostgresOptions::default().connect_timeout(Duration::from_secs(1));
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{port}"),
+        format!("postgres://postgres@127.0.0.1:{port}/"),
+        format!("postgresql://postgres@127.0.0.1:{port}/?sslmode=disable"),
+        format!("postgres://postgres@127.0.0.1:{port},127.0.0.1:{port}"),
+        format!("postgres://postgres@/?host=127.0.0.1&port={port}&target_session_attrs=any"),
+    ] {
+        let err = PostgresStore::connect(&url, options()).await.err();
+        let msg = err.as_ref().map(ToString::to_string).unwrap_or_default();
+        assert!(
+            matches!(err, Some(Error::InvalidUrl { .. })),
+            "{url:?}: {err:?}"
+        );
+        assert!(
+            msg.contains("names no database") && msg.contains("postgres://host/DBNAME"),
+            "{msg}"
+        );
+    }
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{port}/app"),
+        format!("postgres://postgres@127.0.0.1:{port}/app?options=-c%20search_path%3Dx"),
+        format!("postgres://postgres@127.0.0.1:{port}?dbname=app"),
+        format!("postgres:///app?host=127.0.0.1&port={port}&user=postgres"),
+    ] {
+        let err = PostgresStore::connect(&url, options()).await.err();
+        assert!(
+            matches!(err, Some(Error::Connect { .. })),
+            "{url:?}: {err:?}"
+        );
+    }
+}

@@ -161,3 +161,10 @@ async fn every_rule_in_turn_on_one_database() {
     let s = instances(&db, 2).await;
     rules::all(&s).await;
 }
+
+#[tokio::test]
+async fn jobs_are_known_by_registration_schedule_and_lease() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 2).await;
+    rules::jobs_are_known_by_registration_schedule_and_lease(&s[0], &s[1]).await;
+}

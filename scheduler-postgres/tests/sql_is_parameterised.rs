@@ -91,6 +91,10 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "controls_sql.rs: TableName::with_suffix(\"_handlers\"), a validated identifier",
     ),
     (
+        "jobs",
+        "controls_sql.rs: TableName::with_suffix(\"_jobs\"), a validated identifier",
+    ),
+    (
         "version",
         "controls_sql.rs: TableName::with_suffix(\"_version\"), a validated identifier",
     ),

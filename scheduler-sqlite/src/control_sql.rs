@@ -56,6 +56,9 @@ pub(crate) struct ControlSql {
     pub(crate) handlers: String,
     pub(crate) forget_handlers: String,
     pub(crate) register_handlers: String,
+    pub(crate) jobs: String,
+    pub(crate) forget_jobs: String,
+    pub(crate) register_jobs: String,
     pub(crate) leases: String,
     pub(crate) history_table: String,
     pub(crate) runs: String,
@@ -72,6 +75,7 @@ impl ControlSql {
         let triggers = table.with_suffix("_triggers");
         let schedules = table.with_suffix("_schedules");
         let handlers = table.with_suffix("_handlers");
+        let jobs = table.with_suffix("_jobs");
         let version = table.with_suffix("_version");
         let history = HistoryTable::for_leases(table);
         let runs = history.quoted();
@@ -226,6 +230,16 @@ impl ControlSql {
                 "INSERT INTO {handlers} (handler, node, seen_at) \
                  SELECT value, ?1, {NOW} FROM json_each(?2) WHERE true \
                  ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
+            ),
+            jobs: format!("SELECT DISTINCT job FROM {jobs} ORDER BY job"),
+            // `?2` the node's jobs as a JSON array of strings.
+            forget_jobs: format!(
+                "DELETE FROM {jobs} WHERE node = ?1 AND job NOT IN (SELECT value FROM json_each(?2))"
+            ),
+            register_jobs: format!(
+                "INSERT INTO {jobs} (job, node, seen_at) \
+                 SELECT value, ?1, {NOW} FROM json_each(?2) WHERE true \
+                 ON CONFLICT (job, node) DO UPDATE SET seen_at = excluded.seen_at"
             ),
             leases: format!(
                 "SELECT name, holder, tick, token, expires_at, released_at FROM {leases} ORDER BY name"

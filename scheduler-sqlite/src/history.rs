@@ -181,19 +181,28 @@ async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
             cause: source,
         })
     };
-    let exists = store
+    let look = Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [table.table().to_owned().into()],
+    );
+    if !store
         .db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [table.table().to_owned().into()],
-        ))
+        .query_all_raw(look.clone())
         .await
-        .map_err(fail)?;
-    if !exists.is_empty() {
+        .map_err(fail)?
+        .is_empty()
+    {
         return Ok(());
     }
     let (_turn, txn) = store.begin_write(OP).await?;
+    // Read again in the write transaction: another instance starting at the same
+    // time may have created it meanwhile; then only that one says so.
+    if !txn.query_all_raw(look).await.map_err(fail)?.is_empty() {
+        txn.commit().await.map_err(fail)?;
+        tracing::debug!(table = %table, "the run history table was created by another instance");
+        return Ok(());
+    }
     for sql in ddl::create_history(table) {
         txn.execute_unprepared(&sql).await.map_err(fail)?;
     }

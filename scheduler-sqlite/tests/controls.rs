@@ -159,6 +159,13 @@ async fn dashboard_reads_agree_with_a_full_poll() {
 }
 
 #[tokio::test]
+async fn jobs_are_known_by_registration_schedule_and_lease() {
+    let dir = TempDir::new("known-jobs");
+    let s = instances(&dir.join("leases.db"), 2).await;
+    rules::jobs_are_known_by_registration_schedule_and_lease(&s[0], &s[1]).await;
+}
+
+#[tokio::test]
 async fn every_rule_in_turn_on_one_file() {
     let dir = TempDir::new("controls-all");
     let s = instances(&dir.join("leases.db"), 2).await;

@@ -64,6 +64,16 @@ impl Db {
         self.store.controls().expect("the store keeps controls")
     }
 
+    /// Registers `jobs` as node `node`'s, as a running instance does: the jobs the
+    /// CLI's controls act on without `--force`.
+    pub async fn runs(&self, node: &str, jobs: &[&str]) {
+        let jobs: Vec<String> = jobs.iter().map(|j| (*j).to_owned()).collect();
+        self.controls()
+            .register_jobs(node, &jobs)
+            .await
+            .expect("register the jobs");
+    }
+
     /// Runs the binary with `args` against this store (`DATABASE_URL`), as
     /// `USER=tester` on its own host, off the async workers.
     pub async fn cli(&self, args: &[&str]) -> Output {

@@ -66,3 +66,56 @@ pub struct LeaseRow {
     /// When it was released, if it was.
     pub released_at: Option<DateTime<Utc>>,
 }
+
+impl LeaseRow {
+    /// The job whose lease this is, as [`LeaseName::for_job`] named it: the name up
+    /// to its first unescaped `:` (a node lease's node) or `\#`, `\@` (a lease
+    /// slot's number, a backfilled tick's), with `\\` and `\:` unescaped.
+    ///
+    /// [`LeaseName::for_job`]: crate::LeaseName::for_job
+    pub fn job(&self) -> String {
+        let mut job = String::with_capacity(self.name.len());
+        let mut chars = self.name.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                ':' => break,
+                '\\' => match chars.next() {
+                    Some(escaped @ ('\\' | ':')) => job.push(escaped),
+                    // `\#slot`, `\@micros`: the job's name has ended.
+                    _ => break,
+                },
+                c => job.push(c),
+            }
+        }
+        job
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leases_job_is_its_name_before_node_slot_or_tick() {
+        let row = |name: &str| LeaseRow {
+            name: name.to_owned(),
+            holder: None,
+            tick: DateTime::UNIX_EPOCH,
+            token: 1,
+            expires_at: DateTime::UNIX_EPOCH,
+            released_at: None,
+        };
+        for (name, job) in [
+            ("sweep", "sweep"),
+            ("uptime:node-a", "uptime"),
+            ("report\\:eu", "report:eu"),
+            ("report\\:eu:node\\:1", "report:eu"),
+            ("a\\\\b", "a\\b"),
+            ("sweep\\#2", "sweep"),
+            ("uptime:node-a\\#1", "uptime"),
+            ("sweep\\@1790000000000000", "sweep"),
+        ] {
+            assert_eq!(row(name).job(), job, "{name}");
+        }
+    }
+}

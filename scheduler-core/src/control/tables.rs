@@ -131,6 +131,13 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// [`Controls::handlers`].
     async fn read_handlers(&self) -> Result<Vec<String>>;
 
+    /// [`Controls::register_jobs`]: `names` checked as names, sorted, without
+    /// duplicates (possibly empty).
+    async fn write_jobs(&self, node: &str, names: &[String]) -> Result<()>;
+
+    /// [`Controls::jobs`].
+    async fn read_jobs(&self) -> Result<Vec<String>>;
+
     /// [`Controls::leases`].
     async fn read_leases(&self) -> Result<Vec<LeaseRow>>;
 
@@ -180,6 +187,18 @@ fn check_request<T: ControlTables + ?Sized>(tables: &T, req: &ControlRequest) ->
         LeaseName::new(node.as_str())?;
     }
     check_by_why(tables, &req.by, &req.why)
+}
+
+/// `names` checked as names (and `node`), sorted, without duplicates.
+fn checked_names(node: &str, names: &[String]) -> Result<Vec<String>> {
+    LeaseName::new(node)?;
+    for name in names {
+        LeaseName::new(name.as_str())?;
+    }
+    let mut names = names.to_vec();
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 fn check_by_why<T: ControlTables + ?Sized>(tables: &T, by: &str, why: &str) -> Result<()> {
@@ -297,18 +316,21 @@ impl<T: ControlTables> Controls for T {
     }
 
     async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()> {
-        LeaseName::new(node)?;
-        for name in names {
-            LeaseName::new(name.as_str())?;
-        }
-        let mut names = names.to_vec();
-        names.sort();
-        names.dedup();
+        let names = checked_names(node, names)?;
         self.write_handlers(node, &names).await
     }
 
     async fn handlers(&self) -> Result<Vec<String>> {
         self.read_handlers().await
+    }
+
+    async fn register_jobs(&self, node: &str, names: &[String]) -> Result<()> {
+        let names = checked_names(node, names)?;
+        self.write_jobs(node, &names).await
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>> {
+        self.read_jobs().await
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {

@@ -26,6 +26,8 @@ pub(super) struct Tables {
     triggers: Vec<TriggerRow>,
     schedules: BTreeMap<String, ScheduleRow>,
     handlers: BTreeMap<(String, String), DateTime<Utc>>,
+    /// The jobs each node runs, by (job, node).
+    jobs: BTreeMap<(String, String), DateTime<Utc>>,
     /// The announcements of changes, once a test asked for them
     /// ([`MemoryStore::announce_controls`]).
     pub(super) announce: Option<tokio::sync::watch::Sender<ControlSignal>>,

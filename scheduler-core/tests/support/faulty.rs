@@ -112,6 +112,12 @@ impl Controls for Faulty {
     async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
         self.inner.handlers().await
     }
+    async fn register_jobs(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        self.inner.register_jobs(node, names).await
+    }
+    async fn jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        self.inner.jobs().await
+    }
     async fn leases(&self) -> scheduler_core::Result<Vec<scheduler_core::LeaseRow>> {
         self.inner.leases().await
     }

@@ -28,7 +28,6 @@ use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Outcome, Tick, Ttl}
 use sea_orm::{TransactionTrait, Value};
 
 use self::rows::{Stored, all, first, one, rows};
-use crate::batch;
 use crate::error::Result;
 use crate::row::{get, name_from_row, time};
 use crate::store::SqliteStore;
@@ -364,24 +363,27 @@ impl ControlTables for SqliteStore {
     }
 
     async fn write_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
-        const OP: &str = "register handlers";
-        // `names` come sorted, without duplicates.
-        let mut list = String::from("[");
-        for (i, name) in names.iter().enumerate() {
-            if i > 0 {
-                list.push(',');
-            }
-            batch::string(&mut list, name);
-        }
-        list.push(']');
-        let (_turn, txn) = self.begin_write(OP).await?;
-        let values = || vec![node.to_owned().into(), list.clone().into()];
-        rows(self, &txn, OP, &self.control.forget_handlers, values()).await?;
-        rows(self, &txn, OP, &self.control.register_handlers, values()).await?;
-        txn.commit()
-            .await
-            .map_err(|source| self.origin.statement_error(OP, source))?;
-        Ok(())
+        let sql = &self.control;
+        let (forget, register) = (&sql.forget_handlers, &sql.register_handlers);
+        Ok(self
+            .register("register handlers", node, names, forget, register)
+            .await?)
+    }
+
+    async fn write_jobs(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
+        let (forget, register) = (&self.control.forget_jobs, &self.control.register_jobs);
+        Ok(self
+            .register("register jobs", node, names, forget, register)
+            .await?)
+    }
+
+    async fn read_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        const OP: &str = "read the registered jobs";
+        Ok(rows(self, &self.db, OP, &self.control.jobs, Vec::new())
+            .await?
+            .iter()
+            .map(|row| get(row, "job", OP))
+            .collect::<Result<_>>()?)
     }
 
     async fn read_handlers(&self) -> scheduler_core::Result<Vec<String>> {

@@ -147,4 +147,32 @@ impl SqliteStore {
         .await?;
         Ok(!found.is_empty())
     }
+
+    /// What `node` registered (handlers, jobs: `names`, sorted, without duplicates),
+    /// in one write: `forget` deletes the node's names no longer among them,
+    /// `register` adds the others or marks them seen now.
+    pub(super) async fn register(
+        &self,
+        operation: &'static str,
+        node: &str,
+        names: &[String],
+        forget: &str,
+        register: &str,
+    ) -> Result<()> {
+        let mut list = String::from("[");
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                list.push(',');
+            }
+            crate::batch::string(&mut list, name);
+        }
+        list.push(']');
+        let (_turn, txn) = self.begin_write(operation).await?;
+        let values = || vec![node.to_owned().into(), list.clone().into()];
+        rows(self, &txn, operation, forget, values()).await?;
+        rows(self, &txn, operation, register, values()).await?;
+        txn.commit()
+            .await
+            .map_err(|source| self.origin.statement_error(operation, source))
+    }
 }

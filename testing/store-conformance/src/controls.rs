@@ -1556,6 +1556,94 @@ pub async fn reads_for_dashboards(a: &SharedStore, b: &SharedStore) {
     assert_eq!(reader.poll(Some(seen)).await.expect("poll"), None);
 }
 
+/// The jobs each instance runs are registered (per node, any number of times, each
+/// name once in the reading, changing no control version), and the jobs the store
+/// knows of are those, the dynamic schedules not removed and the jobs of the leases
+/// (a node lease's job without its node, a slot's without its number).
+pub async fn jobs_are_known_by_registration_schedule_and_lease(a: &SharedStore, b: &SharedStore) {
+    let (ca, cb) = (controls(a), controls(b));
+    let seen = version(a).await;
+    ca.register_jobs("n1", &["ctl-known-b".to_owned(), "ctl-known-a".to_owned()])
+        .await
+        .expect("register");
+    cb.register_jobs("n2", &["ctl-known-a".to_owned(), "ctl-known-a".to_owned()])
+        .await
+        .expect("register again, elsewhere");
+    ca.register_jobs("n1", &["ctl-known-b".to_owned(), "ctl-known-a".to_owned()])
+        .await
+        .expect("register again");
+    assert_eq!(
+        ca.poll(Some(seen)).await.expect("poll"),
+        None,
+        "no control changed"
+    );
+    let jobs = cb.jobs().await.expect("jobs");
+    let ours: Vec<&str> = jobs
+        .iter()
+        .map(String::as_str)
+        .filter(|j| j.starts_with("ctl-known-"))
+        .collect();
+    assert_eq!(ours, ["ctl-known-a", "ctl-known-b"], "sorted, each once");
+    assert!(matches!(
+        ca.register_jobs("n1", &["bad\u{0}name".to_owned()]).await,
+        Err(Error::InvalidName { .. })
+    ));
+
+    ca.register_handlers("n1", &["ctl-known-handler".to_owned()])
+        .await
+        .expect("register handlers");
+    for row in ["ctl-known-dynamic", "ctl-known-removed"] {
+        ca.put_schedule(
+            &ScheduleRow::new(row, "ctl-known-handler", "every 1h"),
+            "ops",
+            "",
+        )
+        .await
+        .expect("put");
+    }
+    ca.remove_schedule("ctl-known-removed", "ops", "")
+        .await
+        .expect("remove");
+    let t = tick(a, 0).await;
+    let leases = [
+        "ctl-known-ran",
+        "ctl-known-node:n1",
+        "ctl-known-slot\\#1",
+        "ctl-known\\:colon",
+    ];
+    let requests: Vec<TakeRequest> = leases
+        .iter()
+        .map(|lease| TakeRequest::new(name(lease), t))
+        .collect();
+    assert_eq!(
+        a.take(&requests, ttl(60_000))
+            .await
+            .expect("take")
+            .won
+            .len(),
+        leases.len()
+    );
+    let known = cb.known_jobs().await.expect("known jobs");
+    let ours: Vec<&str> = known
+        .iter()
+        .map(String::as_str)
+        .filter(|j| j.starts_with("ctl-known"))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            "ctl-known-a",
+            "ctl-known-b",
+            "ctl-known-dynamic",
+            "ctl-known-node",
+            "ctl-known-ran",
+            "ctl-known-slot",
+            "ctl-known:colon",
+        ],
+        "sorted, each once; not the removed schedule"
+    );
+}
+
 /// Every rule above, in turn, on one store (and its other handles).
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[1 % stores.len()]);
@@ -1578,4 +1666,5 @@ pub async fn all(stores: &[SharedStore]) {
     poll_sees_each_change(a, b).await;
     bad_schedules_store_nothing(a).await;
     reads_for_dashboards(a, b).await;
+    jobs_are_known_by_registration_schedule_and_lease(a, b).await;
 }

@@ -404,6 +404,23 @@ impl ControlTables for MemoryStore {
         Ok(names)
     }
 
+    async fn write_jobs(&self, node: &str, names: &[String]) -> Result<()> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        for name in names {
+            t.jobs.insert((name.clone(), node.to_owned()), now);
+        }
+        Ok(())
+    }
+
+    async fn read_jobs(&self) -> Result<Vec<String>> {
+        self.call()?;
+        let t = self.tables();
+        let mut names: Vec<String> = t.jobs.keys().map(|(job, _)| job.clone()).collect();
+        names.dedup();
+        Ok(names)
+    }
+
     async fn read_leases(&self) -> Result<Vec<LeaseRow>> {
         self.call()?;
         let rows = self.lock();

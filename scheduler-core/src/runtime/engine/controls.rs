@@ -64,8 +64,11 @@ pub(super) struct ControlLoop {
     /// first refused: recorded skipped once still refused a moment later
     /// ([`on_trigger_refused`](crate::runtime::decide::on_trigger_refused)).
     refused_at: HashMap<TriggerId, Instant>,
-    /// Whether this instance's handlers are registered with the store.
+    /// Whether this instance's jobs and handlers are registered with the store.
     registered: bool,
+    /// The jobs registered in code, by name, sorted: registered with the store so
+    /// that an operator's control of a job nobody runs can be refused.
+    job_names: Vec<String>,
     /// Dynamic schedule rows read and not yet applied, oldest first.
     pub(super) rows: std::collections::VecDeque<ScheduleRow>,
     /// Rows this instance cannot run, by name, with the version reported (logged
@@ -91,6 +94,8 @@ impl ControlLoop {
         for (i, e) in entries.iter().enumerate() {
             by_name.entry(Arc::clone(&e.name)).or_default().push(i);
         }
+        let mut job_names: Vec<String> = by_name.keys().map(|name| name.to_string()).collect();
+        job_names.sort();
         Self {
             by_name,
             ran_here: HashSet::new(),
@@ -110,7 +115,8 @@ impl ControlLoop {
             finish_retry: retry,
             dynamic: HashMap::new(),
             // Nothing to register: as good as registered.
-            registered: no_handlers,
+            registered: no_handlers && job_names.is_empty(),
+            job_names,
             reported: HashMap::new(),
         }
     }
@@ -161,18 +167,25 @@ impl Engine {
         if !ctl.registered {
             let mut names: Vec<String> = self.s.handlers.keys().cloned().collect();
             names.sort();
+            let jobs = ctl.job_names.clone();
             let (store, node) = (self.s.store.clone(), self.s.node.to_string());
             let call = async move {
-                match store.controls() {
-                    Some(c) => c.register_handlers(&node, &names).await,
-                    None => Ok(()),
+                let Some(c) = store.controls() else {
+                    return Ok(());
+                };
+                if !names.is_empty() {
+                    c.register_handlers(&node, &names).await?;
                 }
+                if !jobs.is_empty() {
+                    c.register_jobs(&node, &jobs).await?;
+                }
+                Ok(())
             };
-            match gate.run("register handlers", call).await {
+            match gate.run("register jobs and handlers", call).await {
                 Ok(()) => ctl.registered = true,
                 // Polled all the same: resumes, triggers and schedules go on.
                 Err(err) => {
-                    warn!(error = %err, "registering the handlers of dynamic schedules failed; retrying at the next poll");
+                    warn!(error = %err, "registering this instance's jobs and the handlers of dynamic schedules failed; retrying at the next poll");
                 }
             }
         }
