@@ -7,12 +7,13 @@
 use axum::Extension;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use scheduler_core::{ControlRequest, Controls, ScheduleRow, Scope};
 use serde::Deserialize;
 
+use crate::csrf::Session;
 use crate::jobs::JobView;
 use crate::layout::{self, Nav, page};
 use crate::link;
@@ -120,13 +121,13 @@ impl ScheduleForm {
 /// controls.
 fn guard<'a>(
     shared: &'a Shared,
-    headers: &HeaderMap,
+    session: &Session,
     csrf: Option<&str>,
 ) -> Result<&'a dyn Controls, Problem> {
     if !shared.actions.is_enabled() {
-        return Err(read_only());
+        return Err(Problem::read_only());
     }
-    shared.csrf.check(headers, csrf).map_err(|refusal| {
+    shared.csrf.check(session, csrf).map_err(|refusal| {
         Problem::new(
             StatusCode::FORBIDDEN,
             format!(
@@ -137,18 +138,11 @@ fn guard<'a>(
     shared.controls().ok_or_else(Problem::no_controls)
 }
 
-fn read_only() -> Problem {
-    Problem::new(
-        StatusCode::FORBIDDEN,
-        "this dashboard is read-only: the app has not enabled actions (Dashboard::actions(Actions::enabled()))",
-    )
-}
-
 /// The form, or a refusal: read-only before anything else (a body that is no form
 /// included), then a body that is not one.
 fn form<T: Default>(shared: &Shared, form: Result<Form<T>, FormRejection>) -> Result<T, Problem> {
     if !shared.actions.is_enabled() {
-        return Err(read_only());
+        return Err(Problem::read_only());
     }
     form.map(|Form(f)| f)
         .map_err(|e| Problem::new(e.status(), e.body_text()))
@@ -194,11 +188,11 @@ impl ControlForm {
 pub(crate) async fn pause(
     State(shared): Ctx,
     by: Option<Extension<Actor>>,
-    headers: HeaderMap,
+    session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
-    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let controls = guard(&shared, &session, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     controls.pause(&f.request(actor(by))).await?;
     Ok(f.back())
@@ -208,11 +202,11 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     State(shared): Ctx,
     by: Option<Extension<Actor>>,
-    headers: HeaderMap,
+    session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
-    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let controls = guard(&shared, &session, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     let catch_up = f.catch_up != "no";
     controls.resume(&f.request(actor(by)), catch_up).await?;
@@ -223,11 +217,11 @@ pub(crate) async fn resume(
 pub(crate) async fn trigger(
     State(shared): Ctx,
     by: Option<Extension<Actor>>,
-    headers: HeaderMap,
+    session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
-    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let controls = guard(&shared, &session, f.csrf.as_deref())?;
     known(&shared, controls, &f.name).await?;
     let trigger = controls.trigger(&f.request(actor(by))).await?;
     Ok(Redirect::to(&link::trigger(trigger.id.0)))
@@ -237,11 +231,11 @@ pub(crate) async fn trigger(
 pub(crate) async fn remove_schedule(
     State(shared): Ctx,
     by: Option<Extension<Actor>>,
-    headers: HeaderMap,
+    session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
-    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let controls = guard(&shared, &session, f.csrf.as_deref())?;
     match controls
         .remove_schedule(&f.name, &actor(by), f.why.trim())
         .await?
@@ -263,10 +257,11 @@ pub(crate) struct ScheduleQuery {
 /// `GET schedule[?name=NAME]`: the form of a new or an existing dynamic schedule.
 pub(crate) async fn schedule_form(
     State(shared): Ctx,
+    session: Session,
     Query(query): Query<ScheduleQuery>,
 ) -> Result<Html<String>, Problem> {
     if !shared.actions.is_enabled() {
-        return Err(read_only());
+        return Err(Problem::read_only());
     }
     let controls = shared.controls().ok_or_else(Problem::no_controls)?;
     let handlers = controls.handlers().await?;
@@ -281,7 +276,7 @@ pub(crate) async fn schedule_form(
         None => (ScheduleForm::blank(), false),
     };
     Ok(Html(
-        schedule_page(&shared, &form, &handlers, editing, None).into_string(),
+        schedule_page(&session, &form, &handlers, editing, None).into_string(),
     ))
 }
 
@@ -290,13 +285,13 @@ pub(crate) async fn schedule_form(
 pub(crate) async fn put_schedule(
     State(shared): Ctx,
     by: Option<Extension<Actor>>,
-    headers: HeaderMap,
+    session: Session,
     body: Result<Form<ScheduleForm>, FormRejection>,
 ) -> Result<Response, Problem> {
     let f = form(&shared, body)?;
-    let controls = guard(&shared, &headers, f.csrf.as_deref())?;
+    let controls = guard(&shared, &session, f.csrf.as_deref())?;
     let refused = |problem: Problem, handlers: &[String]| {
-        let markup = schedule_page(&shared, &f, handlers, false, Some(problem.message()));
+        let markup = schedule_page(&session, &f, handlers, false, Some(problem.message()));
         (problem.status(), Html(markup.into_string())).into_response()
     };
     let row = match f.to_row() {
@@ -323,7 +318,7 @@ pub(crate) async fn put_schedule(
 }
 
 fn schedule_page(
-    shared: &Shared,
+    session: &Session,
     form: &ScheduleForm,
     handlers: &[String],
     editing: bool,
@@ -339,7 +334,7 @@ fn schedule_page(
             p.problem role="alert" { (error) }
         }
         form method="post" action="./schedule" data-action="put-schedule" {
-            (layout::csrf_field(shared.csrf.token()))
+            (layout::csrf_field(session.token()))
             label { span { "Name" } input type="text" name="name" value=(form.name) required; }
             label {
                 span { "Handler" }
@@ -376,8 +371,8 @@ fn schedule_page(
 }
 
 /// The action forms of a job's page, each with a reason to record.
-pub(crate) fn job_forms(shared: &Shared, job: &JobView) -> Markup {
-    let token = shared.csrf.token();
+pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Markup {
+    let token = session.token();
     let node_scoped = job.scope == Scope::Node;
     let hidden = html! {
         (layout::csrf_field(token))

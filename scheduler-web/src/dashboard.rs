@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{OriginalUri, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use scheduler_core::{JobInfo, Store};
 
-use crate::csrf::Csrf;
+use crate::csrf::{Csrf, Key};
+use crate::problem::Problem;
 use crate::shared::{Actions, Shared};
 
 /// The dashboard an app mounts: the store it reads, the jobs registered in code,
@@ -26,6 +27,8 @@ pub struct Dashboard {
     node: Option<String>,
     actions: Actions,
     page_size: u32,
+    csrf_key: Option<Key>,
+    secure_cookies: bool,
 }
 
 impl Dashboard {
@@ -42,6 +45,8 @@ impl Dashboard {
             node: None,
             actions: Actions::default(),
             page_size: Self::DEFAULT_PAGE_SIZE,
+            csrf_key: None,
+            secure_cookies: false,
         }
     }
 
@@ -73,9 +78,30 @@ impl Dashboard {
         self
     }
 
+    /// The key that signs the forms' CSRF tokens (at least 32 random bytes; e.g.
+    /// read by the app from an environment variable or a secret store). Replicas
+    /// given the same key accept each other's forms, and a restart keeps the open
+    /// forms valid.
+    ///
+    /// Without one, a random key is drawn when the router is built: fine for one
+    /// replica, but a form served by one replica is refused by another, and a
+    /// restart refuses every form opened before it.
+    pub fn csrf_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.csrf_key = Some(Key::new(key.as_ref()));
+        self
+    }
+
+    /// Whether the dashboard is served over HTTPS (directly or behind a proxy that
+    /// ends TLS): its session cookie is then `Secure`, never sent over plain HTTP.
+    /// Off by default.
+    pub fn secure_cookies(mut self, secure: bool) -> Self {
+        self.secure_cookies = secure;
+        self
+    }
+
     /// The router to nest under a path of the app's choice
     /// (`Router::new().nest("/scheduler", dashboard.router())`), for a router of any
-    /// state type. Its CSRF secret is drawn here, once.
+    /// state type. Its CSRF key, when the app gave none, is drawn here, once.
     pub fn router<S>(self) -> Router<S>
     where
         S: Clone + Send + Sync + 'static,
@@ -86,7 +112,7 @@ impl Dashboard {
             node: self.node,
             actions: self.actions,
             page_size: self.page_size,
-            csrf: Csrf::random(),
+            csrf: Csrf::new(self.csrf_key.as_ref(), self.secure_cookies),
         });
         Router::new()
             .route("/", get(home))
@@ -117,10 +143,19 @@ async fn home(OriginalUri(original): OriginalUri) -> Redirect {
     Redirect::to(&crate::link::home_to_jobs(original.path()))
 }
 
-/// Headers on every answer: no caching, no framing, no script, and the CSRF cookie
-/// when actions are enabled.
-async fn headers(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let mut res = next.run(req).await.into_response();
+/// The browser's session for the handlers; read-only refusals before the body is
+/// read; and headers on every answer: no caching, no framing, no script, and the
+/// session cookie when actions are enabled and the request carried none.
+async fn headers(State(shared): State<Arc<Shared>>, mut req: Request, next: Next) -> Response {
+    let session = shared.csrf.session(req.headers());
+    let mut res =
+        if !shared.actions.is_enabled() && !matches!(*req.method(), Method::GET | Method::HEAD) {
+            // Neither `100 Continue` nor a byte of the body: the answer is known.
+            Problem::read_only().into_response()
+        } else {
+            req.extensions_mut().insert(session.clone());
+            next.run(req).await.into_response()
+        };
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
@@ -139,7 +174,8 @@ async fn headers(State(shared): State<Arc<Shared>>, req: Request, next: Next) ->
         HeaderValue::from_static("same-origin"),
     );
     if shared.actions.is_enabled()
-        && let Ok(cookie) = HeaderValue::from_str(&shared.csrf.set_cookie())
+        && let Some(cookie) = shared.csrf.set_cookie(&session)
+        && let Ok(cookie) = HeaderValue::from_str(&cookie)
     {
         h.append(header::SET_COOKIE, cookie);
     }

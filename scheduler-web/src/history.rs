@@ -8,6 +8,7 @@ use maud::{Markup, html};
 use scheduler_core::{ControlRecord, Page, RunRow, TriggerId, TriggerState};
 use serde::Deserialize;
 
+use crate::csrf::Session;
 use crate::jobs::{self, JobView, status_line};
 use crate::layout::{self, Nav, page, refreshing_page};
 use crate::link;
@@ -27,6 +28,7 @@ pub(crate) struct JobQuery {
 /// `GET job?name=NAME[&runs_before=ID][&controls_before=ID]`.
 pub(crate) async fn job(
     State(shared): Ctx,
+    session: Session,
     Query(query): Query<JobQuery>,
 ) -> Result<Html<String>, Problem> {
     let name = query.name.as_str();
@@ -115,7 +117,7 @@ pub(crate) async fn job(
         @if let Some(view) = &view {
             (summary(view, now))
             @if shared.actions.is_enabled() {
-                (crate::actions::job_forms(&shared, view))
+                (crate::actions::job_forms(&shared, &session, view))
             }
         } @else {
             p.notice { "Neither registered in code nor a dynamic schedule any more: its history only." }

@@ -11,6 +11,7 @@ use scheduler_core::{
 };
 use serde::Deserialize;
 
+use crate::csrf::Session;
 use crate::layout::{self, Nav, page};
 use crate::link;
 use crate::problem::Problem;
@@ -121,6 +122,7 @@ pub(crate) struct JobsQuery {
 /// `GET jobs`.
 pub(crate) async fn show(
     State(shared): Ctx,
+    session: Session,
     Query(query): Query<JobsQuery>,
 ) -> Result<Html<String>, Problem> {
     let now = shared.store.now().await?;
@@ -161,14 +163,14 @@ pub(crate) async fn show(
         @if code.is_empty() {
             p.muted { "None (the app passes them with Dashboard::jobs)." }
         } @else {
-            (table(&shared, &code, now))
+            (table(&shared, &session, &code, now))
         }
         @if shared.controls().is_some() {
             h2 { "Dynamic schedules" }
             @if dynamic.is_empty() {
                 p.muted { "None." }
             } @else {
-                (table(&shared, &dynamic, now))
+                (table(&shared, &session, &dynamic, now))
             }
             @if let Some(after) = &more_after {
                 p { a href={ (link::JOBS) "?schedules_after=" (link::encode(after)) } { "More schedules →" } }
@@ -196,7 +198,7 @@ pub(crate) fn status_line(shared: &Shared, now: DateTime<Utc>) -> Markup {
     }
 }
 
-fn table(shared: &Shared, jobs: &[JobView], now: DateTime<Utc>) -> Markup {
+fn table(shared: &Shared, session: &Session, jobs: &[JobView], now: DateTime<Utc>) -> Markup {
     let dynamic = jobs.first().is_some_and(|j| j.dynamic.is_some());
     html! {
         table {
@@ -233,7 +235,7 @@ fn table(shared: &Shared, jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                         td { (last_run_cell(&job.runs, now)) }
                         td.small { (lateness_cell(&job.runs)) }
                         @if shared.actions.is_enabled() {
-                            td { (compact_actions(shared, job)) }
+                            td { (compact_actions(shared, session, job)) }
                         }
                     }
                 }
@@ -342,8 +344,8 @@ pub(crate) fn lateness_cell(runs: &[RunRow]) -> Markup {
 
 /// The buttons of a job's row: pause (everywhere) or resume each pause, trigger,
 /// and for a dynamic schedule edit and remove.
-fn compact_actions(shared: &Shared, job: &JobView) -> Markup {
-    let token = shared.csrf.token();
+fn compact_actions(shared: &Shared, session: &Session, job: &JobView) -> Markup {
+    let token = session.token();
     // A node-scoped job's trigger runs on this node.
     let trigger_node = (job.scope == Scope::Node)
         .then_some(shared.node.as_deref())

@@ -67,12 +67,15 @@
 //! # What it guarantees
 //!
 //! - **Read-only by default.** Without [`Actions::enabled`] no form is rendered and
-//!   every `POST` route answers `403 Forbidden`, changing nothing.
-//! - **CSRF.** Each action form carries a token, also set as a `SameSite=Strict`,
-//!   `HttpOnly` cookie; a `POST` whose field or cookie is missing or differs from
-//!   the dashboard's random secret is refused with `403` (double submit, compared in
-//!   constant time). Pages are sent with a `Content-Security-Policy` that allows no
-//!   script and no framing.
+//!   every `POST` answers `403 Forbidden` before its body is read, changing nothing.
+//! - **CSRF.** Each browser gets a session cookie of its own (`SameSite=Strict`,
+//!   `HttpOnly`, and `Secure` with [`Dashboard::secure_cookies`]), and each action
+//!   form a token signed for that session with the dashboard's key (HMAC-SHA-256);
+//!   a `POST` whose field or cookie is missing, or whose token is not its session's,
+//!   is refused with `403`. Give every replica the same [`Dashboard::csrf_key`] so
+//!   they accept each other's forms and a restart keeps open forms valid; without
+//!   one the key is random (one replica only). Pages are sent with a
+//!   `Content-Security-Policy` that allows no script and no framing.
 //! - **Escaping.** Every value read from the store or the jobs (names, errors,
 //!   reasons, arguments) is HTML-escaped by the templates: a job named `<script>` is
 //!   shown as text.

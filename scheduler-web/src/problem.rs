@@ -30,6 +30,14 @@ impl Problem {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
+    /// An action of a dashboard the app left read-only.
+    pub(crate) fn read_only() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "this dashboard is read-only: the app has not enabled actions (Dashboard::actions(Actions::enabled()))",
+        )
+    }
+
     /// The page needs the store's controls, and the store keeps none.
     pub(crate) fn no_controls() -> Self {
         Self::from_store(Error::NoControls)

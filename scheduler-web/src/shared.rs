@@ -4,10 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use scheduler_core::{Controls, JobInfo, Store};
 
-use crate::csrf::Csrf;
+use crate::csrf::{Csrf, Session};
+use crate::problem::Problem;
 
 /// Whether the dashboard lets operators act (pause, resume, trigger now, edit
 /// dynamic schedules). Off by default: the dashboard only reads.
@@ -68,3 +71,17 @@ impl Shared {
 }
 
 pub(crate) type Ctx = State<Arc<Shared>>;
+
+/// The browser's session, as the dashboard's middleware found or started it.
+impl<S: Send + Sync> FromRequestParts<S> for Session {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Session>().cloned().ok_or_else(|| {
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the dashboard's session was not set: serve its pages through Dashboard::router",
+            )
+        })
+    }
+}
