@@ -6,7 +6,7 @@
 
 use axum::Extension;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, Query, State};
+use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
@@ -17,8 +17,9 @@ use crate::csrf::Session;
 use crate::jobs::JobView;
 use crate::layout::{self, Nav, page};
 use crate::link;
-use crate::problem::Problem;
-use crate::shared::{Actor, Ctx, Shared};
+use crate::problem::{Problem, innermost};
+use crate::query::{Address, Query};
+use crate::shared::{Actor, Ctx, MAX_BODY, MAX_TEXT, Shared};
 
 /// The fields of the pause, resume and trigger forms; all optional, so that a form
 /// without its CSRF token is refused as such rather than as malformed.
@@ -144,12 +145,52 @@ fn form<T: Default>(shared: &Shared, form: Result<Form<T>, FormRejection>) -> Re
     if !shared.actions.is_enabled() {
         return Err(Problem::read_only());
     }
-    form.map(|Form(f)| f)
-        .map_err(|e| Problem::new(e.status(), e.body_text()))
+    form.map(|Form(f)| f).map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Problem::new(
+                e.status(),
+                format!(
+                    "the form is larger than the dashboard reads (64 KiB, {MAX_BODY} bytes), a \
+                     schedule's arguments included: shorten it. Nothing was changed"
+                ),
+            )
+        } else {
+            Problem::new(
+                e.status(),
+                format!(
+                    "the request is not a form the dashboard reads ({}): submit it from the \
+                     dashboard's own page. Nothing was changed",
+                    innermost(&e)
+                ),
+            )
+        }
+    })
 }
 
-fn actor(actor: Option<Extension<Actor>>) -> String {
-    actor.map(|Extension(a)| a).unwrap_or_default().0
+/// Who acts, as the app's auth layer says, at most [`MAX_TEXT`] bytes.
+fn actor(actor: Option<Extension<Actor>>) -> Result<String, Problem> {
+    let by = actor.map(|Extension(a)| a).unwrap_or_default().0;
+    if by.len() > MAX_TEXT {
+        return Err(Problem::bad_request(format!(
+            "the actor the app's auth layer set for this request is {} bytes long; at most 1 KiB \
+             ({MAX_TEXT} bytes) is recorded as who acted. Nothing was changed",
+            by.len()
+        )));
+    }
+    Ok(by)
+}
+
+/// The reason given, trimmed, at most [`MAX_TEXT`] bytes.
+fn reason(why: &str) -> Result<&str, Problem> {
+    let why = why.trim();
+    if why.len() > MAX_TEXT {
+        return Err(Problem::bad_request(format!(
+            "the reason (why) is {} bytes long; the dashboard keeps at most 1 KiB ({MAX_TEXT} bytes) \
+             of it: shorten it and submit the form again. Nothing was changed",
+            why.len()
+        )));
+    }
+    Ok(why)
 }
 
 /// A job registered in code or a dynamic schedule, or `404`.
@@ -167,12 +208,13 @@ async fn known(shared: &Shared, controls: &dyn Controls, name: &str) -> Result<(
 }
 
 impl ControlForm {
-    fn request(&self, by: String) -> ControlRequest {
-        let mut req = ControlRequest::new(self.name.as_str(), by).why(self.why.trim());
+    /// The control asked for, or a refusal of a reason or an actor over 1 KiB.
+    fn request(&self, by: Option<Extension<Actor>>) -> Result<ControlRequest, Problem> {
+        let mut req = ControlRequest::new(self.name.as_str(), actor(by)?).why(reason(&self.why)?);
         if !self.node.trim().is_empty() {
             req = req.node(self.node.trim());
         }
-        req
+        Ok(req)
     }
 
     fn back(&self) -> Redirect {
@@ -193,8 +235,9 @@ pub(crate) async fn pause(
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
     let controls = guard(&shared, &session, f.csrf.as_deref())?;
+    let req = f.request(by)?;
     known(&shared, controls, &f.name).await?;
-    controls.pause(&f.request(actor(by))).await?;
+    controls.pause(&req).await?;
     Ok(f.back())
 }
 
@@ -207,9 +250,10 @@ pub(crate) async fn resume(
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
     let controls = guard(&shared, &session, f.csrf.as_deref())?;
+    let req = f.request(by)?;
     known(&shared, controls, &f.name).await?;
     let catch_up = f.catch_up != "no";
-    controls.resume(&f.request(actor(by)), catch_up).await?;
+    controls.resume(&req, catch_up).await?;
     Ok(f.back())
 }
 
@@ -222,8 +266,9 @@ pub(crate) async fn trigger(
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
     let controls = guard(&shared, &session, f.csrf.as_deref())?;
+    let req = f.request(by)?;
     known(&shared, controls, &f.name).await?;
-    let trigger = controls.trigger(&f.request(actor(by))).await?;
+    let trigger = controls.trigger(&req).await?;
     Ok(Redirect::to(&link::trigger(trigger.id.0)))
 }
 
@@ -236,10 +281,8 @@ pub(crate) async fn remove_schedule(
 ) -> Result<Redirect, Problem> {
     let f = form(&shared, body)?;
     let controls = guard(&shared, &session, f.csrf.as_deref())?;
-    match controls
-        .remove_schedule(&f.name, &actor(by), f.why.trim())
-        .await?
-    {
+    let (by, why) = (actor(by)?, reason(&f.why)?);
+    match controls.remove_schedule(&f.name, &by, why).await? {
         Some(_) => Ok(Redirect::to(link::JOBS)),
         None => Err(Problem::not_found(format!(
             "no dynamic schedule named {:?}",
@@ -252,6 +295,10 @@ pub(crate) async fn remove_schedule(
 pub(crate) struct ScheduleQuery {
     #[serde(default)]
     name: Option<String>,
+}
+
+impl Address for ScheduleQuery {
+    const USAGE: &'static str = "schedule, or schedule?name=NAME to edit one";
 }
 
 /// `GET schedule[?name=NAME]`: the form of a new or an existing dynamic schedule.
@@ -294,6 +341,10 @@ pub(crate) async fn put_schedule(
         let markup = schedule_page(&session, &f, handlers, false, Some(problem.message()));
         (problem.status(), Html(markup.into_string())).into_response()
     };
+    let (by, why) = match actor(by).and_then(|by| Ok((by, reason(&f.why)?))) {
+        Ok(given) => given,
+        Err(problem) => return Ok(refused(problem, &[])),
+    };
     let row = match f.to_row() {
         Ok(row) => row,
         Err(problem) => return Ok(refused(problem, &[])),
@@ -308,7 +359,7 @@ pub(crate) async fn put_schedule(
         );
         return Ok(refused(problem, &[]));
     }
-    match controls.put_schedule(&row, &actor(by), f.why.trim()).await {
+    match controls.put_schedule(&row, &by, why).await {
         Ok(_) => Ok(Redirect::to(link::JOBS).into_response()),
         Err(err) => {
             let handlers = controls.handlers().await.unwrap_or_default();
@@ -362,7 +413,7 @@ fn schedule_page(
             }
             label { span { "Arguments (JSON)" } textarea name="args" { (form.args) } }
             label { span { "Enabled" } input type="checkbox" name="enabled" checked[form.enabled.is_some()]; }
-            label { span { "Why" } input type="text" name="why" value=(form.why); }
+            label { span { "Why" } input type="text" name="why" maxlength=(MAX_TEXT) value=(form.why); }
             button type="submit" { "Save" }
             " " a href=(link::JOBS) { "Cancel" }
         }
@@ -395,7 +446,7 @@ pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Ma
             form.inline method="post" action="./pause" data-job=(job.name) data-action="pause" {
                 (hidden)
                 (node_choice("every node"))
-                input type="text" name="why" placeholder="why pause? (optional)";
+                input type="text" name="why" maxlength=(MAX_TEXT) placeholder="why pause? (optional)";
                 button type="submit" { "Pause" }
             }
         }
@@ -403,7 +454,7 @@ pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Ma
             form.inline method="post" action="./resume" data-job=(job.name) data-action="resume" {
                 (hidden)
                 @if let Some(node) = &p.node { input type="hidden" name="node" value=(node); }
-                input type="text" name="why" placeholder="why resume? (optional)";
+                input type="text" name="why" maxlength=(MAX_TEXT) placeholder="why resume? (optional)";
                 select name="catch_up" {
                     option value="yes" { "catch up the ticks paused over" }
                     option value="no" { "drop the ticks paused over" }
@@ -414,7 +465,7 @@ pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Ma
         form.inline method="post" action="./trigger" data-job=(job.name) data-action="trigger" {
             (hidden)
             (node_choice("any instance"))
-            input type="text" name="why" placeholder="why run it now? (optional)";
+            input type="text" name="why" maxlength=(MAX_TEXT) placeholder="why run it now? (optional)";
             button type="submit" { "Trigger now" }
         }
         @if job.dynamic.is_some() {
@@ -424,7 +475,7 @@ pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Ma
             form.inline method="post" action="./remove-schedule" data-job=(job.name) data-action="remove" {
                 (layout::csrf_field(token))
                 input type="hidden" name="name" value=(job.name);
-                input type="text" name="why" placeholder="why remove it? (optional)";
+                input type="text" name="why" maxlength=(MAX_TEXT) placeholder="why remove it? (optional)";
                 button type="submit" { "Remove this schedule" }
             }
         }

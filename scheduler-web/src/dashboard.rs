@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{OriginalUri, Request, State};
+use axum::extract::{DefaultBodyLimit, OriginalUri, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -12,7 +12,7 @@ use scheduler_core::{JobInfo, Store};
 
 use crate::csrf::{Csrf, Key};
 use crate::problem::Problem;
-use crate::shared::{Actions, Shared};
+use crate::shared::{Actions, MAX_BODY, MAX_TEXT, Shared};
 
 /// The dashboard an app mounts: the store it reads, the jobs registered in code,
 /// and whether operators may act.
@@ -35,6 +35,14 @@ impl Dashboard {
     /// Rows per page of a history (runs, controls) unless [`Dashboard::page_size`]
     /// says otherwise.
     pub const DEFAULT_PAGE_SIZE: u32 = 50;
+
+    /// The most bytes of a reason (`why`) or an actor (`by`) an action records
+    /// (1 KiB); a longer one is refused with `400`, changing nothing.
+    pub const MAX_TEXT_BYTES: usize = MAX_TEXT;
+
+    /// The most bytes of a request body the dashboard reads (64 KiB, a schedule's
+    /// arguments included); a larger one is refused with `413`.
+    pub const MAX_BODY_BYTES: usize = MAX_BODY;
 
     /// A dashboard of `store` (the one the scheduler runs on; `Arc<S>` and
     /// `Arc<dyn Store>` are stores too), read-only, knowing no job yet.
@@ -131,6 +139,7 @@ impl Dashboard {
             .route("/resume", post(crate::actions::resume))
             .route("/remove-schedule", post(crate::actions::remove_schedule))
             .fallback(crate::problem::not_found)
+            .layer(DefaultBodyLimit::max(MAX_BODY))
             .layer(middleware::from_fn_with_state(shared.clone(), headers))
             .with_state(shared)
     }

@@ -1,7 +1,7 @@
 //! One job's page (its definition, its runs and the controls applied to it, each
 //! paged) and a triggered run's page.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Html;
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
@@ -13,6 +13,7 @@ use crate::jobs::{self, JobView, status_line};
 use crate::layout::{self, Nav, page, refreshing_page};
 use crate::link;
 use crate::problem::Problem;
+use crate::query::{Address, Query};
 use crate::shared::Ctx;
 use crate::words;
 
@@ -23,6 +24,11 @@ pub(crate) struct JobQuery {
     runs_before: Option<i64>,
     #[serde(default)]
     controls_before: Option<i64>,
+}
+
+impl Address for JobQuery {
+    const USAGE: &'static str =
+        "job?name=NAME, with &runs_before=ID and &controls_before=ID to page back";
 }
 
 /// `GET job?name=NAME[&runs_before=ID][&controls_before=ID]`.
@@ -241,6 +247,10 @@ fn controls_table(records: &[ControlRecord], now: DateTime<Utc>) -> Markup {
 #[derive(Debug, Deserialize)]
 pub(crate) struct TriggerQuery {
     id: i64,
+}
+
+impl Address for TriggerQuery {
+    const USAGE: &'static str = "trigger?id=N, N a number";
 }
 
 /// `GET trigger?id=N`: where a triggered run stands; reloads itself until done.

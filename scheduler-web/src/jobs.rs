@@ -1,7 +1,7 @@
 //! The jobs page: every job registered in code and every dynamic schedule, with its
 //! schedule, policy, pause, next tick, last run and recent lateness.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Html;
 use chrono::{DateTime, TimeDelta, Utc};
 use maud::{Markup, html};
@@ -15,6 +15,7 @@ use crate::csrf::Session;
 use crate::layout::{self, Nav, page};
 use crate::link;
 use crate::problem::Problem;
+use crate::query::{Address, Query};
 use crate::shared::{Ctx, Shared};
 use crate::words::{self, Described};
 
@@ -117,6 +118,10 @@ pub(crate) struct JobsQuery {
     /// The dynamic schedules listed start after this name.
     #[serde(default)]
     schedules_after: Option<String>,
+}
+
+impl Address for JobsQuery {
+    const USAGE: &'static str = "jobs[?schedules_after=NAME]";
 }
 
 /// `GET jobs`.

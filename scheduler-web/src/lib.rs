@@ -79,6 +79,10 @@
 //! - **Escaping.** Every value read from the store or the jobs (names, errors,
 //!   reasons, arguments) is HTML-escaped by the templates: a job named `<script>` is
 //!   shown as text.
+//! - **Limits.** A reason (`why`) or an actor over 1 KiB is refused (`400`), a
+//!   request body over 64 KiB too (`413`) ([`Dashboard::MAX_TEXT_BYTES`],
+//!   [`Dashboard::MAX_BODY_BYTES`]); an address whose query a page cannot read is
+//!   a `400`. Every refusal is a page in words, with the same headers as the others.
 //! - **No JavaScript.** Pages are plain HTML with a little inline CSS; a triggered
 //!   run's page refreshes itself with a `<meta>` refresh until the run is done.
 //!
@@ -105,6 +109,7 @@ mod layout;
 mod leases;
 mod link;
 mod problem;
+mod query;
 mod shared;
 mod words;
 

@@ -91,6 +91,16 @@ impl IntoResponse for Problem {
     }
 }
 
+/// What a rejection says at its root (`missing field \`name\``), without the
+/// framework's wording around it.
+pub(crate) fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut err = err;
+    while let Some(source) = err.source() {
+        err = source;
+    }
+    err.to_string()
+}
+
 /// Any path the dashboard does not serve.
 pub(crate) async fn not_found() -> Problem {
     Problem::not_found("no such page in the scheduler dashboard")

@@ -12,6 +12,12 @@ use scheduler_core::{Controls, JobInfo, Store};
 use crate::csrf::{Csrf, Session};
 use crate::problem::Problem;
 
+/// The most bytes of a reason (`why`) or an actor (`by`) the dashboard records.
+pub(crate) const MAX_TEXT: usize = 1024;
+
+/// The most bytes of a request body the dashboard reads.
+pub(crate) const MAX_BODY: usize = 64 * 1024;
+
 /// Whether the dashboard lets operators act (pause, resume, trigger now, edit
 /// dynamic schedules). Off by default: the dashboard only reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
