@@ -4,6 +4,8 @@
 //! redirects (303) to a page; the store's refusals are shown as text (`422` for a
 //! bad schedule or an unknown handler, `404` for an unknown job).
 
+use std::time::Duration;
+
 use axum::Extension;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, State};
@@ -93,7 +95,7 @@ impl ScheduleForm {
         }
     }
 
-    fn to_row(&self) -> Result<ScheduleRow, Problem> {
+    fn to_row(&self, min_period: Duration) -> Result<ScheduleRow, Problem> {
         let scope = match self.scope.trim() {
             "" | "cluster" => Scope::Cluster,
             "node" => Scope::Node,
@@ -114,7 +116,32 @@ impl ScheduleForm {
             args => args.to_owned(),
         };
         row.enabled = self.enabled.is_some();
+        every_rules(&row, min_period)?;
         Ok(row)
+    }
+}
+
+/// What the form asks of an `every` schedule beyond what the store checks: no
+/// zone (its ticks are instants, not wall-clock times), and a period of at least
+/// the dashboard's minimum. A period that does not read is left to the store.
+fn every_rules(row: &ScheduleRow, min_period: Duration) -> Result<(), Problem> {
+    let Some(every) = row.schedule.strip_prefix("every ") else {
+        return Ok(());
+    };
+    let unprocessable = |message| Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, message));
+    if let Some(zone) = &row.zone {
+        return unprocessable(format!(
+            "a time zone ({zone}) applies to cron expressions only: an `every` schedule ticks \
+             at instants, whatever the zone. Leave the zone empty, or write a cron expression"
+        ));
+    }
+    match scheduler_core::parse_duration(every.trim()) {
+        Ok(period) if period < min_period => unprocessable(format!(
+            "every {} is more often than this dashboard accepts (at least every {min_period:?}): \
+             a typo of a longer period? (The app may lower the minimum: Dashboard::min_period.)",
+            every.trim()
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -345,7 +372,7 @@ pub(crate) async fn put_schedule(
         Ok(given) => given,
         Err(problem) => return Ok(refused(problem, &[])),
     };
-    let row = match f.to_row() {
+    let row = match f.to_row(shared.min_period) {
         Ok(row) => row,
         Err(problem) => return Ok(refused(problem, &[])),
     };

@@ -1,6 +1,7 @@
 //! [`Dashboard`]: what the app configures, and the router it mounts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, OriginalUri, Request, State};
@@ -27,6 +28,7 @@ pub struct Dashboard {
     node: Option<String>,
     actions: Actions,
     page_size: u32,
+    min_period: Duration,
     csrf_key: Option<Key>,
     secure_cookies: bool,
 }
@@ -35,6 +37,10 @@ impl Dashboard {
     /// Rows per page of a history (runs, controls) unless [`Dashboard::page_size`]
     /// says otherwise.
     pub const DEFAULT_PAGE_SIZE: u32 = 50;
+
+    /// The shortest `every` period the schedule form accepts unless
+    /// [`Dashboard::min_period`] says otherwise: 1 s.
+    pub const DEFAULT_MIN_PERIOD: Duration = Duration::from_secs(1);
 
     /// The most bytes of a reason (`why`) or an actor (`by`) an action records
     /// (1 KiB); a longer one is refused with `400`, changing nothing.
@@ -53,6 +59,7 @@ impl Dashboard {
             node: None,
             actions: Actions::default(),
             page_size: Self::DEFAULT_PAGE_SIZE,
+            min_period: Self::DEFAULT_MIN_PERIOD,
             csrf_key: None,
             secure_cookies: false,
         }
@@ -99,6 +106,16 @@ impl Dashboard {
         self
     }
 
+    /// The shortest period of an `every` schedule the schedule form accepts
+    /// ([`Dashboard::DEFAULT_MIN_PERIOD`] unless said otherwise): `every 1ms`, a
+    /// typo of `every 1m`, would run a thousand times a second, each run a lease and
+    /// a history row. Lower it only for jobs meant to run that often. (The store
+    /// itself accepts any period of at least 1 ms: this guards the form only.)
+    pub fn min_period(mut self, period: Duration) -> Self {
+        self.min_period = period;
+        self
+    }
+
     /// Whether the dashboard is served over HTTPS (directly or behind a proxy that
     /// ends TLS): its session cookie is then `Secure`, never sent over plain HTTP.
     /// Off by default.
@@ -120,6 +137,7 @@ impl Dashboard {
             node: self.node,
             actions: self.actions,
             page_size: self.page_size,
+            min_period: self.min_period,
             csrf: Csrf::new(self.csrf_key.as_ref(), self.secure_cookies),
         });
         Router::new()

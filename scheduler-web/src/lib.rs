@@ -82,7 +82,9 @@
 //! - **Limits.** A reason (`why`) or an actor over 1 KiB is refused (`400`), a
 //!   request body over 64 KiB too (`413`) ([`Dashboard::MAX_TEXT_BYTES`],
 //!   [`Dashboard::MAX_BODY_BYTES`]); an address whose query a page cannot read is
-//!   a `400`. Every refusal is a page in words, with the same headers as the others.
+//!   a `400`. The schedule form refuses (`422`) an `every` period under 1 s
+//!   ([`Dashboard::min_period`]) and a time zone given with an `every` schedule.
+//!   Every refusal is a page in words, with the same headers as the others.
 //! - **No JavaScript.** Pages are plain HTML with a little inline CSS; a triggered
 //!   run's page refreshes itself with a `<meta>` refresh until the run is done.
 //!

@@ -3,6 +3,7 @@
 //! ([`Actor`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::StatusCode;
@@ -62,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) node: Option<String>,
     pub(crate) actions: Actions,
     pub(crate) page_size: u32,
+    /// The shortest `every` period the schedule form accepts.
+    pub(crate) min_period: Duration,
     pub(crate) csrf: Csrf,
 }
 

@@ -153,3 +153,69 @@ async fn a_body_over_64_kib_is_refused_in_words() {
     assert!(body.contains("64 KiB"), "{body}");
     assert!(store.records().is_empty());
 }
+
+/// The schedule form's fields for `schedule` in `zone`.
+async fn put_schedule(
+    app: &axum::Router,
+    schedule: &str,
+    zone: &str,
+) -> (StatusCode, axum::http::Response<()>, String) {
+    let (cookie, token) = csrf(app).await;
+    let fields = [
+        ("name", "nightly"),
+        ("handler", "report"),
+        ("schedule", schedule),
+        ("zone", zone),
+        ("csrf", &token),
+    ];
+    post(app, "/scheduler/schedule", &fields, Some(&cookie)).await
+}
+
+#[tokio::test]
+async fn a_schedule_more_often_than_a_second_is_refused_in_words() {
+    let store = FakeStore::new();
+    store.register("report");
+    let app = app(&store, &["sweep"], Actions::enabled());
+    for every in ["every 1ms", "every 999ms"] {
+        let (status, res, body) = put_schedule(&app, every, "").await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{every}: {body}");
+        assert!(is_a_page_in_words(&res, &body), "{body}");
+        assert!(body.contains("at least every 1s"), "{body}");
+        // The form again, filled in.
+        assert!(body.contains(&format!("value=\"{every}\"")), "{body}");
+    }
+    assert!(store.records().is_empty());
+    let (status, _, body) = put_schedule(&app, "every 1s", "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+}
+
+#[tokio::test]
+async fn the_app_may_lower_the_minimum_period() {
+    let store = FakeStore::new();
+    store.register("report");
+    let dashboard = scheduler_web::Dashboard::new(store.clone())
+        .jobs(support::jobs(&store, &["sweep"]))
+        .actions(Actions::enabled())
+        .min_period(std::time::Duration::from_millis(100));
+    let app = axum::Router::new().nest("/scheduler", dashboard.router());
+    let (status, _, body) = put_schedule(&app, "every 50ms", "").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("at least every 100ms"), "{body}");
+    let (status, _, body) = put_schedule(&app, "every 100ms", "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+}
+
+#[tokio::test]
+async fn a_zone_with_an_every_schedule_is_refused_in_words() {
+    let store = FakeStore::new();
+    store.register("report");
+    let app = app(&store, &["sweep"], Actions::enabled());
+    let (status, res, body) = put_schedule(&app, "every 1h", "Europe/Berlin").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(is_a_page_in_words(&res, &body), "{body}");
+    assert!(body.contains("time zone"), "{body}");
+    assert!(store.records().is_empty());
+    // A cron expression reads its zone.
+    let (status, _, body) = put_schedule(&app, "0 0 3 * * *", "Europe/Berlin").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+}
