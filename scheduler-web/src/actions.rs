@@ -42,6 +42,9 @@ pub(crate) struct ControlForm {
     /// `job`: back to the job's page; anything else: the jobs page.
     #[serde(default)]
     back: String,
+    /// Trigger: `yes` runs a paused job all the same.
+    #[serde(default)]
+    while_paused: String,
 }
 
 /// The fields of the dynamic schedule form.
@@ -295,6 +298,25 @@ pub(crate) async fn trigger(
     let controls = guard(&shared, &session, f.csrf.as_deref())?;
     let req = f.request(by)?;
     known(&shared, controls, &f.name).await?;
+    if f.while_paused != "yes"
+        && let Some(pause) = controls
+            .paused()
+            .await?
+            .into_iter()
+            .find(|p| p.job == f.name)
+    {
+        let place = pause
+            .node
+            .map_or_else(|| "everywhere".to_owned(), |node| format!("on {node}"));
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{} is paused ({place}, by {}): a trigger would run it all the same. Nothing \
+                 was run; to run it although it is paused, say so on its page",
+                f.name, pause.by
+            ),
+        ));
+    }
     let trigger = controls.trigger(&req).await?;
     Ok(Redirect::to(&link::trigger(trigger.id.0)))
 }
@@ -493,6 +515,13 @@ pub(crate) fn job_forms(shared: &Shared, session: &Session, job: &JobView) -> Ma
             (hidden)
             (node_choice("any instance"))
             input type="text" name="why" maxlength=(MAX_TEXT) placeholder="why run it now? (optional)";
+            @if !job.pauses.is_empty() {
+                label.small {
+                    input type="checkbox" name="while_paused" value="yes" required;
+                    " run it although it is paused"
+                }
+                " "
+            }
             button type="submit" { "Trigger now" }
         }
         @if job.dynamic.is_some() {

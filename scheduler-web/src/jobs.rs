@@ -385,7 +385,12 @@ fn compact_actions(shared: &Shared, session: &Session, job: &JobView) -> Markup 
             (layout::csrf_field(token))
             input type="hidden" name="name" value=(job.name);
             @if let Some(node) = trigger_node { input type="hidden" name="node" value=(node); }
-            button type="submit" { "Trigger now" }
+            @if job.pauses.is_empty() {
+                button type="submit" { "Trigger now" }
+            } @else {
+                input type="hidden" name="while_paused" value="yes";
+                button type="submit" title="the job stays paused; this one run goes ahead" { "Run now, although paused" }
+            }
         }
         @if job.dynamic.is_some() {
             a href=(link::schedule(&job.name)) data-action="edit" { "Edit" }

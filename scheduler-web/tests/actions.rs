@@ -325,3 +325,38 @@ async fn dynamic_schedules_are_added_changed_and_removed() {
     let (status, _, _) = post(&app, "/scheduler/remove-schedule", &remove, Some(&cookie)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_trigger_of_a_paused_job_is_an_explicit_choice() {
+    let store = FakeStore::new();
+    let app = app(&store, &["sweep"], Actions::enabled());
+    let pause = scheduler_core::ControlRequest::new("sweep", "cli:bob").why("deploy");
+    store.pause(&pause).await.unwrap();
+    let (cookie, token) = csrf(&app).await;
+    // Without saying so, a trigger of a paused job runs nothing and says why.
+    let fields = [("name", "sweep"), ("csrf", token.as_str())];
+    let (status, _, body) = post(&app, "/scheduler/trigger", &fields, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body.contains("sweep is paused") && body.contains("although it is paused"),
+        "{body}"
+    );
+    let (_, _, jobs) = get(&app, "/scheduler/jobs").await;
+    assert!(!jobs.contains("./trigger?id="), "no trigger: {jobs}");
+    // The pages offer it as what it is.
+    assert!(jobs.contains("Run now, although paused"), "{jobs}");
+    let (_, _, page) = get(&app, "/scheduler/job?name=sweep").await;
+    assert!(
+        page.contains("name=\"while_paused\" value=\"yes\" required"),
+        "{page}"
+    );
+    // Said so: it runs.
+    let fields = [
+        ("name", "sweep"),
+        ("csrf", token.as_str()),
+        ("while_paused", "yes"),
+    ];
+    let (status, res, body) = post(&app, "/scheduler/trigger", &fields, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(res.headers()[header::LOCATION], "./trigger?id=1");
+}
