@@ -22,6 +22,10 @@
 //!    workspace root: `SCHEDULER_WEB_SCREENSHOT=docs/dashboard.png` refreshes the
 //!    README's picture).
 //!
+//! A second test serves two replicas sharing one CSRF key behind a balancer (every
+//! `GET` to one, every `POST` to the other): a form of one is accepted by the
+//! other, and a token moved into another browser's page is refused there.
+//!
 //! Without `chromium` and `chromedriver` the test fails, saying how to install
 //! them: it never passes without having run.
 
@@ -321,6 +325,126 @@ async fn an_operator_pauses_resumes_and_triggers_jobs_in_a_browser() {
 
     session.close().await.unwrap();
     running.stop().await;
+}
+
+/// Two replicas given one key, behind a balancer that sends every `GET` to one and
+/// every `POST` to the other: the forms one serves, the other accepts. And a token
+/// moved into another browser's page is refused there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_key_and_a_token_stays_in_its_browser() {
+    let dir = TempDir::new("replicas");
+    let driver = ChromeDriver::start();
+    let store = SqliteStore::open(dir.path().join("scheduler.db"), SqliteOptions::default())
+        .await
+        .unwrap();
+    let jobs = Scheduler::builder(store.clone())
+        .node_id("replicas")
+        .job(hourly)
+        .build()
+        .unwrap()
+        .jobs();
+    let replica = || -> Router {
+        let dashboard = Dashboard::new(store.clone())
+            .jobs(jobs.clone())
+            .actions(Actions::enabled())
+            .csrf_key(b"one key for every replica, 32 b.");
+        Router::new().nest("/scheduler", dashboard.router())
+    };
+    let (reads, writes) = (replica(), replica());
+    let balancer = Router::new().fallback(move |req: axum::extract::Request| {
+        let to = if req.method() == axum::http::Method::POST {
+            writes.clone()
+        } else {
+            reads.clone()
+        };
+        async move {
+            match tower::ServiceExt::oneshot(to, req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let jobs_url = format!("http://{}/scheduler/jobs", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, balancer).await });
+    let paused = || async {
+        store
+            .controls()
+            .unwrap()
+            .paused()
+            .await
+            .unwrap()
+            .iter()
+            .any(|p| p.job == "hourly")
+    };
+
+    // Served by one replica, posted to the other.
+    let first = driver.session().await;
+    first.goto(&jobs_url).await.unwrap();
+    let token_of = |browser: &Client, action: &'static str| {
+        let css =
+            format!("form[data-job=\"hourly\"][data-action=\"{action}\"] input[name=\"csrf\"]");
+        let browser = browser.clone();
+        async move {
+            browser
+                .find(Locator::Css(&css))
+                .await
+                .unwrap()
+                .attr("value")
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let first_token = token_of(&first, "pause").await;
+    click(&first, "hourly", "pause").await;
+    eventually("hourly paused through the other replica", || async {
+        paused().await.then_some(())
+    })
+    .await;
+
+    // Another browser, with the first one's token in its form.
+    let second = driver.session().await;
+    second.goto(&jobs_url).await.unwrap();
+    assert_ne!(token_of(&second, "resume").await, first_token);
+    second
+        .execute(
+            "document.querySelector('form[data-job=\"hourly\"][data-action=\"resume\"] input[name=\"csrf\"]').value = arguments[0]",
+            vec![serde_json::Value::String(first_token.clone())],
+        )
+        .await
+        .unwrap();
+    click(&second, "hourly", "resume").await;
+    let body = eventually("the refusal page", || async {
+        let body = second
+            .find(Locator::Css("body"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        body.contains("Forbidden").then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains("does not match this browser's session"),
+        "{body}"
+    );
+    assert!(paused().await, "still paused");
+
+    // The first browser's own page resumes it.
+    first.goto(&jobs_url).await.unwrap();
+    click(&first, "hourly", "resume").await;
+    eventually("hourly resumed", || async {
+        (!paused().await).then_some(())
+    })
+    .await;
+
+    first.close().await.unwrap();
+    second.close().await.unwrap();
+    server.abort();
 }
 
 /// Clicks the button of the form `action` of job `job`'s row, and waits for the
