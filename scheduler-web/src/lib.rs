@@ -22,7 +22,8 @@
 //! let dashboard = Dashboard::new(store)
 //!     .jobs(scheduler.jobs()) // before `run_until` consumes the scheduler
 //!     .node(scheduler.node_id())
-//!     .actions(Actions::enabled()); // read-only without this line
+//!     .actions(Actions::enabled()) // read-only without this line
+//!     .csrf_key(b"one secret for every replica, from the app's config"); // see CSRF below
 //! let app: Router = Router::new().nest("/scheduler", dashboard.router());
 //! // axum::serve(listener, app).await?; with the scheduler run beside it
 //! # let _ = app;

@@ -68,6 +68,10 @@ async fn replicas_sharing_a_key_accept_each_others_forms() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(body.contains("does not match"), "{body}");
     assert_eq!(store.records().len(), 2);
+    // The key never shows in the dashboard's `Debug`.
+    let dashboard = Dashboard::new(store.clone()).csrf_key(KEY);
+    let debug = format!("{dashboard:?}");
+    assert!(!debug.contains("the key the replicas share"), "{debug}");
 }
 
 #[tokio::test]
