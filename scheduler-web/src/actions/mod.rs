@@ -156,6 +156,22 @@ impl ControlForm {
     }
 }
 
+/// What `pause`, `resume` and `trigger` start with: the form (read-only and a body
+/// that is no form refused first), the CSRF check, the request (a reason or an actor
+/// over 1 KiB refused) and a job that exists.
+async fn job_control<'a>(
+    shared: &'a Shared,
+    by: Option<Extension<Actor>>,
+    session: &Session,
+    body: Result<Form<ControlForm>, FormRejection>,
+) -> Result<(ControlForm, &'a dyn Controls, ControlRequest), Problem> {
+    let f = form(shared, body)?;
+    let controls = guard(shared, session, f.csrf.as_deref())?;
+    let req = f.request(by)?;
+    known(shared, controls, &f.name).await?;
+    Ok((f, controls, req))
+}
+
 /// `POST pause`.
 pub(crate) async fn pause(
     State(shared): Ctx,
@@ -163,10 +179,7 @@ pub(crate) async fn pause(
     session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(&shared, body)?;
-    let controls = guard(&shared, &session, f.csrf.as_deref())?;
-    let req = f.request(by)?;
-    known(&shared, controls, &f.name).await?;
+    let (f, controls, req) = job_control(&shared, by, &session, body).await?;
     controls.pause(&req).await?;
     Ok(f.back())
 }
@@ -178,10 +191,7 @@ pub(crate) async fn resume(
     session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(&shared, body)?;
-    let controls = guard(&shared, &session, f.csrf.as_deref())?;
-    let req = f.request(by)?;
-    known(&shared, controls, &f.name).await?;
+    let (f, controls, req) = job_control(&shared, by, &session, body).await?;
     let catch_up = f.catch_up != "no";
     controls.resume(&req, catch_up).await?;
     Ok(f.back())
@@ -194,10 +204,7 @@ pub(crate) async fn trigger(
     session: Session,
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
-    let f = form(&shared, body)?;
-    let controls = guard(&shared, &session, f.csrf.as_deref())?;
-    let req = f.request(by)?;
-    known(&shared, controls, &f.name).await?;
+    let (f, controls, req) = job_control(&shared, by, &session, body).await?;
     if f.while_paused != "yes"
         && let Some(pause) = controls
             .paused()
