@@ -699,12 +699,23 @@ impl ChromeDriver {
         let serde_json::Value::Object(capabilities) = capabilities else {
             unreachable!()
         };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        ClientBuilder::new(connector)
-            .capabilities(capabilities)
-            .connect(&self.url)
-            .await
-            .unwrap_or_else(|e| panic!("no browser session from chromedriver at {}: {e}", self.url))
+        // Asked again while chromedriver is busy starting another browser (a CI run
+        // saw one session request refused at connect with chromedriver listening).
+        let start = Instant::now();
+        loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(capabilities.clone())
+                .connect(&self.url)
+                .await
+            {
+                Ok(client) => return client,
+                Err(e) if start.elapsed() >= PATIENCE => {
+                    panic!("no browser session from chromedriver at {}: {e}", self.url)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
     }
 }
 
