@@ -30,7 +30,11 @@ async fn limits_on_sqlite() {
 /// Exit 2 and `says` on stderr.
 fn usage(out: &std::process::Output, says: &str, what: &str) {
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(EXIT_USAGE.into()), "{what}: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_USAGE.into()),
+        "{what}: {stderr}"
+    );
     assert!(
         stderr.starts_with("error: ") && stderr.contains(says),
         "{what}: {stderr}"
@@ -116,9 +120,7 @@ async fn every_periods_keep_the_minimum(db: &Db) {
     let row = db.controls().schedule("often").await.unwrap().unwrap();
     assert_eq!(row.schedule, "every 100ms", "{kind}");
     // A zone with --every: clap refuses the pair.
-    let out = db
-        .cli(&put("1h", &["--zone", "Europe/Berlin"]))
-        .await;
+    let out = db.cli(&put("1h", &["--zone", "Europe/Berlin"])).await;
     assert_eq!(out.status.code(), Some(EXIT_USAGE.into()), "{kind}");
     let out = db.cli(&["schedules", "rm", "often"]).await;
     assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
@@ -133,7 +135,11 @@ async fn a_paused_trigger_is_said_as_such(db: &Db) {
     assert!(out.status.success(), "{kind}: {}", text(&out.stderr));
     let out = db.cli(&["trigger", "reindex"]).await;
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(EXIT_REFUSED.into()), "{kind}: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_REFUSED.into()),
+        "{kind}: {stderr}"
+    );
     assert!(
         stderr.starts_with(
             "error: \"reindex\" is paused (by alice: maintenance); triggering it runs it \

@@ -40,9 +40,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
-pub use self::limits::{
-    DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action,
-};
+pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};

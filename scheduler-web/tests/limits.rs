@@ -249,7 +249,9 @@ async fn a_trigger_while_paused_is_recorded_as_such() {
     let store = FakeStore::new();
     let app = app(&store, &["sweep"], Actions::enabled());
     let pause = scheduler_core::ControlRequest::new("sweep", "cli:bob").why("deploy");
-    scheduler_core::Controls::pause(&*store, &pause).await.unwrap();
+    scheduler_core::Controls::pause(&*store, &pause)
+        .await
+        .unwrap();
     let (cookie, token) = csrf(&app).await;
     let fields = [
         ("name", "sweep"),

@@ -33,7 +33,7 @@ fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -116,12 +116,11 @@ impl ScheduleRow {
                 ),
             });
         }
-        let period = crate::schedule::parse_duration(every).map_err(|cause| {
-            Error::InvalidSchedule {
+        let period =
+            crate::schedule::parse_duration(every).map_err(|cause| Error::InvalidSchedule {
                 job: self.name.clone(),
                 cause,
-            }
-        })?;
+            })?;
         if period < min_period {
             return Err(Error::InvalidInput {
                 reason: format!(
@@ -197,7 +196,10 @@ mod tests {
         );
         let by = "b".repeat(MAX_TEXT_BYTES + 1);
         let err = ControlRequest::new("sweep", by).check().unwrap_err();
-        assert!(err.to_string().contains("actor (`by`) is 1,025 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("actor (`by`) is 1,025 bytes"),
+            "{err}"
+        );
         let err = ControlRequest::new("sweep", " ").check().unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
         let err = ControlRequest::new("", "alice").check().unwrap_err();
@@ -226,7 +228,10 @@ mod tests {
         let mut zoned = ScheduleRow::new("r", "h", "every 1h");
         zoned.zone = Some("Europe/Berlin".into());
         let err = zoned.check().unwrap_err();
-        assert!(err.to_string().contains("time zone (Europe/Berlin)"), "{err}");
+        assert!(
+            err.to_string().contains("time zone (Europe/Berlin)"),
+            "{err}"
+        );
         zoned.schedule = "0 0 3 * * *".into();
         assert!(zoned.check().is_ok());
     }
@@ -256,10 +261,16 @@ mod tests {
         let on_a = [pause(Some("node-a"))];
         assert_eq!(trigger_action(&req, &on_a).unwrap(), ControlAction::Trigger);
         let on_b = req.clone().node("node-b");
-        assert_eq!(trigger_action(&on_b, &on_a).unwrap(), ControlAction::Trigger);
+        assert_eq!(
+            trigger_action(&on_b, &on_a).unwrap(),
+            ControlAction::Trigger
+        );
         let on_a_req = req.clone().node("node-a");
         let err = trigger_action(&on_a_req, &on_a).unwrap_err();
-        assert!(err.to_string().contains("paused on node-a (by alice"), "{err}");
+        assert!(
+            err.to_string().contains("paused on node-a (by alice"),
+            "{err}"
+        );
         assert_eq!(
             trigger_action(&on_a_req.while_paused(true), &on_a).unwrap(),
             ControlAction::TriggerWhilePaused

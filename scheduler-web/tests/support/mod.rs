@@ -279,7 +279,11 @@ impl Controls for FakeStore {
 
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
         // The rules every store keeps.
-        let min = self.min_period.lock().unwrap().unwrap_or(DEFAULT_MIN_SCHEDULE_PERIOD);
+        let min = self
+            .min_period
+            .lock()
+            .unwrap()
+            .unwrap_or(DEFAULT_MIN_SCHEDULE_PERIOD);
         row.check_with_min_period(min)?;
         scheduler_core::control::check_by_why(by, why)?;
         let mut s = self.state.lock().unwrap();

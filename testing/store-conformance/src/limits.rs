@@ -89,7 +89,10 @@ pub async fn oversized_texts_are_refused(a: &SharedStore) {
         let err = c.trigger(req).await.expect_err(what);
         invalid_input(&err, says, &format!("trigger with {what}"));
         let row = ScheduleRow::new(job, handler, "every 1m");
-        let err = c.put_schedule(&row, &req.by, &req.why).await.expect_err(what);
+        let err = c
+            .put_schedule(&row, &req.by, &req.why)
+            .await
+            .expect_err(what);
         invalid_input(&err, says, &format!("put_schedule with {what}"));
         let err = c
             .remove_schedule(job, &req.by, &req.why)
@@ -130,17 +133,18 @@ pub async fn every_period_keeps_the_minimum(a: &SharedStore, min: Duration) {
         .await
         .expect("register");
     let since = version(c).await;
-    let below = min.checked_sub(Duration::from_millis(1)).unwrap_or_default();
+    let below = min
+        .checked_sub(Duration::from_millis(1))
+        .unwrap_or_default();
     let mut too_often = vec![format!("every {}ms", below.as_millis())];
     if min > Duration::from_millis(1) {
         too_often.push("every 1ms".to_owned());
     }
     for schedule in &too_often {
         let row = ScheduleRow::new(job, handler, schedule.as_str());
-        let err = c
-            .put_schedule(&row, "alice", "")
-            .await
-            .expect_err(&format!("{schedule} was accepted below a minimum of {min:?}"));
+        let err = c.put_schedule(&row, "alice", "").await.expect_err(&format!(
+            "{schedule} was accepted below a minimum of {min:?}"
+        ));
         invalid_input(&err, &format!("at least every {min:?}"), schedule);
     }
     nothing_written(c, since, job, "a period below the minimum").await;
@@ -256,10 +260,7 @@ pub async fn a_paused_trigger_is_an_explicit_choice(a: &SharedStore) {
         .expect("history")[0];
     assert_eq!(newest.action, ControlAction::TriggerWhilePaused);
     assert_eq!(newest.action.as_str(), "trigger_while_paused");
-    assert_eq!(
-        (newest.by.as_str(), newest.why.as_str()),
-        ("bob", "hotfix")
-    );
+    assert_eq!((newest.by.as_str(), newest.why.as_str()), ("bob", "hotfix"));
     assert_eq!(newest.detail, trigger.id.to_string());
 
     // A pause on node-a: a trigger there is refused, elsewhere a plain trigger.
@@ -282,7 +283,9 @@ pub async fn a_paused_trigger_is_an_explicit_choice(a: &SharedStore) {
         ControlRequest::new(job, "bob").node("node-b"),
         ControlRequest::new(job, "bob"),
     ] {
-        c.trigger(&req).await.expect("a trigger the pause does not cover");
+        c.trigger(&req)
+            .await
+            .expect("a trigger the pause does not cover");
         let newest = &c
             .control_history(Some(job), Page::default())
             .await
