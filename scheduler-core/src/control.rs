@@ -302,7 +302,15 @@ pub trait Controls: Send + Sync + fmt::Debug {
     async fn failing_jobs(&self) -> Result<Vec<String>> {
         let mut failing = Vec::new();
         for job in self.known_jobs().await? {
-            let latest = self.runs(Some(&job), Page { before: None, limit: 1 }).await?;
+            let latest = self
+                .runs(
+                    Some(&job),
+                    Page {
+                        before: None,
+                        limit: 1,
+                    },
+                )
+                .await?;
             if latest.first().is_some_and(|run| run.outcome.is_failure()) {
                 failing.push(job);
             }

@@ -21,7 +21,8 @@ use scheduler_core::control::stored::{
 use scheduler_core::control::{ControlTables, HandlerCheck};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
-    ListQuery, Listing, Outcome, Page, RunQuery, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
+    ListQuery, Listing, Outcome, Page, Pause, RunQuery, RunRow, ScheduleRow, Tick, Trigger,
+    TriggerId, Ttl,
 };
 use sea_orm::{QueryResult, Value};
 

@@ -19,7 +19,8 @@ pub(crate) const SCHEDULE: &str =
 const AUDIT: &str = "id, at, job, node, action, actor, why, detail";
 
 /// The columns a run of the history is read with.
-pub(crate) const RUN: &str = "id, job, tick, node, token, started, finished, outcome, error, attempt";
+pub(crate) const RUN: &str =
+    "id, job, tick, node, token, started, finished, outcome, error, attempt";
 
 #[derive(Debug)]
 pub(crate) struct ControlSql {

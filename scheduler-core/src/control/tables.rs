@@ -180,7 +180,15 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     {
         let mut failing = Vec::new();
         for job in Controls::known_jobs(self).await? {
-            let latest = self.read_runs(Some(&job), Page { before: None, limit: 1 }).await?;
+            let latest = self
+                .read_runs(
+                    Some(&job),
+                    Page {
+                        before: None,
+                        limit: 1,
+                    },
+                )
+                .await?;
             if latest.first().is_some_and(|run| run.outcome.is_failure()) {
                 failing.push(job);
             }

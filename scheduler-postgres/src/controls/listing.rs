@@ -78,7 +78,11 @@ fn page_sql(
         }
         Cursor::Before(name) => {
             let n = values.bind(name.clone());
-            (format!("AND name < {n}"), "DESC", Some(format!("name >= {n}")))
+            (
+                format!("AND name < {n}"),
+                "DESC",
+                Some(format!("name >= {n}")),
+            )
         }
         Cursor::Last => (String::new(), "DESC", None),
     };
@@ -183,10 +187,7 @@ impl PostgresStore {
     }
 
     /// [`Controls::schedules_listing`](scheduler_core::Controls::schedules_listing).
-    pub(super) async fn schedule_listing(
-        &self,
-        query: &ListQuery,
-    ) -> Result<Listing<ScheduleRow>> {
+    pub(super) async fn schedule_listing(&self, query: &ListQuery) -> Result<Listing<ScheduleRow>> {
         const OP: &str = "read a page of the dynamic schedules";
         let mut values = Values::default();
         let mut filters = vec!["NOT removed".to_owned()];
@@ -232,7 +233,7 @@ impl PostgresStore {
         let runs = HistoryTable::for_leases(self.table()).quoted();
         let sql = format!("SELECT {RUN} FROM {runs} WHERE {f} ORDER BY id DESC LIMIT {limit}");
         let found = unless_no_history(self.query(OP, &sql, values.0).await)?;
-        all(&found, OP, |row| run_from(row))
+        all(&found, OP, run_from)
     }
 
     /// [`Controls::failing_jobs`](scheduler_core::Controls::failing_jobs): each

@@ -70,7 +70,11 @@ fn page_sql(
         }
         Cursor::Before(name) => {
             let n = values.bind(name.clone());
-            (format!("AND name < {n}"), "DESC", Some(format!("name >= {n}")))
+            (
+                format!("AND name < {n}"),
+                "DESC",
+                Some(format!("name >= {n}")),
+            )
         }
         Cursor::Last => (String::new(), "DESC", None),
     };
@@ -152,26 +156,15 @@ impl SqliteStore {
         }
         if let Some(held) = query.held {
             let not = if held { "" } else { "NOT " };
-            filters.push(format!(
-                "{not}(released_at IS NULL AND expires_at > {NOW})"
-            ));
+            filters.push(format!("{not}(released_at IS NULL AND expires_at > {NOW})"));
         }
-        let sql = page_sql(
-            &self.table().quoted(),
-            LEASE,
-            &filters,
-            query,
-            &mut values,
-        );
+        let sql = page_sql(&self.table().quoted(), LEASE, &filters, query, &mut values);
         let found = rows(self, &self.db, OP, &sql, values.0).await?;
         listing_from(&found, query, OP, |row| lease_row_from(row))
     }
 
     /// [`Controls::schedules_listing`](scheduler_core::Controls::schedules_listing).
-    pub(super) async fn schedule_listing(
-        &self,
-        query: &ListQuery,
-    ) -> Result<Listing<ScheduleRow>> {
+    pub(super) async fn schedule_listing(&self, query: &ListQuery) -> Result<Listing<ScheduleRow>> {
         const OP: &str = "read a page of the dynamic schedules";
         let mut values = Values::default();
         let mut filters = vec!["NOT removed".to_owned()];
@@ -220,7 +213,7 @@ impl SqliteStore {
         let runs = HistoryTable::for_leases(self.table()).quoted();
         let sql = format!("SELECT {RUN} FROM {runs} WHERE {f} ORDER BY id DESC LIMIT {limit}");
         let found = rows(self, &self.db, OP, &sql, values.0).await?;
-        all(&found, OP, |row| run_from(row))
+        all(&found, OP, run_from)
     }
 
     /// [`Controls::failing_jobs`](scheduler_core::Controls::failing_jobs): each

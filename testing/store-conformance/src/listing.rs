@@ -48,11 +48,18 @@ where
 
     // Forward.
     let mut seen: Vec<String> = Vec::new();
-    let mut q = ListQuery { limit, ..base.clone() };
+    let mut q = ListQuery {
+        limit,
+        ..base.clone()
+    };
     loop {
         let page = read(q.clone()).await;
         check(&page, &q);
-        assert_eq!(page.more_before, !seen.is_empty(), "{what} {q:?}: more before");
+        assert_eq!(
+            page.more_before,
+            !seen.is_empty(),
+            "{what} {q:?}: more before"
+        );
         seen.extend(page.rows.iter().map(|r| r.name().to_owned()));
         if !page.more_after {
             break;
@@ -72,7 +79,11 @@ where
     loop {
         let page = read(q.clone()).await;
         check(&page, &q);
-        assert_eq!(page.more_after, !seen.is_empty(), "{what} {q:?}: more after");
+        assert_eq!(
+            page.more_after,
+            !seen.is_empty(),
+            "{what} {q:?}: more after"
+        );
         let mut names: Vec<String> = page.rows.iter().map(|r| r.name().to_owned()).collect();
         names.append(&mut seen);
         seen = names;
@@ -128,7 +139,13 @@ pub async fn leases_listing_pages_and_filters(store: &SharedStore) {
         take_on(store, &format!("lst-l-{i:02}"), "web-1", 60_000).await;
     }
     // Searched: case and wildcards.
-    for lease in ["lst-s-Mixed-CASE", "lst-s-pct%x", "lst-s-pctAx", "lst-s-us_x", "lst-s-usAx"] {
+    for lease in [
+        "lst-s-Mixed-CASE",
+        "lst-s-pct%x",
+        "lst-s-pctAx",
+        "lst-s-us_x",
+        "lst-s-usAx",
+    ] {
         take_on(store, lease, "web-1", 60_000).await;
     }
     // By node: `eu:west` holds one; `eu`, and `eu:west:1`, hold others.
@@ -151,17 +168,33 @@ pub async fn leases_listing_pages_and_filters(store: &SharedStore) {
     let ours = names_of(&all, |r| r.name.starts_with("lst-l-"));
     assert_eq!(ours.len(), 23);
     for limit in [1, 5, 23, 100] {
-        walk("leases", &ours, limit, ListQuery::new(limit).search("lst-l-"), &read).await;
+        walk(
+            "leases",
+            &ours,
+            limit,
+            ListQuery::new(limit).search("lst-l-"),
+            &read,
+        )
+        .await;
     }
     // A cursor between names, before the first and after the last.
     let page = read(ListQuery::new(3).search("lst-l-").after("lst-l-04x")).await;
-    assert_eq!(names_of(&page.rows, |_| true), ["lst-l-05", "lst-l-06", "lst-l-07"]);
+    assert_eq!(
+        names_of(&page.rows, |_| true),
+        ["lst-l-05", "lst-l-06", "lst-l-07"]
+    );
     assert!(page.more_before && page.more_after);
     let page = read(ListQuery::new(3).search("lst-l-").before("lst-l-")).await;
-    assert!(page.rows.is_empty() && !page.more_before && page.more_after, "{page:?}");
+    assert!(
+        page.rows.is_empty() && !page.more_before && page.more_after,
+        "{page:?}"
+    );
     assert_eq!(page.total, 23);
     let page = read(ListQuery::new(3).search("lst-l-").after("lst-l-99")).await;
-    assert!(page.rows.is_empty() && page.more_before && !page.more_after, "{page:?}");
+    assert!(
+        page.rows.is_empty() && page.more_before && !page.more_after,
+        "{page:?}"
+    );
     // The limit is clamped to 1..=1000.
     assert_eq!(read(ListQuery::new(0).search("lst-l-")).await.rows.len(), 1);
 
@@ -180,7 +213,9 @@ pub async fn leases_listing_pages_and_filters(store: &SharedStore) {
 
     // Node: the node part of `node:pid:random`, which may hold `:`.
     assert_eq!(
-        all.iter().find(|r| r.name == "lst-n-west").and_then(LeaseRow::node),
+        all.iter()
+            .find(|r| r.name == "lst-n-west")
+            .and_then(LeaseRow::node),
         Some("eu:west")
     );
     assert_eq!(west.holder.as_str().rsplitn(3, ':').nth(2), Some("eu:west"));
@@ -227,7 +262,9 @@ pub async fn leases_listing_pages_and_filters(store: &SharedStore) {
 pub async fn schedules_listing_pages_and_filters(store: &SharedStore) {
     let c = controls(store);
     let handlers = ["lst-handler-a".to_owned(), "lst-handler-b".to_owned()];
-    c.register_handlers("n1", &handlers).await.expect("register");
+    c.register_handlers("n1", &handlers)
+        .await
+        .expect("register");
     for i in 0..17 {
         let handler = &handlers[i % 2];
         let row = ScheduleRow::new(format!("lst-sch-{i:02}"), handler, "every 1h");
@@ -236,16 +273,27 @@ pub async fn schedules_listing_pages_and_filters(store: &SharedStore) {
     for name in ["lst-sch-05", "lst-sch-06"] {
         c.remove_schedule(name, "ops", "").await.expect("remove");
     }
-    c.put_schedule(&ScheduleRow::new("lst-sch-Pct%", &handlers[0], "every 1h"), "ops", "")
-        .await
-        .expect("put");
+    c.put_schedule(
+        &ScheduleRow::new("lst-sch-Pct%", &handlers[0], "every 1h"),
+        "ops",
+        "",
+    )
+    .await
+    .expect("put");
     let all = c.schedules().await.expect("schedules");
     let read = async |q: ListQuery| c.schedules_listing(&q).await.expect("schedules listing");
 
     let ours = names_of(&all, |r| r.name.starts_with("lst-sch-") && !r.removed);
     assert_eq!(ours.len(), 16, "17 + 1 put, 2 removed");
     for limit in [1, 4, 16, 50] {
-        walk("schedules", &ours, limit, ListQuery::new(limit).search("lst-sch-"), &read).await;
+        walk(
+            "schedules",
+            &ours,
+            limit,
+            ListQuery::new(limit).search("lst-sch-"),
+            &read,
+        )
+        .await;
     }
     let by_b = names_of(&all, |r| {
         r.name.starts_with("lst-sch-") && r.handler == "lst-handler-b"
@@ -255,7 +303,9 @@ pub async fn schedules_listing_pages_and_filters(store: &SharedStore) {
         "schedules of a handler",
         &by_b,
         3,
-        ListQuery::new(3).search("lst-sch-").handler("lst-handler-b"),
+        ListQuery::new(3)
+            .search("lst-sch-")
+            .handler("lst-handler-b"),
         &read,
     )
     .await;
@@ -322,7 +372,13 @@ pub async fn runs_where_and_failing_jobs(store: &SharedStore, history: &dyn RunR
         }
     }
     let all: Vec<RunRow> = c
-        .runs(None, Page { before: None, limit: 10_000 })
+        .runs(
+            None,
+            Page {
+                before: None,
+                limit: 10_000,
+            },
+        )
         .await
         .expect("runs")
         .into_iter()
@@ -341,10 +397,17 @@ pub async fn runs_where_and_failing_jobs(store: &SharedStore, history: &dyn RunR
         RunQuery::default().job("lst-run-none"),
     ];
     for query in queries {
-        let expected: Vec<i64> = all.iter().filter(|r| query.matches(r)).map(|r| r.id).collect();
+        let expected: Vec<i64> = all
+            .iter()
+            .filter(|r| query.matches(r))
+            .map(|r| r.id)
+            .collect();
         for limit in [1, 4, 100] {
             let mut seen = Vec::new();
-            let mut page = Page { before: None, limit };
+            let mut page = Page {
+                before: None,
+                limit,
+            };
             loop {
                 let q = query.clone().page(page);
                 let runs = c.runs_where(&q).await.expect("runs where");
@@ -361,7 +424,10 @@ pub async fn runs_where_and_failing_jobs(store: &SharedStore, history: &dyn RunR
                 }
                 page.before = runs.last().map(|r| r.id);
             }
-            assert_eq!(seen, expected, "{query:?} by {limit}: each once, newest first");
+            assert_eq!(
+                seen, expected,
+                "{query:?} by {limit}: each once, newest first"
+            );
         }
     }
     let failed = c

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use scheduler_core::{
-    ControlRecord, ControlRequest, ControlState, Controls, Holder, Lease, LeaseKey, LeaseName,
-    LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRow, ScheduleRow, Store,
-    TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl, async_trait, BoxError, RunRecord, RunRecorder,
+    BoxError, ControlRecord, ControlRequest, ControlState, Controls, Holder, Lease, LeaseKey,
+    LeaseName, LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRecord,
+    RunRecorder, RunRow, ScheduleRow, Store, TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl,
+    async_trait,
 };
 use scheduler_store_tests::SharedStore;
 
