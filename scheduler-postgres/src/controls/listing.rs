@@ -34,25 +34,28 @@ impl Values {
     }
 }
 
-/// `%text%` for `LIKE … ESCAPE '\'` on a name folded to ASCII lower case: `text`
-/// folded likewise, its wildcards made literal.
-fn contains_pattern(text: &str) -> String {
-    let mut pattern = String::with_capacity(text.len() + 2);
-    pattern.push('%');
+/// `text` for `LIKE … ESCAPE '\'`, its wildcards made literal.
+fn escape_like(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '\\' | '%' | '_') {
-            pattern.push('\\');
+            escaped.push('\\');
         }
-        pattern.push(c.to_ascii_lowercase());
+        escaped.push(c);
     }
-    pattern.push('%');
-    pattern
+    escaped
 }
 
-/// A name folded to ASCII lower case (what `ILIKE` would fold further, by the
-/// database's locale).
-const FOLDED_NAME: &str =
-    "translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')";
+/// `%text%` for `LIKE … ESCAPE '\'` on a name folded to ASCII lower case
+/// ([`FOLDED_NAME`]): `text` folded likewise, its wildcards made literal.
+fn contains_pattern(text: &str) -> String {
+    format!("%{}%", escape_like(&text.to_ascii_lowercase()))
+}
+
+/// A name folded to ASCII lower case, and only ASCII: `lower` under the `C`
+/// collation, whatever the database's (`ILIKE`, or `lower` under another
+/// collation, would fold other letters too; `translate` was ten times slower).
+const FOLDED_NAME: &str = "lower(name COLLATE \"C\")";
 
 /// The statement of one page of `table` (read with `columns`) whose rows meet
 /// `filters`: one row per row of the page plus one (`total`: how many meet the
@@ -169,11 +172,13 @@ impl PostgresStore {
         let mut values = Values::default();
         let mut filters: Vec<String> = search(query, &mut values).into_iter().collect();
         if let Some(node) = &query.node {
-            // `node:pid:random`: the node, then exactly two more parts.
-            let n = values.bind(node.clone());
+            // `node:pid:random`: the node, then exactly two more parts (`LIKE` is
+            // case-sensitive here, and cheaper per row than a regular expression).
+            let node = escape_like(node);
+            let two = values.bind(format!("{node}:%:%"));
+            let three = values.bind(format!("{node}:%:%:%"));
             filters.push(format!(
-                "left(holder, length({n})) = {n} \
-                 AND substr(holder, length({n}) + 1) ~ '^:[^:]*:[^:]*$'"
+                "holder LIKE {two} ESCAPE '\\' AND holder NOT LIKE {three} ESCAPE '\\'"
             ));
         }
         if let Some(held) = query.held {
@@ -274,5 +279,6 @@ mod tests {
     fn wildcards_are_literal_and_case_folded() {
         assert_eq!(contains_pattern("A%b_C\\d"), "%a\\%b\\_c\\\\d%");
         assert_eq!(contains_pattern("É"), "%É%");
+        assert_eq!(escape_like("eu:west_1"), "eu:west\\_1");
     }
 }
