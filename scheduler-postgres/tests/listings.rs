@@ -54,3 +54,39 @@ async fn without_a_history_no_run_is_listed() {
     assert!(runs.is_empty());
     assert!(c.failing_jobs().await.expect("failing jobs").is_empty());
 }
+
+/// A run history created before its indexes on `(job, id)` and on the failed runs
+/// gets them when it is opened again.
+#[tokio::test]
+async fn an_older_history_gets_its_new_indexes() {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let db = TestDb::new().await;
+    let store = connect(&db).await;
+    RunHistory::new(&store, HistoryOptions::default())
+        .await
+        .expect("history");
+    let conn = test_postgres::inspect(db.url()).await;
+    let indexes = async || -> Vec<String> {
+        conn.query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduler_leases_runs' \
+             ORDER BY indexname",
+        ))
+        .await
+        .expect("indexes")
+        .iter()
+        .map(|r| r.try_get::<String>("", "indexname").expect("name"))
+        .collect()
+    };
+    let all = indexes().await;
+    assert!(all.iter().any(|i| i.ends_with("_jobid")), "{all:?}");
+    conn.execute_unprepared(
+        "DROP INDEX scheduler_leases_runs_jobid; DROP INDEX scheduler_leases_runs_fail",
+    )
+    .await
+    .expect("drop the new indexes");
+    RunHistory::new(&store, HistoryOptions::default())
+        .await
+        .expect("history again");
+    assert_eq!(indexes().await, all);
+}

@@ -56,3 +56,41 @@ async fn without_a_history_no_run_is_listed() {
     assert!(runs.is_empty());
     assert!(c.failing_jobs().await.expect("failing jobs").is_empty());
 }
+
+/// A run history created before its indexes on `(job, id)` and on the failed runs
+/// gets them when it is opened again.
+#[tokio::test]
+async fn an_older_history_gets_its_new_indexes() {
+    use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
+    let dir = TempDir::new("list-old-history");
+    let store = open(&dir).await;
+    RunHistory::new(&store, HistoryOptions::default())
+        .await
+        .expect("history");
+    let url = format!("sqlite://{}?mode=rw", dir.join("leases.db").display());
+    let conn = Database::connect(url).await.expect("connect");
+    let indexes = async || -> Vec<String> {
+        conn.query_all_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "SELECT name FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name = 'scheduler_leases_runs' ORDER BY name",
+        ))
+        .await
+        .expect("indexes")
+        .iter()
+        .map(|r| r.try_get::<String>("", "name").expect("name"))
+        .collect()
+    };
+    let all = indexes().await;
+    assert!(all.iter().any(|i| i.ends_with("_jobid")), "{all:?}");
+    conn.execute_unprepared("DROP INDEX scheduler_leases_runs_jobid")
+        .await
+        .expect("drop");
+    conn.execute_unprepared("DROP INDEX scheduler_leases_runs_fail")
+        .await
+        .expect("drop");
+    RunHistory::new(&store, HistoryOptions::default())
+        .await
+        .expect("history again");
+    assert_eq!(indexes().await, all);
+}

@@ -64,41 +64,48 @@ const FOLDED_NAME: &str = "lower(name COLLATE \"C\")";
 fn page_sql(
     table: &str,
     columns: &str,
-    filters: &[String],
+    conditions: &[String],
     query: &ListQuery,
     values: &mut Values,
 ) -> String {
-    let f = if filters.is_empty() {
+    let filters = if conditions.is_empty() {
         "true".to_owned()
     } else {
-        filters.join(" AND ")
+        conditions.join(" AND ")
     };
-    let (page, order, other) = match &query.cursor {
+    let (page_range, direction, other) = match &query.cursor {
         Cursor::First => (String::new(), "", None),
         Cursor::After(name) => {
-            let n = values.bind(name.clone());
-            (format!("AND name > {n}"), "", Some(format!("name <= {n}")))
+            let cursor = values.bind(name.clone());
+            (
+                format!("AND name > {cursor}"),
+                "",
+                Some(format!("name <= {cursor}")),
+            )
         }
         Cursor::Before(name) => {
-            let n = values.bind(name.clone());
+            let cursor = values.bind(name.clone());
             (
-                format!("AND name < {n}"),
+                format!("AND name < {cursor}"),
                 "DESC",
-                Some(format!("name >= {n}")),
+                Some(format!("name >= {cursor}")),
             )
         }
         Cursor::Last => (String::new(), "DESC", None),
     };
-    let other = match other {
-        Some(side) => format!("EXISTS (SELECT FROM {table} WHERE {f} AND {side})"),
+    let other_expr = match other {
+        Some(other_side) => {
+            format!("EXISTS (SELECT FROM {table} WHERE {filters} AND {other_side})")
+        }
         None => "false".to_owned(),
     };
-    let limit = values.bind(i64::from(query.page_size()) + 1);
+    let limit_param = values.bind(i64::from(query.page_size()) + 1);
     format!(
         "SELECT c.total, c.other, p.* FROM \
-           (SELECT (SELECT count(*) FROM {table} WHERE {f}) AS total, {other} AS other) AS c \
-         LEFT JOIN (SELECT {columns} FROM {table} WHERE {f} {page} \
-                    ORDER BY name {order} LIMIT {limit}) AS p ON true \
+           (SELECT (SELECT count(*) FROM {table} WHERE {filters}) AS total, \
+                   {other_expr} AS other) AS c \
+         LEFT JOIN (SELECT {columns} FROM {table} WHERE {filters} {page_range} \
+                    ORDER BY name {direction} LIMIT {limit_param}) AS p ON true \
          ORDER BY p.name"
     )
 }
@@ -149,8 +156,8 @@ fn listing_from<T>(
 /// The search's condition on the name, bound into `values`.
 fn search(query: &ListQuery, values: &mut Values) -> Option<String> {
     (!query.search.is_empty()).then(|| {
-        let s = values.bind(contains_pattern(&query.search));
-        format!("{FOLDED_NAME} LIKE {s} ESCAPE '\\'")
+        let pattern = values.bind(contains_pattern(&query.search));
+        format!("{FOLDED_NAME} LIKE {pattern} ESCAPE '\\'")
     })
 }
 
@@ -175,15 +182,17 @@ impl PostgresStore {
             // `node:pid:random`: the node, then exactly two more parts (`LIKE` is
             // case-sensitive here, and cheaper per row than a regular expression).
             let node = escape_like(node);
-            let two = values.bind(format!("{node}:%:%"));
-            let three = values.bind(format!("{node}:%:%:%"));
+            let with_two = values.bind(format!("{node}:%:%"));
+            let with_three = values.bind(format!("{node}:%:%:%"));
             filters.push(format!(
-                "holder LIKE {two} ESCAPE '\\' AND holder NOT LIKE {three} ESCAPE '\\'"
+                "holder LIKE {with_two} ESCAPE '\\' AND holder NOT LIKE {with_three} ESCAPE '\\'"
             ));
         }
         if let Some(held) = query.held {
-            let not = if held { "" } else { "NOT " };
-            filters.push(format!("{not}(released_at IS NULL AND expires_at > now())"));
+            let negation = if held { "" } else { "NOT " };
+            filters.push(format!(
+                "{negation}(released_at IS NULL AND expires_at > now())"
+            ));
         }
         let table = self.table().quoted();
         let sql = page_sql(&table, LEASE, &filters, query, &mut values);
@@ -198,8 +207,8 @@ impl PostgresStore {
         let mut filters = vec!["NOT removed".to_owned()];
         filters.extend(search(query, &mut values));
         if let Some(handler) = &query.handler {
-            let h = values.bind(handler.clone());
-            filters.push(format!("handler = {h}"));
+            let handler_param = values.bind(handler.clone());
+            filters.push(format!("handler = {handler_param}"));
         }
         let table = self.table().with_suffix("_schedules");
         let sql = page_sql(&table, SCHEDULE, &filters, query, &mut values);
@@ -218,25 +227,30 @@ impl PostgresStore {
         let mut values = Values::default();
         let mut filters = Vec::new();
         if let Some(before) = query.page.before {
-            filters.push(format!("id < {}", values.bind(before)));
+            let before_param = values.bind(before);
+            filters.push(format!("id < {before_param}"));
         }
         if let Some(job) = &query.job {
-            filters.push(format!("job = {}", values.bind(job.clone())));
+            let job_param = values.bind(job.clone());
+            filters.push(format!("job = {job_param}"));
         }
         if let Some(node) = &query.node {
-            filters.push(format!("node = {}", values.bind(node.clone())));
+            let node_param = values.bind(node.clone());
+            filters.push(format!("node = {node_param}"));
         }
         if query.failed {
             filters.push(failed_run());
         }
-        let f = if filters.is_empty() {
+        let filters = if filters.is_empty() {
             "true".to_owned()
         } else {
             filters.join(" AND ")
         };
-        let limit = values.bind(i64::from(query.page.limit));
+        let limit_param = values.bind(i64::from(query.page.limit));
         let runs = HistoryTable::for_leases(self.table()).quoted();
-        let sql = format!("SELECT {RUN} FROM {runs} WHERE {f} ORDER BY id DESC LIMIT {limit}");
+        let sql = format!(
+            "SELECT {RUN} FROM {runs} WHERE {filters} ORDER BY id DESC LIMIT {limit_param}"
+        );
         let found = unless_no_history(self.query(OP, &sql, values.0).await)?;
         all(&found, OP, run_from)
     }
@@ -259,10 +273,10 @@ impl PostgresStore {
                SELECT FROM ( \
                  SELECT r.outcome FROM {runs} AS r WHERE r.job = jobs.job \
                  ORDER BY r.id DESC LIMIT 1 \
-               ) AS latest WHERE {failed} \
+               ) AS latest WHERE {failed_run} \
              ) \
              ORDER BY job",
-            failed = failed_run()
+            failed_run = failed_run()
         );
         unless_no_history(self.query(OP, &sql, Vec::new()).await)?
             .iter()
