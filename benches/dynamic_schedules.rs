@@ -412,6 +412,32 @@ impl Controls for Metered {
         self.inner.runs(job, page).await
     }
 
+    async fn leases_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::LeaseRow>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.leases_listing(q).await
+    }
+    async fn schedules_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::ScheduleRow>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.schedules_listing(q).await
+    }
+    async fn runs_where(
+        &self,
+        q: &scheduler_core::RunQuery,
+    ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.runs_where(q).await
+    }
+    async fn failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.failing_jobs().await
+    }
+
     fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
         self.inner.watch()
     }

@@ -12,6 +12,7 @@
 //! trigger, a short transaction that reads the job's pauses under the version row's
 //! lock, in `trigger`.
 
+mod listing;
 mod rows;
 mod state;
 mod trigger;
@@ -23,7 +24,8 @@ use scheduler_core::control::stored::{
 use scheduler_core::control::{ControlTables, HandlerCheck};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
-    Outcome, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
+    ListQuery, Listing, Outcome, Page, Pause, RunQuery, RunRow, ScheduleRow, Tick, Trigger,
+    TriggerId, Ttl,
 };
 use sea_orm::{QueryResult, Value};
 
@@ -365,6 +367,28 @@ impl ControlTables for PostgresStore {
             .query(OP, &self.control_sql().leases, Vec::new())
             .await?;
         Ok(all(&rows, OP, lease_row_from)?)
+    }
+
+    async fn read_leases_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<LeaseRow>> {
+        Ok(self.lease_listing(query).await?)
+    }
+
+    async fn read_schedules_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<ScheduleRow>> {
+        Ok(self.schedule_listing(query).await?)
+    }
+
+    async fn read_runs_where(&self, query: &RunQuery) -> scheduler_core::Result<Vec<RunRow>> {
+        Ok(self.runs_matching(query).await?)
+    }
+
+    async fn read_failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        Ok(self.failing().await?)
     }
 
     async fn read_runs(

@@ -123,6 +123,82 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "run_columns",
         "controls_sql.rs: the run history's column list, a literal",
     ),
+    (
+        "cursor",
+        "controls/listing.rs: a placeholder ($1, $2, …) from Values::bind",
+    ),
+    (
+        "pattern",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "with_two",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "with_three",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "handler_param",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "before_param",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "job_param",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "node_param",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "limit_param",
+        "controls/listing.rs: a placeholder from Values::bind",
+    ),
+    (
+        "filters",
+        "controls/listing.rs: conditions built from literals and placeholders, joined by AND",
+    ),
+    (
+        "other_side",
+        "controls/listing.rs: a condition built from a literal and a placeholder",
+    ),
+    (
+        "other_expr",
+        "controls/listing.rs: `false`, or an EXISTS built from `{table}`, `{filters}`, `{other_side}`",
+    ),
+    (
+        "page_range",
+        "controls/listing.rs: \"\", or a condition built from a literal and a placeholder",
+    ),
+    (
+        "direction",
+        "controls/listing.rs: one of two literals (\"\", \"DESC\")",
+    ),
+    (
+        "columns",
+        "controls/listing.rs: a column list, a literal constant (LEASE, SCHEDULE)",
+    ),
+    (
+        "negation",
+        "controls/listing.rs: one of two literals (\"\", \"NOT \")",
+    ),
+    (
+        "FOLDED_NAME",
+        "controls/listing.rs: a literal expression on the name column",
+    ),
+    (
+        "RUN",
+        "controls/listing.rs: the run history's column list, a literal constant",
+    ),
+    (
+        "failed_run",
+        "controls/listing.rs: scheduler_migrations::failed_run(), literal outcome words",
+    ),
     ("STRIPE_LOCK_CLASS", "keyed/locks.rs: an integer constant"),
     (
         "idle_ms",

@@ -128,6 +128,27 @@ impl Controls for Faulty {
     ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
         self.inner.runs(j, p).await
     }
+    async fn leases_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::LeaseRow>> {
+        self.inner.leases_listing(q).await
+    }
+    async fn schedules_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::ScheduleRow>> {
+        self.inner.schedules_listing(q).await
+    }
+    async fn runs_where(
+        &self,
+        q: &scheduler_core::RunQuery,
+    ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
+        self.inner.runs_where(q).await
+    }
+    async fn failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        self.inner.failing_jobs().await
+    }
 }
 
 #[scheduler_core::async_trait]

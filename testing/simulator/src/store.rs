@@ -304,6 +304,27 @@ impl Controls for SimStore {
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>> {
         self.inner.runs(job, page).await
     }
+    async fn leases_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> Result<scheduler_core::Listing<scheduler_core::LeaseRow>> {
+        self.inner.leases_listing(q).await
+    }
+    async fn schedules_listing(
+        &self,
+        q: &scheduler_core::ListQuery,
+    ) -> Result<scheduler_core::Listing<scheduler_core::ScheduleRow>> {
+        self.inner.schedules_listing(q).await
+    }
+    async fn runs_where(
+        &self,
+        q: &scheduler_core::RunQuery,
+    ) -> Result<Vec<scheduler_core::RunRow>> {
+        self.inner.runs_where(q).await
+    }
+    async fn failing_jobs(&self) -> Result<Vec<String>> {
+        self.inner.failing_jobs().await
+    }
     fn watch(&self) -> Option<watch::Receiver<ControlSignal>> {
         self.inner.watch()
     }

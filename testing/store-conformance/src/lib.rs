@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 
 pub mod controls;
 pub mod limits;
+pub mod listing;
 
 /// A store shared between tasks.
 pub type SharedStore = Arc<dyn Store>;
