@@ -69,7 +69,9 @@ pub use memory::MemoryStore;
 pub use outcome::RunOutcome;
 pub use outcome::{Outcome, ParseOutcomeError};
 pub use policy::{CatchUp, Overlap, Policy, Retry};
-pub use runtime::{BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL};
+pub use runtime::{
+    BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT,
+};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
     Health, HealthReport, JobInfo, RunRecord, RunRecorder, Scheduler, SchedulerBuilder, Stats,
