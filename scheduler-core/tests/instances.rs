@@ -3,6 +3,7 @@
 //! shutdown, and a store that refuses heartbeats never stops the ticks.
 //!
 //! On the in-memory store, on paused tokio time.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
 
