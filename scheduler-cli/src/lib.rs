@@ -20,6 +20,10 @@
 //!   shows the controls applied (when, who, what, why), newest first, and the recent
 //!   runs when the store keeps a run history.
 //! - `scheduler-cli schedules list` shows every dynamic schedule.
+//! - `scheduler-cli instances` lists the instances that recorded a heartbeat: node,
+//!   version, state (`live`, `stopped` at its shutdown, `expired` after three
+//!   intervals without a beat), when it started and was last seen, and the handlers
+//!   and jobs its node registered.
 //! - `scheduler-cli next (--cron EXPR [--tz ZONE] | --every PERIOD) [-n N]` shows a
 //!   schedule's next N ticks (default 10) in UTC and in its zone, with a note on each
 //!   tick right after a change of the zone's offset (daylight saving time): when the
@@ -42,7 +46,9 @@
 //!   id; with `--wait` it follows the run until it ends. A paused job (everywhere,
 //!   or on `--node`) is triggered only with `--while-paused`, and recorded as such
 //!   (`trigger_while_paused`). `trigger-status ID [--wait]` shows where a trigger
-//!   stands.
+//!   stands. A trigger of a job no live instance runs (none
+//!   registered it, nor the handler of its dynamic schedule) is stored all the same,
+//!   with a warning on stderr: it waits until an instance running the job starts.
 //! - `scheduler-cli schedules put NAME --handler H (--cron EXPR [--zone Z] | --every
 //!   PERIOD) [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]
 //!   [--min-period PERIOD]` adds or replaces a dynamic schedule (an `--every` period
@@ -110,6 +116,7 @@ pub mod database;
 pub mod error;
 pub mod forget;
 pub mod history;
+pub mod instances;
 mod json;
 pub mod known;
 pub mod locks;
@@ -131,6 +138,7 @@ pub use database::{Database, sqlite_path};
 pub use error::{EXIT_REFUSED, EXIT_USAGE, Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use history::{History, HistoryArgs, history};
+pub use instances::{Instances, instances, runs_live};
 pub use known::check_job;
 pub use locks::{AdvisoryLock, Locks, locks};
 pub use next::{Next, NextArgs, next};
@@ -210,6 +218,9 @@ pub enum Command {
     /// The controls applied (when, who, what, why) and the recent runs, newest
     /// first.
     History(HistoryArgs),
+    /// The instances that recorded a heartbeat: node, version, live, stopped or
+    /// expired, started, last seen, and the handlers and jobs each registered.
+    Instances,
     /// Dynamic schedules: jobs defined by rows, bound to handlers the app registered.
     Schedules {
         /// What to do with them.
@@ -261,6 +272,8 @@ pub struct Output {
     /// The process's exit code: 0, or one of the crate's documented codes
     /// (`forget`'s [`EXIT_HELD`], `trigger --wait`'s [`EXIT_RUN_FAILED`], …).
     pub exit_code: u8,
+    /// Warnings for stderr (`trigger` of a job no live instance runs).
+    pub warnings: Vec<String>,
 }
 
 /// Opens a store on `url` with one connection, without running migrations (the CLI
@@ -329,6 +342,7 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
         }
     }
     let mut exit_code = 0;
+    let mut warnings = Vec::new();
     let text = match &cli.command {
         Command::Status => {
             let status = status(db.postgres("status")?, &cli.table).await?;
@@ -364,6 +378,14 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
             if !args.force {
                 check_job(controls, &args.job, false).await?;
             }
+            // Best effort: a store that cannot say gives no warning.
+            if let Ok(false) = runs_live(controls, &args.job).await {
+                warnings.push(format!(
+                    "no live instance runs job {:?}: the trigger waits until one that runs it \
+                     starts (`scheduler-cli instances` lists them)",
+                    args.job
+                ));
+            }
             let mut triggered = trigger(controls, &args.request()).await?;
             if let Some(wait) = args.wait.timeout() {
                 triggered = trigger_status(controls, triggered.trigger.id, Some(wait)).await?;
@@ -380,6 +402,10 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
         Command::History(args) => {
             let history = history(db.controls()?, args).await?;
             render(json, &history, History::human, History::json)?
+        }
+        Command::Instances => {
+            let instances = instances(db.store()).await?;
+            render(json, &instances, Instances::human, Instances::json)?
         }
         Command::Schedules { command } => match command {
             SchedulesCommand::List => {
@@ -411,12 +437,20 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
             });
         }
     };
-    Ok(Output { text, exit_code })
+    Ok(Output {
+        text,
+        exit_code,
+        warnings,
+    })
 }
 
 /// `next`, from now on this machine's clock.
 fn run_next(cli: &Cli, args: &NextArgs) -> Result<Output> {
     let next = next(args, Utc::now());
     let text = if cli.json { next.json()? } else { next.human() };
-    Ok(Output { text, exit_code: 0 })
+    Ok(Output {
+        text,
+        exit_code: 0,
+        warnings: Vec::new(),
+    })
 }

@@ -11,6 +11,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     match scheduler_cli::run(&cli).await {
         Ok(output) => {
+            for warning in &output.warnings {
+                eprintln!("warning: {warning}");
+            }
             // A closed pipe (`| head`) is not an error worth a panic.
             let _ = std::io::stdout().lock().write_all(output.text.as_bytes());
             ExitCode::from(output.exit_code)

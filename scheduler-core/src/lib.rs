@@ -55,6 +55,7 @@ pub use control::{
     LeaseRow, ListQuery, Listing, Page, Pause, Resume, RunQuery, RunRow, ScheduleRow, Trigger,
     TriggerId, TriggerState,
 };
+pub use control::{Heartbeat, InstanceRow};
 pub use error::{BoxError, Error, Report, Result, StoreFailure, error_chain};
 pub use job::{
     Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType,
@@ -69,7 +70,9 @@ pub use memory::MemoryStore;
 pub use outcome::RunOutcome;
 pub use outcome::{Outcome, ParseOutcomeError};
 pub use policy::{CatchUp, Overlap, Policy, Retry};
-pub use runtime::{BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL};
+pub use runtime::{
+    BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT,
+};
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{
     Health, HealthReport, JobInfo, RunRecord, RunRecorder, Scheduler, SchedulerBuilder, Stats,

@@ -50,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) retry_base: Duration,
     pub(crate) retry_cap: Duration,
     pub(crate) control_poll: Option<Duration>,
+    pub(crate) heartbeat: Duration,
+    pub(crate) app_version: Option<String>,
 }
 
 /// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
@@ -63,10 +65,23 @@ pub(crate) struct Settings {
     pub(crate) retry_cap: Duration,
     /// How often the store's controls are polled; `None`: never.
     pub(crate) control_poll: Option<Duration>,
+    /// How often this instance's heartbeat is recorded.
+    pub(crate) heartbeat: Duration,
+    /// The version each heartbeat says this instance runs.
+    pub(crate) version: Arc<str>,
 }
 
 /// How often the store's controls are polled unless the builder says otherwise.
 pub const DEFAULT_CONTROL_POLL: Duration = Duration::from_secs(5);
+
+/// How often an instance records its heartbeat unless the builder says otherwise.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// The shortest heartbeat interval [`SchedulerBuilder::build`] accepts.
+const MIN_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// The longest version text a heartbeat carries.
+const MAX_VERSION_LEN: usize = 100;
 
 impl Default for Config {
     fn default() -> Self {
@@ -79,6 +94,8 @@ impl Default for Config {
             retry_base: Duration::from_millis(100),
             retry_cap: Duration::from_secs(10),
             control_poll: Some(DEFAULT_CONTROL_POLL),
+            heartbeat: DEFAULT_HEARTBEAT,
+            app_version: None,
         }
     }
 }
@@ -134,6 +151,30 @@ impl SchedulerBuilder {
     /// ([`Store::controls`]) are never polled.
     pub fn control_poll(mut self, every: Option<Duration>) -> Self {
         self.config.control_poll = every.map(|d| d.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// How often this instance records its heartbeat
+    /// ([`Controls::heartbeat`](crate::Controls::heartbeat)): one write per interval,
+    /// the first at its first control poll. Its row ([`Controls::instances`]) stays
+    /// live for three intervals after each beat; while it is live, the handlers and
+    /// jobs it registered count ([`Controls::handlers`]). At shutdown its row is
+    /// marked stopped. Default [`DEFAULT_HEARTBEAT`] (10 s); at least 1 s. Beats go
+    /// with the control polls: none when [`control_poll`](Self::control_poll) is
+    /// `None` or the store keeps no controls.
+    ///
+    /// [`Controls::instances`]: crate::Controls::instances
+    /// [`Controls::handlers`]: crate::Controls::handlers
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.config.heartbeat = every;
+        self
+    }
+
+    /// The version this instance says it runs in its heartbeat (what an operator
+    /// reads on the instances page). Default: scheduler-core's own version. At most
+    /// 100 characters, none of them a control character.
+    pub fn app_version(mut self, version: &str) -> Self {
+        self.config.app_version = Some(version.to_owned());
         self
     }
 
@@ -205,7 +246,8 @@ impl SchedulerBuilder {
     /// [`Error::InvalidSchedule`], [`Error::InvalidTiming`] (a jitter as long as the
     /// period, a zero window or timeout, retries that cannot fit before the next
     /// tick), [`Error::MissingState`] for a declared state type not given,
-    /// [`Error::InvalidTtl`] and [`Error::TtlTooShort`].
+    /// [`Error::InvalidTtl`] and [`Error::TtlTooShort`]; [`Error::InvalidControl`]
+    /// for a heartbeat interval under 1 s or an app version that cannot be recorded.
     pub fn build(self) -> Result<Scheduler> {
         let mut config = self.config;
         let ttl = Ttl::new(config.ttl)?;
@@ -221,6 +263,15 @@ impl SchedulerBuilder {
             .retry_cap
             .min(config.ttl / 4)
             .max(Duration::from_millis(1));
+        if config.heartbeat < MIN_HEARTBEAT {
+            return Err(Error::InvalidControl {
+                reason: format!(
+                    "the heartbeat interval {:?} is too short: use at least {MIN_HEARTBEAT:?}",
+                    config.heartbeat
+                ),
+            });
+        }
+        let version = check_version(config.app_version.take())?;
         let settings = Settings {
             ttl,
             renew_every,
@@ -229,6 +280,8 @@ impl SchedulerBuilder {
             retry_base: retry_cap.min(config.retry_base),
             retry_cap,
             control_poll: config.control_poll,
+            heartbeat: config.heartbeat,
+            version,
         };
         let node = match config.node.take() {
             Some(node) => node,
@@ -280,6 +333,31 @@ impl SchedulerBuilder {
             handlers: Arc::new(handlers),
             backfills: engine::BackfillDoor::default(),
         })
+    }
+}
+
+/// The version a heartbeat says: the app's, checked, or scheduler-core's.
+fn check_version(app: Option<String>) -> Result<Arc<str>> {
+    let Some(version) = app else {
+        return Ok(env!("CARGO_PKG_VERSION").into());
+    };
+    let bad = if version.is_empty() {
+        Some("it is empty")
+    } else if version.chars().count() > MAX_VERSION_LEN {
+        Some("it is longer than 100 characters")
+    } else if version.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else {
+        None
+    };
+    match bad {
+        Some(why) => Err(Error::InvalidControl {
+            reason: format!(
+                "the app version {:?} cannot be recorded: {why}",
+                version.chars().take(MAX_VERSION_LEN).collect::<String>()
+            ),
+        }),
+        None => Ok(version.into()),
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
-pub use builder::{DEFAULT_CONTROL_POLL, SchedulerBuilder};
+pub use builder::{DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT, SchedulerBuilder};
 pub(crate) use builder::{HandlerBox, Settings, entries_for};
 pub use health::{Health, HealthReport};
 use observe::Observer;

@@ -14,6 +14,7 @@
 
 mod audit;
 mod listing;
+mod instances;
 mod rows;
 mod schedules;
 
@@ -27,6 +28,7 @@ use scheduler_core::control::{
 };
 use scheduler_core::{
     FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
+    Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use sea_orm::{TransactionTrait, Value};
 
@@ -410,6 +412,18 @@ impl ControlTables for SqliteStore {
             .iter()
             .map(|row| get(row, "handler", OP))
             .collect::<Result<_>>()?)
+    }
+
+    async fn write_heartbeat(&self, beat: &Heartbeat) -> scheduler_core::Result<()> {
+        Ok(self.beat(beat).await?)
+    }
+
+    async fn write_stopped(&self, node: &str) -> scheduler_core::Result<()> {
+        Ok(self.stop(node).await?)
+    }
+
+    async fn read_instances(&self) -> scheduler_core::Result<Vec<InstanceRow>> {
+        Ok(self.instance_rows().await?)
     }
 
     async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {

@@ -265,25 +265,40 @@ async fn edge_09_a_trigger_of_a_job_nobody_runs_stays_pending() {
     assert!(matches!(now.state, TriggerState::Pending), "{now:?}");
 }
 
-/// Edge 10: handler registrations never expire. Documented limit: "A handler
-/// registration outlives the instances that made it: a dynamic schedule naming a
-/// handler no running instance has is accepted, and waits for one." Here the only
-/// instance that registered `h` has stopped; a row naming `h` is still accepted.
+/// Edge 10, fixed: a handler registration used to outlive the instances that made
+/// it (a row naming a handler no running instance had was accepted, and waited for
+/// one: this test asserted that until instances kept a heartbeat). Now a
+/// registration counts while its instance is live: once the only instance that
+/// registered `h` has stopped (and its row expired: an hour later), a row naming `h`
+/// is refused, and accepted again once an instance with `h` runs.
 #[tokio::test(start_paused = true)]
-async fn edge_10_a_handler_registration_outlives_its_instance() {
+async fn edge_10_a_handler_registration_ends_with_its_instance() {
     let store = Arc::new(MemoryStore::new());
-    let scheduler = Scheduler::builder(store.clone())
-        .node_id("n0")
-        .control_poll(Some(ms(200)))
-        .handler("h", |_ctx: JobContext, _args: Arc<str>| async {
-            Ok::<(), BoxError>(())
-        })
-        .build()
-        .unwrap();
-    scheduler.run_until(tokio::time::sleep(secs(2))).await;
+    let make = || {
+        Scheduler::builder(store.clone())
+            .node_id("n0")
+            .control_poll(Some(ms(200)))
+            .handler("h", |_ctx: JobContext, _args: Arc<str>| async {
+                Ok::<(), BoxError>(())
+            })
+            .build()
+            .unwrap()
+    };
+    make().run_until(tokio::time::sleep(secs(2))).await;
     tokio::time::sleep(secs(3_600)).await;
     let row = scheduler_core::ScheduleRow::new("late", "h", "every 10s");
-    assert!(store.put_schedule(&row, "test", "edge 10").await.is_ok());
+    let refused = store.put_schedule(&row, "test", "edge 10").await;
+    assert!(
+        matches!(refused, Err(Error::UnknownHandler { .. })),
+        "{refused:?}"
+    );
+    let s = store.clone();
+    make()
+        .run_until(async move {
+            tokio::time::sleep(secs(2)).await;
+            assert!(s.put_schedule(&row, "test", "edge 10").await.is_ok());
+        })
+        .await;
 }
 
 /// Edge 11: a dynamic schedule changed and removed over and over runs as its row

@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 pub mod controls;
 pub mod limits;
 pub mod listing;
+pub mod instances;
 
 /// A store shared between tasks.
 pub type SharedStore = Arc<dyn Store>;

@@ -22,8 +22,11 @@ use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerI
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
+mod beats;
 mod schedules;
 mod triggers;
+
+pub(super) use beats::Beats;
 
 /// The loop's side of the controls.
 pub(super) struct ControlLoop {
@@ -74,6 +77,8 @@ pub(super) struct ControlLoop {
     /// Rows this instance cannot run, by name, with the version reported (logged
     /// once per version).
     reported: HashMap<String, i64>,
+    /// This instance's heartbeat.
+    pub(super) beats: Beats,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -89,6 +94,7 @@ impl ControlLoop {
         retry: Retry,
         entries: &[crate::runtime::Entry],
         no_handlers: bool,
+        beats: Beats,
     ) -> Self {
         let mut by_name: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -118,6 +124,7 @@ impl ControlLoop {
             registered: no_handlers && job_names.is_empty(),
             job_names,
             reported: HashMap::new(),
+            beats,
         }
     }
 
@@ -152,6 +159,7 @@ impl Engine {
         {
             self.claim_triggers().await;
         }
+        self.heartbeat_turn().await;
         self.finish_triggers().await;
     }
 

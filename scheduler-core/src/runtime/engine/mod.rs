@@ -231,6 +231,11 @@ impl Engine {
                         Retry::new(s.settings.retry_base, s.settings.retry_cap),
                         &s.entries,
                         s.handlers.is_empty(),
+                        controls::Beats::new(
+                            s.settings.heartbeat,
+                            s.settings.version.clone(),
+                            Retry::new(s.settings.retry_base, s.settings.retry_cap),
+                        ),
                     )
                 }),
             backfills: std::collections::BTreeMap::new(),
@@ -470,6 +475,9 @@ impl Engine {
         if let Some(ctl) = &self.ctl {
             if let Some(at) = ctl.poll_at() {
                 wake = wake.min(at);
+            }
+            if !self.standalone {
+                wake = wake.min(ctl.beats.next);
             }
             if !ctl.rows.is_empty() {
                 wake = now;

@@ -89,6 +89,7 @@ impl Engine {
         }
         self.settle_backfills();
         self.hand_back_backfills();
+        self.say_stopped().await;
         info!(unreleased = self.to_release.len(), "scheduler stopped");
     }
 }
