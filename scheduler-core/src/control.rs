@@ -28,9 +28,9 @@
 //! [`Taken::paused`]: crate::Taken::paused
 
 mod dashboard;
+mod instances;
 mod limits;
 pub mod listing;
-mod instances;
 mod records;
 mod schedules;
 mod state;
@@ -42,9 +42,9 @@ use std::fmt;
 use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
+pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
 pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action};
 pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
-pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};

@@ -12,8 +12,8 @@
 //! trigger, a short transaction that reads the job's pauses under the version row's
 //! lock, in `trigger`.
 
-mod listing;
 mod instances;
+mod listing;
 mod rows;
 mod state;
 mod trigger;

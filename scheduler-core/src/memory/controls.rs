@@ -51,6 +51,7 @@ impl Default for Tables {
             schedules: BTreeMap::new(),
             handlers: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            instances: BTreeMap::new(),
             announce: None,
             polls: 0,
         }

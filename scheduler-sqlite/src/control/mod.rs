@@ -13,8 +13,8 @@
 //! schedules' writes in `schedules`.
 
 mod audit;
-mod listing;
 mod instances;
+mod listing;
 mod rows;
 mod schedules;
 
@@ -24,11 +24,11 @@ use scheduler_core::control::stored::{
 };
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
-    LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId, trigger_action,
+    Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
+    trigger_action,
 };
 use scheduler_core::{
     FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
-    Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use sea_orm::{TransactionTrait, Value};
 

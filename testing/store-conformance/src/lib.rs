@@ -19,9 +19,9 @@ use scheduler_core::{LeaseName, LocalClock, Release, Store, TakeRequest, Tick, T
 use tokio::task::JoinSet;
 
 pub mod controls;
+pub mod instances;
 pub mod limits;
 pub mod listing;
-pub mod instances;
 
 /// A store shared between tasks.
 pub type SharedStore = Arc<dyn Store>;
