@@ -19,7 +19,8 @@
 //! heartbeats, migration `m20261204_000005_instances`). A pause is a
 //! condition of the batched take itself (a paused job's request is refused without
 //! a write and reported in [`Taken::paused`]), so the app's database user needs
-//! `SELECT` on `<table>_controls` beside its rights on the lease table. Each control
+//! `SELECT` on `<table>_controls` beside its rights on the lease table (and, to
+//! beat, `INSERT` and `UPDATE` on `<table>_instances`). Each control
 //! is one statement that also writes its audit row and bumps the control version;
 //! a trigger is claimed in one statement that takes the job's lease only when it is
 //! free, so exactly one instance runs it; [`Controls::poll`] reads the version alone
