@@ -124,6 +124,23 @@ impl Dashboard {
         self
     }
 
+    /// The dashboard at `path` (`/admin/scheduler`), as a router the app merges
+    /// into its own (`app.merge(dashboard.mount("/admin/scheduler"))`): both
+    /// `/admin/scheduler` and `/admin/scheduler/` lead to the jobs page. (Axum's
+    /// `Router::nest` of a router routes `/admin/scheduler` but leaves
+    /// `/admin/scheduler/` to the app's fallback; `nest_service`, used here, routes
+    /// both.) Wrap the returned router in the app's auth layer like any other.
+    ///
+    /// # Panics
+    /// As axum's `nest_service` does, when `path` is empty, `/`, or holds a
+    /// wildcard.
+    pub fn mount<S>(self, path: &str) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        Router::new().nest_service(path, self.router::<()>())
+    }
+
     /// The router to nest under a path of the app's choice
     /// (`Router::new().nest("/scheduler", dashboard.router())`), for a router of any
     /// state type. Its CSRF key, when the app gave none, is drawn here, once.

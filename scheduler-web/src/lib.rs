@@ -24,7 +24,9 @@
 //!     .node(scheduler.node_id())
 //!     .actions(Actions::enabled()) // read-only without this line
 //!     .csrf_key(b"one secret for every replica, from the app's config"); // see CSRF below
-//! let app: Router = Router::new().nest("/scheduler", dashboard.router());
+//! // `mount` answers `/scheduler` and `/scheduler/` alike (a plain `nest` of
+//! // `dashboard.router()` leaves `/scheduler/` to the app's fallback).
+//! let app: Router = Router::new().merge(dashboard.mount("/scheduler"));
 //! // axum::serve(listener, app).await?; with the scheduler run beside it
 //! # let _ = app;
 //! # Ok(())

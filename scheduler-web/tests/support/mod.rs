@@ -39,6 +39,8 @@ pub struct FakeState {
     pub triggers: Vec<Trigger>,
     pub schedules: Vec<ScheduleRow>,
     pub handlers: Vec<String>,
+    /// The jobs instances registered (`register_jobs`).
+    pub registered: Vec<String>,
     pub runs: Vec<RunRow>,
     pub leases: Vec<LeaseRow>,
 }
@@ -366,6 +368,18 @@ impl Controls for FakeStore {
 
     async fn handlers(&self) -> Result<Vec<String>> {
         Ok(self.state.lock().unwrap().handlers.clone())
+    }
+
+    async fn register_jobs(&self, _: &str, names: &[String]) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        s.registered.extend(names.iter().cloned());
+        s.registered.sort();
+        s.registered.dedup();
+        Ok(())
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>> {
+        Ok(self.state.lock().unwrap().registered.clone())
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {

@@ -1,0 +1,53 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+//! The operators' console: the summary header, the refresh choice, the jobs page's
+//! filters, search and paging, times in each job's zone, the job page's chart, and
+//! the address with a trailing slash.
+
+mod support;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use scheduler_core::Controls as _;
+use scheduler_web::{Actions, Dashboard};
+use support::{FakeStore, app, get, post};
+
+/// Mounted under `/admin/scheduler` as the docs say, the address with a trailing
+/// slash reaches the dashboard (axum's `nest` of a router leaves `/prefix/` to the
+/// app's fallback: an empty 404).
+#[tokio::test]
+async fn the_prefix_with_a_trailing_slash_leads_to_the_jobs_page() {
+    let store = FakeStore::new();
+    let app: Router = Router::new().merge(Dashboard::new(store.clone()).mount("/admin/scheduler"));
+    let (status, res, body) = get(&app, "/admin/scheduler/").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(res.headers()[header::LOCATION], "./jobs");
+    let (status, res, _) = get(&app, "/admin/scheduler").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(res.headers()[header::LOCATION], "./scheduler/jobs");
+    let (status, _, _) = get(&app, "/admin/scheduler/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, body) = get(&app, "/admin/scheduler/nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("no such page"), "{body}");
+}
+
+/// A job another instance registered (not in this dashboard's `jobs`) is known to
+/// the store, and may be paused from the dashboard.
+#[tokio::test]
+async fn a_job_registered_by_another_instance_is_controlled() {
+    let store = FakeStore::new();
+    store
+        .register_jobs("node-b", &["elsewhere".to_owned()])
+        .await
+        .unwrap();
+    let app = app(&store, &["sweep"], Actions::enabled());
+    let (cookie, token) = support::csrf(&app).await;
+    let fields = [("csrf", token.as_str()), ("name", "elsewhere")];
+    let (status, _, body) = post(&app, "/scheduler/pause", &fields, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(store.paused().len(), 1);
+    // A typo is still refused.
+    let fields = [("csrf", token.as_str()), ("name", "elsewher")];
+    let (status, _, _) = post(&app, "/scheduler/pause", &fields, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
