@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use scheduler_core::{JobInfo, Store};
 
 use crate::csrf::{Csrf, Key};
+use crate::frame::Frame;
 use crate::problem::Problem;
 use crate::shared::{Actions, MAX_BODY, MAX_TEXT, Shared};
 
@@ -192,14 +193,23 @@ async fn home(OriginalUri(original): OriginalUri) -> Redirect {
 /// session cookie when actions are enabled and the request carried none.
 async fn headers(State(shared): State<Arc<Shared>>, mut req: Request, next: Next) -> Response {
     let session = shared.csrf.session(req.headers());
-    let mut res =
-        if !shared.actions.is_enabled() && !matches!(*req.method(), Method::GET | Method::HEAD) {
-            // Neither `100 Continue` nor a byte of the body: the answer is known.
-            Problem::read_only().into_response()
-        } else {
-            req.extensions_mut().insert(session.clone());
-            next.run(req).await.into_response()
-        };
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    let mut res = if !shared.actions.is_enabled() && !read {
+        // Neither `100 Continue` nor a byte of the body: the answer is known.
+        Problem::read_only().into_response()
+    } else if read {
+        // A page: its frame (refresh, header counts) first.
+        match Frame::read(&shared, req.uri().path(), req.uri().query()).await {
+            Ok(frame) => {
+                req.extensions_mut().insert(session.clone());
+                frame.scope(next.run(req)).await.into_response()
+            }
+            Err(problem) => problem.into_response(),
+        }
+    } else {
+        req.extensions_mut().insert(session.clone());
+        next.run(req).await.into_response()
+    };
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(

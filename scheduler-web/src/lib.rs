@@ -108,6 +108,7 @@
 mod actions;
 mod csrf;
 mod dashboard;
+mod frame;
 mod history;
 mod jobs;
 mod layout;

@@ -51,3 +51,63 @@ async fn a_job_registered_by_another_instance_is_controlled() {
     let (status, _, _) = post(&app, "/scheduler/pause", &fields, Some(&cookie)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// The hrefs of a page, `&amp;` read as `&`.
+fn hrefs(body: &str) -> Vec<String> {
+    body.split(" href=\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().replace("&amp;", "&"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refresh_is_chosen_by_link_and_kept_across_the_pages() {
+    let store = FakeStore::new();
+    let trigger = store
+        .trigger(&scheduler_core::ControlRequest::new("sweep", "test"))
+        .await
+        .unwrap();
+    let app = app(&store, &["sweep"], Actions::default());
+
+    let (status, _, off) = get(&app, "/scheduler/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!off.contains("http-equiv=\"refresh\""), "off by default");
+    let links = hrefs(&off);
+    for choice in ["./jobs?refresh=5", "./jobs?refresh=15", "./jobs?refresh=60"] {
+        assert!(links.iter().any(|l| l == choice), "{choice} offered: {links:?}");
+    }
+
+    let (status, _, on) = get(&app, "/scheduler/jobs?refresh=5").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(on.contains(r#"<meta http-equiv="refresh" content="5">"#), "{on}");
+    let links = hrefs(&on);
+    for nav in ["./jobs", "./leases", "./failures", "./audit", "./instances"] {
+        let kept = format!("{nav}?refresh=5");
+        assert!(links.contains(&kept), "the nav keeps the refresh: {kept} in {links:?}");
+    }
+    // The choice "off" leads back to the page without it.
+    assert!(links.iter().any(|l| l == "./jobs"), "{links:?}");
+    // A page with filters keeps them in its refresh choices.
+    let (_, _, filtered) = get(&app, "/scheduler/job?name=sweep&refresh=15").await;
+    assert!(filtered.contains(r#"content="15""#));
+    assert!(
+        hrefs(&filtered).iter().any(|l| l == "./job?name=sweep&refresh=60"),
+        "{filtered}"
+    );
+
+    // The trigger's own refresh still works, and the sooner one wins.
+    let (_, _, page) = get(&app, &format!("/scheduler/trigger?id={}", trigger.id)).await;
+    assert!(page.contains(r#"content="2""#), "{page}");
+    let (_, _, page) = get(
+        &app,
+        &format!("/scheduler/trigger?id={}&refresh=60", trigger.id),
+    )
+    .await;
+    assert!(page.contains(r#"content="2""#), "{page}");
+
+    for bad in ["7", "0", "soon", "-5"] {
+        let (status, _, body) = get(&app, &format!("/scheduler/jobs?refresh={bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "refresh={bad}");
+        assert!(body.contains("one of 5, 15, 60"), "in words: {body}");
+    }
+}
