@@ -155,6 +155,21 @@ pub(crate) fn instant(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
     }
 }
 
+/// An instant in a job's zone with UTC beside (`2026-03-29 09:00:00 CEST · 07:00:00
+/// UTC`), or in UTC only for a job without a zone.
+pub(crate) fn zoned(at: DateTime<Utc>, zone: Option<chrono_tz::Tz>) -> Markup {
+    html! {
+        time datetime=(rfc3339(at)) title=(rfc3339(at)) {
+            @if let Some(tz) = zone {
+                (at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z"))
+                span.muted { " · " (at.format("%H:%M:%S UTC")) }
+            } @else {
+                (at.format("%Y-%m-%d %H:%M:%S UTC"))
+            }
+        }
+    }
+}
+
 /// An instant in RFC 3339, UTC, to the millisecond.
 pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
