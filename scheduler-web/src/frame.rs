@@ -6,6 +6,7 @@
 
 use std::future::Future;
 
+use scheduler_core::ListQuery;
 use serde::Deserialize;
 
 use crate::problem::Problem;
@@ -137,12 +138,15 @@ async fn summary(shared: &Shared) -> scheduler_core::Result<Summary> {
             ..Summary::default()
         });
     };
-    let schedules = 0; // PENDING-LISTS controls.schedules_listing(&ListQuery::new(1)).await?.total;
+    let schedules = controls.schedules_listing(&ListQuery::new(1)).await?.total;
     let mut paused: Vec<String> = controls.paused().await?.into_iter().map(|p| p.job).collect();
     paused.sort();
     paused.dedup();
-    let running = 0; // PENDING-LISTS
-    let failing = 0; // PENDING-LISTS
+    let running = controls
+        .leases_listing(&ListQuery::new(1).held(true))
+        .await?
+        .total;
+    let failing = controls.failing_jobs().await?.len() as u64;
     Ok(Summary {
         jobs: code + schedules,
         paused: paused.len() as u64,

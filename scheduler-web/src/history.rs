@@ -181,7 +181,7 @@ fn summary(job: &JobView, now: DateTime<Utc>) -> Markup {
                 dt { "Fencing" } dd { (jobs::fencing_cell(job.fencing)) }
             }
             dt { "Paused" } dd { (jobs::paused_cell(&job.pauses, now)) }
-            dt { "Lateness" } dd { (jobs::lateness_cell(&job.runs)) }
+            dt { "Lateness" } dd { (jobs::lateness_cell(job)) }
         }
     }
 }

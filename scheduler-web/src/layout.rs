@@ -61,6 +61,16 @@ input[type=text],textarea,select{font:inherit}
 label input[type=text]{width:24em}
 textarea{width:24em;height:4em}
 pre{white-space:pre-wrap;margin:0}
+table.jobs td{padding:.2em .5em;line-height:1.3}
+.badge{font-size:11px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;white-space:nowrap}
+.clip{display:inline-block;max-width:22em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+details summary{cursor:pointer}
+form.filters{display:flex;flex-wrap:wrap;gap:.4em;align-items:center;margin:.4em 0}
+form.filters input{width:12em}
+.pager{display:flex;gap:.8em;align-items:baseline;margin:.3em 0}
+svg.chart{max-width:100%;height:auto;border:1px solid var(--line)}
+svg .ok{fill:var(--ok)}svg .bad{fill:var(--bad)}svg .warn{fill:var(--warn)}
+svg text{font:11px system-ui,sans-serif;fill:currentColor}svg line{stroke:var(--line)}
 ";
 
 /// A whole page, in the frame of the request being answered ([`Frame`]): the

@@ -171,7 +171,8 @@ async fn late(
         query.cursor = Cursor::First;
     }
     let mut found = Vec::new();
-    let (mut scanned, mut more_after, mut last_judged) = (0u64, false, None);
+    let (mut scanned, mut last_judged) = (0u64, None);
+    let mut more_after;
     loop {
         let page = controls.schedules_listing(&query).await?;
         let views: Vec<JobView> = page.rows.iter().map(|r| JobView::dynamic(r, now)).collect();

@@ -13,7 +13,7 @@ use axum::http::{Request, Response, StatusCode, header};
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
+    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, ListQuery, Listing, MemoryStore, Outcome, Page,
     Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store,
     TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
@@ -368,6 +368,36 @@ impl Controls for FakeStore {
 
     async fn handlers(&self) -> Result<Vec<String>> {
         Ok(self.state.lock().unwrap().handlers.clone())
+    }
+
+    // As the stores do: a page read from the rows, never a full read.
+    async fn schedules_listing(&self, q: &ListQuery) -> Result<Listing<ScheduleRow>> {
+        let rows = self.state.lock().unwrap().schedules.clone();
+        Ok(scheduler_core::control::listing::schedules_of(rows, q))
+    }
+
+    async fn leases_listing(&self, q: &ListQuery) -> Result<Listing<LeaseRow>> {
+        let rows = self.state.lock().unwrap().leases.clone();
+        Ok(scheduler_core::control::listing::leases_of(
+            rows,
+            q,
+            Utc::now(),
+        ))
+    }
+
+    async fn failing_jobs(&self) -> Result<Vec<String>> {
+        let s = self.state.lock().unwrap();
+        let mut latest: std::collections::BTreeMap<&str, &RunRow> = Default::default();
+        for run in &s.runs {
+            if latest.get(run.job.as_str()).is_none_or(|r| r.id < run.id) {
+                latest.insert(&run.job, run);
+            }
+        }
+        Ok(latest
+            .into_iter()
+            .filter(|(_, r)| r.outcome.is_failure())
+            .map(|(job, _)| job.to_owned())
+            .collect())
     }
 
     async fn register_jobs(&self, _: &str, names: &[String]) -> Result<()> {
