@@ -106,6 +106,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod actions;
+mod chart;
 mod csrf;
 mod dashboard;
 mod frame;

@@ -12,11 +12,17 @@ use crate::link;
 use crate::shared::Shared;
 use crate::words::{self, Described};
 
-/// The job's name, a link to its page, and what stands out: paused, running, late,
-/// failing.
+/// The job's name, a link to its page, and what stands out ([`badges`]).
 pub(crate) fn name_cell(job: &JobView, now: DateTime<Utc>) -> Markup {
     html! {
         a href=(link::kept(&link::job(&job.name))) { (job.name) }
+        (badges(job, now))
+    }
+}
+
+/// What stands out about a job: paused (where), running, late, failing.
+pub(crate) fn badges(job: &JobView, now: DateTime<Utc>) -> Markup {
+    html! {
         @for p in &job.pauses {
             " " span.badge.paused data-badge="paused" title={ "by " (p.by) @if !p.why.is_empty() { ": " (p.why) } } {
                 "paused " @if let Some(node) = &p.node { "on " (node) } @else { "everywhere" }

@@ -15,10 +15,10 @@ use maud::{Markup, html};
 use scheduler_core::{Cursor, Pause};
 
 pub(crate) use cells::{
-    fencing_cell, lateness_cell, next_cell, paused_cell, policy_cell, schedule_cell,
+    badges, fencing_cell, lateness_cell, next_cell, paused_cell, policy_cell, schedule_cell,
 };
 pub(crate) use triggers::{trigger_state, triggers};
-pub(crate) use view::JobView;
+pub(crate) use view::{JobView, leases_of};
 
 use self::filters::{Filters, JobsQuery, State as JobState};
 use self::select::{LATE_SCAN, Selected};
