@@ -61,9 +61,9 @@ input[type=text],textarea,select{font:inherit}
 label input[type=text]{width:24em}
 textarea{width:24em;height:4em}
 pre{white-space:pre-wrap;margin:0}
-table.jobs td{padding:.2em .5em;line-height:1.3}
+table.jobs td{padding:.15em .5em;line-height:1.3;white-space:nowrap}table.jobs td form.inline{margin:0 .2em 0 0}table.jobs button{padding:0 .4em}
 .badge{font-size:11px;border:1px solid currentColor;border-radius:3px;padding:0 .3em;white-space:nowrap}
-.clip{display:inline-block;max-width:22em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+.clip{display:inline-block;max-width:16em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
 details summary{cursor:pointer}
 form.filters{display:flex;flex-wrap:wrap;gap:.4em;align-items:center;margin:.4em 0}
 form.filters input{width:12em}

@@ -50,8 +50,7 @@ pub(crate) fn next_cell(job: &JobView, now: DateTime<Utc>) -> Markup {
         @match &job.next {
             Ok(Some(tick)) => {
                 (layout::instant(tick.at, now))
-                br;
-                span.small.muted { (layout::zoned(tick.at, job.zone)) }
+                " · " span.muted { (layout::zoned(tick.at, job.zone)) }
                 @if let Some(dst) = &tick.dst { br; span.small.warn { (dst) } }
             }
             Ok(None) => span.muted { @if job.dynamic.as_ref().is_some_and(|r| !r.enabled) { "disabled" } @else { "none" } },
@@ -130,9 +129,8 @@ pub(crate) fn last_run_cell(job: &JobView, now: DateTime<Utc>) -> Markup {
         @if let Some(run) = job.runs.first() {
             (layout::outcome(run.outcome))
             " " (layout::instant(run.finished, now))
-            br;
-            span.small.muted { "took " (words::span(run.finished - run.started)) " on " (run.node) }
-            @if let Some(error) = &run.error { br; span.small.bad.clip title=(error) { (error) } }
+            span.muted { " · took " (words::span(run.finished - run.started)) " on " (run.node) }
+            @if let Some(error) = &run.error { " " span.bad.clip title=(error) { (error) } }
         } @else {
             span.muted { "none recorded" }
         }
@@ -164,7 +162,7 @@ pub(crate) fn lateness_cell(job: &JobView) -> Markup {
             span.muted { "—" }
         }
         @if let Some(latest) = caught_up.iter().max() {
-            @if count > 0 { br; }
+            @if count > 0 { " · " }
             span.warn data-catch-up=(caught_up.len())
                 title="a tick older than the job's period was run late on purpose: caught up after an outage, a pause or a first start" {
                 (caught_up.len()) " caught up"

@@ -20,6 +20,8 @@ use scheduler_core::{
 use scheduler_web::{Actions, Dashboard};
 use tower::ServiceExt as _;
 
+pub mod browser;
+
 /// A store whose controls live in memory: pauses, triggers, schedules, handlers,
 /// the record of controls, and runs and leases the test puts there.
 #[derive(Debug, Default)]
