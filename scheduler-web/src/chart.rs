@@ -112,8 +112,14 @@ mod tests {
         assert!(bars[0].starts_with(r#"class="warn" data-bar="1""#), "{svg}");
         assert!(bars[1].starts_with(r#"class="ok" data-bar="2""#));
         assert!(bars[2].starts_with(r#"class="bad" data-bar="3""#));
-        assert!(svg.contains("&lt;script&gt;") && !svg.contains("<script"), "{svg}");
-        assert!(svg.contains(">1 s</text>"), "the axis says the longest: {svg}");
+        assert!(
+            svg.contains("&lt;script&gt;") && !svg.contains("<script"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">1 s</text>"),
+            "the axis says the longest: {svg}"
+        );
         assert!(svg.contains("runs, oldest → newest"));
         assert_eq!(durations(&[]).into_string(), "");
     }

@@ -143,8 +143,10 @@ impl Dashboard {
     }
 
     /// The router to nest under a path of the app's choice
-    /// (`Router::new().nest("/scheduler", dashboard.router())`), for a router of any
-    /// state type. Its CSRF key, when the app gave none, is drawn here, once.
+    /// (`Router::new().nest_service("/scheduler", dashboard.router::<()>())`, which
+    /// [`Dashboard::mount`] does), for a router of any state type. Its CSRF key, when
+    /// the app gave none, is drawn here, once. (With `Router::nest` instead, axum
+    /// routes `/scheduler` but leaves `/scheduler/` to the app's fallback.)
     pub fn router<S>(self) -> Router<S>
     where
         S: Clone + Send + Sync + 'static,

@@ -139,7 +139,12 @@ async fn summary(shared: &Shared) -> scheduler_core::Result<Summary> {
         });
     };
     let schedules = controls.schedules_listing(&ListQuery::new(1)).await?.total;
-    let mut paused: Vec<String> = controls.paused().await?.into_iter().map(|p| p.job).collect();
+    let mut paused: Vec<String> = controls
+        .paused()
+        .await?
+        .into_iter()
+        .map(|p| p.job)
+        .collect();
     paused.sort();
     paused.dedup();
     let running = controls
@@ -168,9 +173,19 @@ mod tests {
         assert_eq!(refresh(Some("refresh=5&q=x")).unwrap(), Some(5));
         assert_eq!(refresh(Some("refresh=60")).unwrap(), Some(60));
         assert_eq!(refresh(Some("refresh=off")).unwrap(), None);
-        for bad in ["refresh=7", "refresh=0", "refresh=abc", "refresh=-5", "refresh=1e9"] {
+        for bad in [
+            "refresh=7",
+            "refresh=0",
+            "refresh=abc",
+            "refresh=-5",
+            "refresh=1e9",
+        ] {
             let problem = refresh(Some(bad)).unwrap_err();
-            assert_eq!(problem.status(), axum::http::StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(
+                problem.status(),
+                axum::http::StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
             assert!(problem.message().contains("5, 15, 60"), "{bad}");
         }
     }

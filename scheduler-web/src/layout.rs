@@ -121,9 +121,27 @@ pub(crate) fn refreshing_page(title: &str, nav: Nav, body: Markup, refresh: Opti
 fn summary_bar(summary: Summary, refresh: Option<u32>) -> Markup {
     let counts = [
         (summary.jobs, "job", "jobs", link::JOBS.to_owned(), "jobs"),
-        (summary.paused, "paused", "paused", link::jobs_in_state("paused"), "paused"),
-        (summary.running, "running", "running", link::jobs_in_state("running"), "running"),
-        (summary.failing, "failing", "failing", link::jobs_in_state("failing"), "failing"),
+        (
+            summary.paused,
+            "paused",
+            "paused",
+            link::jobs_in_state("paused"),
+            "paused",
+        ),
+        (
+            summary.running,
+            "running",
+            "running",
+            link::jobs_in_state("running"),
+            "running",
+        ),
+        (
+            summary.failing,
+            "failing",
+            "failing",
+            link::jobs_in_state("failing"),
+            "failing",
+        ),
     ];
     html! {
         span.summary data-summary {

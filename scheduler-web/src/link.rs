@@ -125,7 +125,10 @@ mod tests {
     #[test]
     fn a_refresh_is_added_to_any_link() {
         assert_eq!(with_refresh(JOBS, Some(5)), "./jobs?refresh=5");
-        assert_eq!(with_refresh("./job?name=x", Some(60)), "./job?name=x&refresh=60");
+        assert_eq!(
+            with_refresh("./job?name=x", Some(60)),
+            "./job?name=x&refresh=60"
+        );
         assert_eq!(with_refresh(JOBS, None), "./jobs");
     }
 }

@@ -48,7 +48,6 @@ use scheduler_web::{Actions, Dashboard};
 use support::browser::{ChromeDriver, PATIENCE, TempDir, eventually};
 use tokio::sync::oneshot;
 
-
 #[job(every = "1s")]
 async fn tick(_ctx: JobContext) -> Result<(), BoxError> {
     Ok(())
@@ -473,7 +472,6 @@ async fn row_text(browser: &Client, job: &str) -> Option<String> {
         .ok()?;
     row.text().await.ok()
 }
-
 
 /// The scheduler and the dashboard, on a SQLite file.
 struct App {

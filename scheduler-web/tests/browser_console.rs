@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use axum::Router;
 use fantoccini::{Client, Locator};
-use scheduler_core::{
-    BoxError, ControlRequest, JobContext, ScheduleRow, Scheduler, Store, job,
-};
+use scheduler_core::{BoxError, ControlRequest, JobContext, ScheduleRow, Scheduler, Store, job};
 use scheduler_sqlite::{HistoryOptions, RunHistory, SqliteOptions, SqliteStore};
 use scheduler_web::{Actions, Dashboard};
 use support::browser::{ChromeDriver, PATIENCE, TempDir, eventually};
@@ -91,7 +89,12 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
     // once the scheduler has registered their handler; one of them paused.
     let controls = store.controls().unwrap();
     eventually("the handler registered", || async {
-        controls.handlers().await.ok()?.contains(&"report".to_owned()).then_some(())
+        controls
+            .handlers()
+            .await
+            .ok()?
+            .contains(&"report".to_owned())
+            .then_some(())
     })
     .await;
     for i in 0..SCHEDULES {
@@ -110,7 +113,10 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
     // 1. The header, and at least 20 jobs on the screen.
     browser.goto(&format!("{base}/")).await.unwrap();
     let header = text(browser, "header").await;
-    assert!(header.contains("122 jobs"), "two in code, 120 schedules: {header}");
+    assert!(
+        header.contains("122 jobs"),
+        "two in code, 120 schedules: {header}"
+    );
     assert!(header.contains("1 paused"), "{header}");
     assert_eq!(position(browser).await, "1–50 of 120 schedules");
     // The window's inner height: the screen less the browser's own bars.
@@ -121,13 +127,20 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
         .as_f64()
         .unwrap();
     let mut visible = 0;
-    for row in browser.find_all(Locator::Css("tr[data-job]")).await.unwrap() {
+    for row in browser
+        .find_all(Locator::Css("tr[data-job]"))
+        .await
+        .unwrap()
+    {
         let (_, y, _, h) = row.rectangle().await.unwrap();
         if y + h <= inner {
             visible += 1;
         }
     }
-    assert!(visible >= 20, "{visible} jobs in a 1920 × 1080 window ({inner} px inside)");
+    assert!(
+        visible >= 20,
+        "{visible} jobs in a 1920 × 1080 window ({inner} px inside)"
+    );
     screenshot(browser, dir.path(), "jobs.png").await;
 
     // 2. Forward, back, last.
@@ -156,7 +169,12 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
     .await;
     assert_eq!(rows, ["tenant-007"]);
     browser.goto(&format!("{base}/jobs")).await.unwrap();
-    let q = browser.find(Locator::Css("form[data-form=\"filters\"] input[name=\"q\"]")).await.unwrap();
+    let q = browser
+        .find(Locator::Css(
+            "form[data-form=\"filters\"] input[name=\"q\"]",
+        ))
+        .await
+        .unwrap();
     q.send_keys("TENANT-11").await.unwrap();
     browser
         .find(Locator::Css("form[data-form=\"filters\"] button"))
@@ -175,7 +193,10 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
 
     // 4. With refresh=5 the page reloads by itself: a mark left in this page's
     //    window is gone, and a newer run is listed, without navigation.
-    browser.goto(&format!("{base}/job?name=tick&refresh=5")).await.unwrap();
+    browser
+        .goto(&format!("{base}/job?name=tick&refresh=5"))
+        .await
+        .unwrap();
     let newest = || async {
         browser
             .find(Locator::Css("tr[data-run]"))
@@ -188,17 +209,34 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
             .ok()
     };
     let before = eventually("a run of tick", newest).await;
-    browser.execute("window.stillHere = true", Vec::new()).await.unwrap();
+    browser
+        .execute("window.stillHere = true", Vec::new())
+        .await
+        .unwrap();
     eventually("the page to reload itself with a newer run", || async {
-        let kept = browser.execute("return window.stillHere === true", Vec::new()).await.ok()?;
+        let kept = browser
+            .execute("return window.stillHere === true", Vec::new())
+            .await
+            .ok()?;
         let newer = newest().await?;
         (kept == serde_json::Value::Bool(false) && newer > before).then_some(())
     })
     .await;
-    assert!(browser.current_url().await.unwrap().query().unwrap().contains("refresh=5"));
+    assert!(
+        browser
+            .current_url()
+            .await
+            .unwrap()
+            .query()
+            .unwrap()
+            .contains("refresh=5")
+    );
 
     // 5. The job page of `flaky`, its chart with failures.
-    browser.goto(&format!("{base}/job?name=flaky")).await.unwrap();
+    browser
+        .goto(&format!("{base}/job?name=flaky"))
+        .await
+        .unwrap();
     eventually("a failed run of flaky charted", || async {
         browser.refresh().await.ok()?;
         let bars = browser.find_all(Locator::Css("svg rect.bad")).await.ok()?;
@@ -209,12 +247,21 @@ async fn an_operator_pages_filters_searches_and_watches_a_job() {
 
     session.close().await.unwrap();
     let _ = stop.send(());
-    tokio::time::timeout(PATIENCE, scheduler_task).await.unwrap().unwrap();
+    tokio::time::timeout(PATIENCE, scheduler_task)
+        .await
+        .unwrap()
+        .unwrap();
     server.abort();
 }
 
 async fn text(browser: &Client, css: &str) -> String {
-    browser.find(Locator::Css(css)).await.unwrap().text().await.unwrap()
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// What the pager says.
@@ -225,7 +272,11 @@ async fn position(browser: &Client) -> String {
 /// The names of the jobs listed.
 async fn listed_jobs(browser: &Client) -> Vec<String> {
     let mut names = Vec::new();
-    for row in browser.find_all(Locator::Css("tr[data-job]")).await.unwrap_or_default() {
+    for row in browser
+        .find_all(Locator::Css("tr[data-job]"))
+        .await
+        .unwrap_or_default()
+    {
         if let Ok(Some(name)) = row.attr("data-job").await {
             names.push(name);
         }
@@ -253,7 +304,13 @@ async fn follow(browser: &Client, page: &str) {
         .await
         .unwrap();
     eventually(&format!("the {page} page"), || async {
-        let now = browser.find(Locator::Css("[data-position]")).await.ok()?.text().await.ok()?;
+        let now = browser
+            .find(Locator::Css("[data-position]"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
         (now != before).then_some(())
     })
     .await;

@@ -133,7 +133,11 @@ async fn known(shared: &Shared, controls: &dyn Controls, name: &str) -> Result<(
     // job the store knows of: another instance's jobs, any job with a lease.
     if shared.job(name).is_some()
         || controls.schedule(name).await?.is_some()
-        || controls.known_jobs().await?.iter().any(|known| known == name)
+        || controls
+            .known_jobs()
+            .await?
+            .iter()
+            .any(|known| known == name)
     {
         Ok(())
     } else {

@@ -193,7 +193,8 @@ mod tests {
 
     fn filters(query: &str) -> Result<Filters, Problem> {
         let uri: axum::http::Uri = format!("/jobs?{query}").parse().unwrap();
-        let axum::extract::Query(q) = axum::extract::Query::<JobsQuery>::try_from_uri(&uri).unwrap();
+        let axum::extract::Query(q) =
+            axum::extract::Query::<JobsQuery>::try_from_uri(&uri).unwrap();
         q.filters()
     }
 
@@ -206,16 +207,30 @@ mod tests {
             f.link(&Cursor::Before("x y".into()), Some(51)),
             "./jobs?q=rep&state=late&handler=h&node=n1&before=x%20y&at=51"
         );
-        assert_eq!(f.link(&Cursor::First, Some(1)), "./jobs?q=rep&state=late&handler=h&node=n1");
-        assert_eq!(Filters::default().link(&Cursor::Last, None), "./jobs?page=last");
+        assert_eq!(
+            f.link(&Cursor::First, Some(1)),
+            "./jobs?q=rep&state=late&handler=h&node=n1"
+        );
+        assert_eq!(
+            Filters::default().link(&Cursor::Last, None),
+            "./jobs?page=last"
+        );
         assert_eq!(Filters::default().link(&Cursor::First, None), "./jobs");
         assert_eq!(filters("state=&q=").unwrap(), Filters::default());
-        assert_eq!(filters("schedules_after=c").unwrap().cursor, Cursor::After("c".into()));
+        assert_eq!(
+            filters("schedules_after=c").unwrap().cursor,
+            Cursor::After("c".into())
+        );
     }
 
     #[test]
     fn unknown_states_and_two_pages_are_refused() {
-        assert!(filters("state=stuck").unwrap_err().message().contains("failing, paused"));
+        assert!(
+            filters("state=stuck")
+                .unwrap_err()
+                .message()
+                .contains("failing, paused")
+        );
         assert!(filters("after=a&before=b").is_err());
         assert!(filters("page=7").is_err());
     }

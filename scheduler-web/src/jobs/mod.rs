@@ -116,11 +116,10 @@ fn code_matches(
     failing: &[String],
     now: DateTime<Utc>,
 ) -> bool {
-    let node = filters.node.as_deref().is_none_or(|node| {
-        job.lease
-            .as_ref()
-            .is_some_and(|l| l.node() == Some(node))
-    });
+    let node = filters
+        .node
+        .as_deref()
+        .is_none_or(|node| job.lease.as_ref().is_some_and(|l| l.node() == Some(node)));
     let state = match filters.state {
         None => true,
         Some(JobState::Paused) => paused.iter().any(|p| p.job == job.name),
@@ -172,13 +171,19 @@ fn pager(filters: &Filters, page: &Selected) -> Markup {
         Cursor::Last => page.total.map(|t| t.saturating_sub(rows) + 1),
         _ => filters.at,
     };
-    let previous = page.first.as_ref().filter(|_| page.more_before).map(|first| {
-        let back = at.map(|a| a.saturating_sub(rows.max(1)).max(1));
-        filters.link(&Cursor::Before(first.clone()), back)
-    });
-    let next = page.last.as_ref().filter(|_| page.more_after).map(|last| {
-        filters.link(&Cursor::After(last.clone()), at.map(|a| a + rows))
-    });
+    let previous = page
+        .first
+        .as_ref()
+        .filter(|_| page.more_before)
+        .map(|first| {
+            let back = at.map(|a| a.saturating_sub(rows.max(1)).max(1));
+            filters.link(&Cursor::Before(first.clone()), back)
+        });
+    let next = page
+        .last
+        .as_ref()
+        .filter(|_| page.more_after)
+        .map(|last| filters.link(&Cursor::After(last.clone()), at.map(|a| a + rows)));
     html! {
         p.pager.small data-pager {
             span data-position {

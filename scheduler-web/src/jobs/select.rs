@@ -54,7 +54,11 @@ pub(crate) async fn dynamic(
             let listing = controls
                 .schedules_listing(&filters.list_query(limit))
                 .await?;
-            let views = listing.rows.iter().map(|r| JobView::dynamic(r, now)).collect();
+            let views = listing
+                .rows
+                .iter()
+                .map(|r| JobView::dynamic(r, now))
+                .collect();
             finish(controls, views, &listing, "schedules", paused).await
         }
     }
@@ -183,7 +187,11 @@ async fn late(
             scanned += 1;
             last_judged = Some(view.name.clone());
             let mut view = view.with_lease(&leases);
-            view.pauses = paused.iter().filter(|p| p.job == view.name).cloned().collect();
+            view.pauses = paused
+                .iter()
+                .filter(|p| p.job == view.name)
+                .cloned()
+                .collect();
             if view.late_since(now).is_some() {
                 found.push(view);
                 if found.len() >= limit as usize {
@@ -192,7 +200,9 @@ async fn late(
             }
         }
         more_after = page.more_after || found.len() >= limit as usize;
-        let Some(last) = last_judged.clone() else { break };
+        let Some(last) = last_judged.clone() else {
+            break;
+        };
         if found.len() >= limit as usize || !page.more_after || scanned >= u64::from(LATE_SCAN) {
             break;
         }

@@ -197,10 +197,15 @@ pub(crate) async fn leases_of(
     let wanted: std::collections::HashSet<&str> = names.iter().copied().collect();
     // Every name after this one: `first` without its last character sorts before
     // `first` and before any name starting with `first`.
-    let mut from: String = first.chars().take(first.chars().count().saturating_sub(1)).collect();
+    let mut from: String = first
+        .chars()
+        .take(first.chars().count().saturating_sub(1))
+        .collect();
     for _ in 0..LEASE_WINDOW_PAGES {
         let page = controls
-            .leases_listing(&ListQuery::new(scheduler_core::control::listing::MAX_LIMIT).after(from.clone()))
+            .leases_listing(
+                &ListQuery::new(scheduler_core::control::listing::MAX_LIMIT).after(from.clone()),
+            )
             .await?;
         let mut past = false;
         for row in page.rows {
@@ -209,9 +214,7 @@ pub(crate) async fn leases_of(
                 break;
             }
             let job = row.job();
-            if wanted.contains(job.as_str())
-                && found.get(&job).is_none_or(|l| l.tick < row.tick)
-            {
+            if wanted.contains(job.as_str()) && found.get(&job).is_none_or(|l| l.tick < row.tick) {
                 found.insert(job, row.clone());
             }
             from = row.name;
