@@ -12,7 +12,6 @@ use axum::routing::{get, post};
 use scheduler_core::{JobInfo, Store};
 
 use crate::csrf::{Csrf, Key};
-use crate::frame::Frame;
 use crate::problem::Problem;
 use crate::shared::{Actions, MAX_BODY, MAX_TEXT, Shared};
 
@@ -201,7 +200,7 @@ async fn headers(State(shared): State<Arc<Shared>>, mut req: Request, next: Next
         Problem::read_only().into_response()
     } else if read {
         // A page: its frame (refresh, header counts) first.
-        match Frame::read(&shared, req.uri().path(), req.uri().query()).await {
+        match crate::header::read(&shared, req.uri().path(), req.uri().query()).await {
             Ok(frame) => {
                 req.extensions_mut().insert(session.clone());
                 frame.scope(next.run(req)).await.into_response()

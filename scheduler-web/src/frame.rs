@@ -6,11 +6,7 @@
 
 use std::future::Future;
 
-use scheduler_core::ListQuery;
 use serde::Deserialize;
-
-use crate::problem::Problem;
-use crate::shared::Shared;
 
 tokio::task_local! {
     static FRAME: Frame;
@@ -61,44 +57,21 @@ impl Frame {
     pub(crate) async fn scope<F: Future>(self, page: F) -> F::Output {
         FRAME.scope(self, page).await
     }
-
-    /// The frame of a `GET` of `path` (the page's path within the dashboard) with
-    /// `query`: its refresh (anything but one of [`REFRESH_CHOICES`] is a `400`),
-    /// its address, and the summary read from the store.
-    pub(crate) async fn read(
-        shared: &Shared,
-        path: &str,
-        query: Option<&str>,
-    ) -> Result<Self, Problem> {
-        let refresh = refresh(query)?;
-        let summary = match summary(shared).await {
-            Ok(summary) => Some(summary),
-            Err(e) => {
-                tracing::warn!(error = %e, "dashboard: the header's counts could not be read");
-                None
-            }
-        };
-        Ok(Self {
-            refresh,
-            address: address(path, query),
-            summary,
-        })
-    }
 }
 
 /// The refresh chosen in `query`: none, or one of [`REFRESH_CHOICES`].
-fn refresh(query: Option<&str>) -> Result<Option<u32>, Problem> {
+pub(crate) fn refresh(query: Option<&str>) -> Result<Option<u32>, String> {
     let uri = format!("/?{}", query.unwrap_or_default());
     let parsed = uri
         .parse()
         .ok()
         .and_then(|uri| axum::extract::Query::<RefreshQuery>::try_from_uri(&uri).ok());
     let words = || {
-        Problem::bad_request(format!(
+        format!(
             "refresh is the seconds between reloads of the page: one of {}, or leave it out \
              to reload only when asked",
             REFRESH_CHOICES.map(|s| s.to_string()).join(", ")
-        ))
+        )
     };
     let Some(axum::extract::Query(RefreshQuery { refresh })) = parsed else {
         return Err(words());
@@ -113,7 +86,7 @@ fn refresh(query: Option<&str>) -> Result<Option<u32>, Problem> {
 }
 
 /// The page at `path` (`/jobs`) with `query`, relative, its `refresh` left out.
-fn address(path: &str, query: Option<&str>) -> String {
+pub(crate) fn address(path: &str, query: Option<&str>) -> String {
     let page = path.rsplit('/').next().unwrap_or_default();
     let page = if page.is_empty() { "jobs" } else { page };
     let kept: Vec<&str> = query
@@ -126,38 +99,6 @@ fn address(path: &str, query: Option<&str>) -> String {
     } else {
         format!("./{page}?{}", kept.join("&"))
     }
-}
-
-/// The header's counts: the schedules counted by the store (not read), the pauses
-/// in force (few), the leases held counted by the store, the failing jobs.
-async fn summary(shared: &Shared) -> scheduler_core::Result<Summary> {
-    let code = shared.jobs.len() as u64;
-    let Some(controls) = shared.controls() else {
-        return Ok(Summary {
-            jobs: code,
-            ..Summary::default()
-        });
-    };
-    let schedules = controls.schedules_listing(&ListQuery::new(1)).await?.total;
-    let mut paused: Vec<String> = controls
-        .paused()
-        .await?
-        .into_iter()
-        .map(|p| p.job)
-        .collect();
-    paused.sort();
-    paused.dedup();
-    let running = controls
-        .leases_listing(&ListQuery::new(1).held(true))
-        .await?
-        .total;
-    let failing = controls.failing_jobs().await?.len() as u64;
-    Ok(Summary {
-        jobs: code + schedules,
-        paused: paused.len() as u64,
-        running,
-        failing,
-    })
 }
 
 #[cfg(test)]
@@ -180,13 +121,8 @@ mod tests {
             "refresh=-5",
             "refresh=1e9",
         ] {
-            let problem = refresh(Some(bad)).unwrap_err();
-            assert_eq!(
-                problem.status(),
-                axum::http::StatusCode::BAD_REQUEST,
-                "{bad}"
-            );
-            assert!(problem.message().contains("5, 15, 60"), "{bad}");
+            let words = refresh(Some(bad)).unwrap_err();
+            assert!(words.contains("5, 15, 60"), "{bad}");
         }
     }
 

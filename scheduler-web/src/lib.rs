@@ -118,6 +118,7 @@ mod chart;
 mod csrf;
 mod dashboard;
 mod frame;
+mod header;
 mod history;
 mod jobs;
 mod layout;
