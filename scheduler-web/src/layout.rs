@@ -148,7 +148,7 @@ fn summary_bar(summary: Summary, refresh: Option<u32>) -> Markup {
             @for (n, one, many, href, key) in counts {
                 a href=(link::with_refresh(&href, refresh)) data-count=(key)
                     class=[(key == "failing" && n > 0).then_some("bad")] {
-                    b { (n) } " " @if n == 1 { (one) } @else { (many) }
+                    b { (words::count(n)) } " " @if n == 1 { (one) } @else { (many) }
                 }
             }
         }
