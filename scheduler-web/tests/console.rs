@@ -451,3 +451,13 @@ async fn a_hundred_thousand_schedules_are_read_a_page_at_a_time() {
     assert_eq!(position(&last), "99,998–100,000 of 100,000 schedules");
     assert_eq!(store.full_reads.load(Ordering::Relaxed), 0);
 }
+
+#[tokio::test]
+async fn a_node_filter_composes_with_a_state() {
+    let (store, app) = cluster().await;
+    lease(&store, "rep-b", "node-b:1:00ff", 1, false);
+    let (_, _, body) = get(&app, "/scheduler/jobs?node=node-b").await;
+    assert_eq!(listed(&body), ["rep-a", "rep-b"]);
+    let (_, _, body) = get(&app, "/scheduler/jobs?node=node-b&state=paused").await;
+    assert_eq!(listed(&body), ["rep-b"]);
+}

@@ -39,7 +39,21 @@ pub(crate) async fn dynamic(
 ) -> Result<Selected> {
     let limit = shared.page_size;
     match filters.state {
-        _ if filters.node.is_some() => by_leases(shared, controls, filters, paused, now).await,
+        _ if filters.node.is_some() => {
+            // A node's leases, then the state among them (the page may be short).
+            let failing = match filters.state {
+                Some(State::Failing) => controls.failing_jobs().await?,
+                _ => Vec::new(),
+            };
+            let mut selected = by_leases(shared, controls, filters, paused, now).await?;
+            selected.jobs.retain(|job| match filters.state {
+                None | Some(State::Running) => true,
+                Some(State::Paused) => !job.pauses.is_empty(),
+                Some(State::Failing) => failing.contains(&job.name),
+                Some(State::Late) => job.late_since(now).is_some(),
+            });
+            Ok(selected)
+        }
         Some(State::Running) => by_leases(shared, controls, filters, paused, now).await,
         Some(State::Paused) => {
             let names = paused.iter().map(|p| p.job.clone()).collect();
