@@ -193,10 +193,11 @@ async fn main() -> Result<(), Report> {
         .node(scheduler.node_id())
         .actions(actions);
     let redirect = axum::routing::get(|| async { Redirect::to("/scheduler") });
-    let dashboard = dashboard.router().layer(middleware::from_fn(operator));
-    let app = axum::Router::new()
-        .route("/", redirect)
-        .nest("/scheduler", dashboard);
+    // `mount`: `/scheduler` and `/scheduler/` both lead to the jobs page.
+    let dashboard = dashboard
+        .mount("/scheduler")
+        .layer(middleware::from_fn(operator));
+    let app = axum::Router::new().route("/", redirect).merge(dashboard);
     let addr = listener.local_addr()?;
     println!("dashboard on http://{addr}/scheduler");
     println!(

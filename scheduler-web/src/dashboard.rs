@@ -124,9 +124,28 @@ impl Dashboard {
         self
     }
 
+    /// The dashboard at `path` (`/admin/scheduler`), as a router the app merges
+    /// into its own (`app.merge(dashboard.mount("/admin/scheduler"))`): both
+    /// `/admin/scheduler` and `/admin/scheduler/` lead to the jobs page. (Axum's
+    /// `Router::nest` of a router routes `/admin/scheduler` but leaves
+    /// `/admin/scheduler/` to the app's fallback; `nest_service`, used here, routes
+    /// both.) Wrap the returned router in the app's auth layer like any other.
+    ///
+    /// # Panics
+    /// As axum's `nest_service` does, when `path` is empty, `/`, or holds a
+    /// wildcard.
+    pub fn mount<S>(self, path: &str) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        Router::new().nest_service(path, self.router::<()>())
+    }
+
     /// The router to nest under a path of the app's choice
-    /// (`Router::new().nest("/scheduler", dashboard.router())`), for a router of any
-    /// state type. Its CSRF key, when the app gave none, is drawn here, once.
+    /// (`Router::new().nest_service("/scheduler", dashboard.router::<()>())`, which
+    /// [`Dashboard::mount`] does), for a router of any state type. Its CSRF key, when
+    /// the app gave none, is drawn here, once. (With `Router::nest` instead, axum
+    /// routes `/scheduler` but leaves `/scheduler/` to the app's fallback.)
     pub fn router<S>(self) -> Router<S>
     where
         S: Clone + Send + Sync + 'static,
@@ -175,14 +194,23 @@ async fn home(OriginalUri(original): OriginalUri) -> Redirect {
 /// session cookie when actions are enabled and the request carried none.
 async fn headers(State(shared): State<Arc<Shared>>, mut req: Request, next: Next) -> Response {
     let session = shared.csrf.session(req.headers());
-    let mut res =
-        if !shared.actions.is_enabled() && !matches!(*req.method(), Method::GET | Method::HEAD) {
-            // Neither `100 Continue` nor a byte of the body: the answer is known.
-            Problem::read_only().into_response()
-        } else {
-            req.extensions_mut().insert(session.clone());
-            next.run(req).await.into_response()
-        };
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    let mut res = if !shared.actions.is_enabled() && !read {
+        // Neither `100 Continue` nor a byte of the body: the answer is known.
+        Problem::read_only().into_response()
+    } else if read {
+        // A page: its frame (refresh, header counts) first.
+        match crate::header::read(&shared, req.uri().path(), req.uri().query()).await {
+            Ok(frame) => {
+                req.extensions_mut().insert(session.clone());
+                frame.scope(next.run(req)).await.into_response()
+            }
+            Err(problem) => problem.into_response(),
+        }
+    } else {
+        req.extensions_mut().insert(session.clone());
+        next.run(req).await.into_response()
+    };
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(

@@ -66,7 +66,14 @@ pub(crate) async fn job(
             .map(|row| JobView::dynamic(&row, now)),
     };
     let view = match view {
-        Some(v) => Some(v.load(controls, &controls.paused().await?).await?),
+        Some(v) => {
+            let leases = jobs::leases_of(controls, &[name]).await?;
+            Some(
+                v.load(controls, &controls.paused().await?)
+                    .await?
+                    .with_lease(&leases),
+            )
+        }
         None => None,
     };
     let limit = shared.page_size;
@@ -107,14 +114,14 @@ pub(crate) async fn job(
     let older_runs = (runs.len() == limit as usize)
         .then(|| {
             runs.last()
-                .map(|r| link::job_page(name, Some(r.id), query.controls_before))
+                .map(|r| link_kept_job_page(name, Some(r.id), query.controls_before))
         })
         .flatten();
     let older_controls = (records.len() == limit as usize)
         .then(|| {
             records
                 .last()
-                .map(|c| link::job_page(name, query.runs_before, Some(c.id)))
+                .map(|c| link_kept_job_page(name, query.runs_before, Some(c.id)))
         })
         .flatten();
 
@@ -135,11 +142,12 @@ pub(crate) async fn job(
                 @else { "None recorded (runs are listed when the store keeps a run history)." }
             }
         } @else {
-            (runs_table(&runs))
+            (crate::chart::durations(&runs))
+            (runs_table(&runs, view.as_ref().and_then(|v| v.zone)))
         }
         p.small {
             @if query.runs_before.is_some() {
-                a href=(link::job_page(name, None, query.controls_before)) data-page="newest-runs" { "← Newest runs" } " "
+                a href=(link_kept_job_page(name, None, query.controls_before)) data-page="newest-runs" { "← Newest runs" } " "
             }
             @if let Some(older) = &older_runs {
                 a href=(older) data-page="older-runs" { "Older runs →" }
@@ -153,7 +161,7 @@ pub(crate) async fn job(
         }
         p.small {
             @if query.controls_before.is_some() {
-                a href=(link::job_page(name, query.runs_before, None)) data-page="newest-controls" { "← Newest controls" } " "
+                a href=(link_kept_job_page(name, query.runs_before, None)) data-page="newest-controls" { "← Newest controls" } " "
             }
             @if let Some(older) = &older_controls {
                 a href=(older) data-page="older-controls" { "Older controls →" }
@@ -163,10 +171,24 @@ pub(crate) async fn job(
     Ok(Html(page(name, Nav::None, body).into_string()))
 }
 
+/// A page of the job's history, the refresh kept.
+fn link_kept_job_page(name: &str, runs: Option<i64>, controls: Option<i64>) -> String {
+    link::kept(&link::job_page(name, runs, controls))
+}
+
 fn summary(job: &JobView, now: DateTime<Utc>) -> Markup {
     html! {
         dl {
-            dt { "Schedule" } dd { (jobs::schedule_cell(&job.schedule)) }
+            dt { "State" } dd data-state {
+                @if job.pauses.is_empty() && !job.is_running(now) && job.late_since(now).is_none() && !job.is_failing() {
+                    span.muted { "nothing to report" }
+                }
+                (jobs::badges(job, now))
+            }
+            dt { "Schedule" } dd {
+                (jobs::schedule_cell(&job.schedule))
+                @if job.schedule.zone.is_some() && job.schedule.words != job.schedule.text { " " code.muted { (job.schedule.text) } }
+            }
             dt { "Next tick" } dd { (jobs::next_cell(job, now)) }
             dt { "Scope" } dd { (job.scope) }
             dt { "Policy" } dd { (jobs::policy_cell(&job.policy)) }
@@ -181,12 +203,12 @@ fn summary(job: &JobView, now: DateTime<Utc>) -> Markup {
                 dt { "Fencing" } dd { (jobs::fencing_cell(job.fencing)) }
             }
             dt { "Paused" } dd { (jobs::paused_cell(&job.pauses, now)) }
-            dt { "Lateness" } dd { (jobs::lateness_cell(&job.runs)) }
+            dt { "Lateness" } dd { (jobs::lateness_cell(job)) }
         }
     }
 }
 
-fn runs_table(runs: &[RunRow]) -> Markup {
+fn runs_table(runs: &[RunRow], zone: Option<chrono_tz::Tz>) -> Markup {
     html! {
         table {
             thead { tr {
@@ -197,10 +219,10 @@ fn runs_table(runs: &[RunRow]) -> Markup {
                 @for run in runs {
                     tr data-run=(run.id) {
                         td.num { (run.id) }
-                        td { (layout::rfc3339(run.tick)) }
+                        td.small { (layout::zoned(run.tick, zone)) }
                         td { (layout::outcome(run.outcome)) }
                         td.num { (run.attempt) }
-                        td { (layout::rfc3339(run.started)) }
+                        td.small { (layout::zoned(run.started, zone)) }
                         td.num { (words::span(run.finished - run.started)) }
                         td.num { (words::span(run.started - run.tick)) }
                         td { (run.node) }

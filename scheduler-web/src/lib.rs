@@ -24,7 +24,9 @@
 //!     .node(scheduler.node_id())
 //!     .actions(Actions::enabled()) // read-only without this line
 //!     .csrf_key(b"one secret for every replica, from the app's config"); // see CSRF below
-//! let app: Router = Router::new().nest("/scheduler", dashboard.router());
+//! // `mount` answers `/scheduler` and `/scheduler/` alike (a plain `nest` of
+//! // `dashboard.router()` leaves `/scheduler/` to the app's fallback).
+//! let app: Router = Router::new().merge(dashboard.mount("/scheduler"));
 //! // axum::serve(listener, app).await?; with the scheduler run beside it
 //! # let _ = app;
 //! # Ok(())
@@ -58,9 +60,10 @@
 //! }
 //!
 //! fn app(dashboard: Dashboard) -> Router {
-//!     Router::new().nest(
-//!         "/scheduler",
-//!         dashboard.router().layer(middleware::from_fn(operators_only)),
+//!     Router::new().merge(
+//!         dashboard
+//!             .mount("/scheduler")
+//!             .layer(middleware::from_fn(operators_only)),
 //!     )
 //! }
 //! ```
@@ -96,7 +99,14 @@
 //!
 //! # Pages
 //!
-//! Under the nest prefix: `jobs` (the prefix itself redirects there), `leases`,
+//! Every page has the navigation, a header counting the jobs, the paused, running
+//! and failing ones (each a link to the jobs page filtered that way), and an
+//! auto-refresh the operator opts into: `refresh=5`, `15` or `60` in any page's
+//! address (a `<meta>` refresh, kept by the page's links; another value is a `400`).
+//!
+//! Under the nest prefix: `jobs[?q=TEXT&state=failing|paused|late|running&handler=H&node=N]`
+//! (the prefix itself redirects there; the dynamic schedules paged both ways with
+//! `after=NAME`, `before=NAME` or `page=last`), `leases`,
 //! `job?name=NAME` (one job's runs and controls, paged), `trigger?id=N` (a triggered
 //! run), `schedule[?name=NAME]` (the form of a dynamic schedule, actions only); the
 //! actions `POST` to `pause`, `resume`, `trigger`, `schedule` and
@@ -109,8 +119,11 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod actions;
+mod chart;
 mod csrf;
 mod dashboard;
+mod frame;
+mod header;
 mod history;
 mod jobs;
 mod layout;

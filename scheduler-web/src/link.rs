@@ -20,8 +20,20 @@ pub(crate) fn home_to_jobs(original_path: &str) -> String {
 pub(crate) const JOBS: &str = "./jobs";
 /// The leases page.
 pub(crate) const LEASES: &str = "./leases";
+/// The failed runs.
+pub(crate) const FAILURES: &str = "./failures";
+/// The record of every control applied.
+pub(crate) const AUDIT: &str = "./audit";
+/// The instances running the scheduler.
+pub(crate) const INSTANCES: &str = "./instances";
 /// The form of a new dynamic schedule.
 pub(crate) const NEW_SCHEDULE: &str = "./schedule";
+
+/// The jobs page showing only the jobs in `state` (`failing`, `paused`, `late`,
+/// `running`).
+pub(crate) fn jobs_in_state(state: &str) -> String {
+    format!("{JOBS}?state={}", encode(state))
+}
 
 /// A job's history, newest first.
 pub(crate) fn job(name: &str) -> String {
@@ -53,6 +65,23 @@ pub(crate) fn trigger(id: i64) -> String {
 /// The form of dynamic schedule `name`.
 pub(crate) fn schedule(name: &str) -> String {
     format!("./schedule?name={}", encode(name))
+}
+
+/// `href` with `refresh=N` added, when the operator chose a refresh: what keeps the
+/// choice across the pages.
+pub(crate) fn with_refresh(href: &str, refresh: Option<u32>) -> String {
+    match refresh {
+        Some(seconds) => {
+            let sep = if href.contains('?') { '&' } else { '?' };
+            format!("{href}{sep}refresh={seconds}")
+        }
+        None => href.to_owned(),
+    }
+}
+
+/// `href` with the refresh of the page being answered kept ([`with_refresh`]).
+pub(crate) fn kept(href: &str) -> String {
+    with_refresh(href, crate::frame::Frame::current().refresh)
 }
 
 /// `text` percent-encoded for a query value: every byte but `A-Z a-z 0-9 - . _ ~`.
@@ -91,5 +120,15 @@ mod tests {
             job_page("x", Some(7), Some(3)),
             "./job?name=x&runs_before=7&controls_before=3"
         );
+    }
+
+    #[test]
+    fn a_refresh_is_added_to_any_link() {
+        assert_eq!(with_refresh(JOBS, Some(5)), "./jobs?refresh=5");
+        assert_eq!(
+            with_refresh("./job?name=x", Some(60)),
+            "./job?name=x&refresh=60"
+        );
+        assert_eq!(with_refresh(JOBS, None), "./jobs");
     }
 }

@@ -207,6 +207,19 @@ pub(crate) fn span(d: TimeDelta) -> String {
     format!("{sign}{text}")
 }
 
+/// A count with thousands separated: `100,000`.
+pub(crate) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `at` from `now`: `12 s ago`, `in 3 min`, `now`.
 pub(crate) fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let d = now - at;
@@ -318,6 +331,15 @@ mod tests {
         assert_eq!(relative(now - TimeDelta::seconds(12), now), "12 s ago");
         assert_eq!(relative(now + TimeDelta::seconds(180), now), "in 3 min");
         assert_eq!(relative(now, now), "now");
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(100_000), "100,000");
+        assert_eq!(count(1_234_567), "1,234,567");
     }
 
     #[test]

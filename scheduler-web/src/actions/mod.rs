@@ -131,16 +131,27 @@ fn reason(why: &str) -> Result<&str, Problem> {
     Ok(why)
 }
 
-/// A job registered in code or a dynamic schedule, or `404`.
+/// A job registered in code (by this app or, as the store knows, another instance),
+/// a dynamic schedule, or a job with a lease ([`Controls::known_jobs`]); or `404`.
 async fn known(shared: &Shared, controls: &dyn Controls, name: &str) -> Result<(), Problem> {
     if name.is_empty() {
         return Err(Problem::bad_request("the form names no job"));
     }
-    if shared.job(name).is_some() || controls.schedule(name).await?.is_some() {
+    // This app's own jobs and its dynamic schedules first (one row read); then every
+    // job the store knows of: another instance's jobs, any job with a lease.
+    if shared.job(name).is_some()
+        || controls.schedule(name).await?.is_some()
+        || controls
+            .known_jobs()
+            .await?
+            .iter()
+            .any(|known| known == name)
+    {
         Ok(())
     } else {
         Err(Problem::not_found(format!(
-            "no job named {name:?}: it is neither registered in code nor a dynamic schedule"
+            "no job named {name:?}: no instance registered it, it is no dynamic schedule, and \
+             no lease names it"
         )))
     }
 }

@@ -14,12 +14,14 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD;
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
-    Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store,
-    TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
+    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, ListQuery, Listing, MemoryStore,
+    Outcome, Page, Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow,
+    Scheduler, Store, TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
 use scheduler_web::{Actions, Dashboard};
 use tower::ServiceExt as _;
+
+pub mod browser;
 
 /// A store whose controls live in memory: pauses, triggers, schedules, handlers,
 /// the record of controls, and runs and leases the test puts there.
@@ -43,6 +45,8 @@ pub struct FakeState {
     pub triggers: Vec<Trigger>,
     pub schedules: Vec<ScheduleRow>,
     pub handlers: Vec<String>,
+    /// The jobs instances registered (`register_jobs`).
+    pub registered: Vec<String>,
     pub runs: Vec<RunRow>,
     pub leases: Vec<LeaseRow>,
 }
@@ -381,6 +385,48 @@ impl Controls for FakeStore {
 
     async fn handlers(&self) -> Result<Vec<String>> {
         Ok(self.state.lock().unwrap().handlers.clone())
+    }
+
+    // As the stores do: a page read from the rows, never a full read.
+    async fn schedules_listing(&self, q: &ListQuery) -> Result<Listing<ScheduleRow>> {
+        let rows = self.state.lock().unwrap().schedules.clone();
+        Ok(scheduler_core::control::listing::schedules_of(rows, q))
+    }
+
+    async fn leases_listing(&self, q: &ListQuery) -> Result<Listing<LeaseRow>> {
+        let rows = self.state.lock().unwrap().leases.clone();
+        Ok(scheduler_core::control::listing::leases_of(
+            rows,
+            q,
+            Utc::now(),
+        ))
+    }
+
+    async fn failing_jobs(&self) -> Result<Vec<String>> {
+        let s = self.state.lock().unwrap();
+        let mut latest: std::collections::BTreeMap<&str, &RunRow> = Default::default();
+        for run in &s.runs {
+            if latest.get(run.job.as_str()).is_none_or(|r| r.id < run.id) {
+                latest.insert(&run.job, run);
+            }
+        }
+        Ok(latest
+            .into_iter()
+            .filter(|(_, r)| r.outcome.is_failure())
+            .map(|(job, _)| job.to_owned())
+            .collect())
+    }
+
+    async fn register_jobs(&self, _: &str, names: &[String]) -> Result<()> {
+        let mut s = self.state.lock().unwrap();
+        s.registered.extend(names.iter().cloned());
+        s.registered.sort();
+        s.registered.dedup();
+        Ok(())
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>> {
+        Ok(self.state.lock().unwrap().registered.clone())
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {
