@@ -144,6 +144,7 @@ impl Dashboard {
             .route("/", get(home))
             .route("/jobs", get(crate::jobs::show))
             .route("/leases", get(crate::leases::show))
+            .route("/audit", get(crate::audit::show))
             .route("/job", get(crate::history::job))
             .route(
                 "/trigger",

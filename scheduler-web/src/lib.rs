@@ -104,6 +104,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod actions;
+mod audit;
 mod csrf;
 mod dashboard;
 mod history;
@@ -111,6 +112,7 @@ mod jobs;
 mod layout;
 mod leases;
 mod link;
+mod listing;
 mod problem;
 mod query;
 mod shared;
