@@ -28,6 +28,7 @@
 //! [`Taken::paused`]: crate::Taken::paused
 
 mod dashboard;
+pub mod listing;
 mod records;
 mod schedules;
 mod state;
@@ -39,6 +40,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
+pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
@@ -251,6 +253,62 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// The runs of `job` (or of every job) the run history keeps, newest first; empty
     /// when the store keeps no run history.
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>>;
+
+    /// A page of the leases by name, filtered ([`ListQuery`]: search, node, held),
+    /// with how many match and whether more lie either side.
+    ///
+    /// What a dashboard listing leases reads, however many there are. The default
+    /// reads every lease ([`leases`](Self::leases)) and judges which are held by
+    /// this process's clock; the stores read the page from the index on the name,
+    /// count with the same filters and judge by their own clock.
+    async fn leases_listing(&self, query: &ListQuery) -> Result<Listing<LeaseRow>> {
+        Ok(listing::leases_of(
+            self.leases().await?,
+            query,
+            chrono::Utc::now(),
+        ))
+    }
+
+    /// A page of the dynamic schedules by name (removed ones left out), filtered
+    /// ([`ListQuery`]: search, handler), with how many match and whether more lie
+    /// either side.
+    ///
+    /// The default reads every schedule ([`schedules`](Self::schedules)); the stores
+    /// read the page from the index on the name and count with the same filters.
+    async fn schedules_listing(&self, query: &ListQuery) -> Result<Listing<ScheduleRow>> {
+        Ok(listing::schedules_of(self.schedules().await?, query))
+    }
+
+    /// The runs of the run history that match `query` (job, node, failed only),
+    /// newest first: a full page of them unless the history ends first.
+    ///
+    /// The default reads pages of [`runs`](Self::runs) (of the job, when given) and
+    /// filters them until the page is full: as many reads as it takes. The stores
+    /// read the page with the filters in one statement.
+    async fn runs_where(&self, query: &RunQuery) -> Result<Vec<RunRow>> {
+        let mut pages = listing::RunPages::new(query);
+        while let Some(page) = pages.next {
+            pages.read(self.runs(query.job.as_deref(), page).await?);
+        }
+        Ok(pages.found)
+    }
+
+    /// The jobs whose latest run in the run history (the one recorded last) failed
+    /// ([`RunQuery::FAILED`]), sorted; none when the store keeps no run history.
+    ///
+    /// The default reads the latest run of each job it knows of
+    /// ([`known_jobs`](Self::known_jobs)): one read per job. The stores read the
+    /// latest run of each job in the history from the index on (job, id).
+    async fn failing_jobs(&self) -> Result<Vec<String>> {
+        let mut failing = Vec::new();
+        for job in self.known_jobs().await? {
+            let latest = self.runs(Some(&job), Page { before: None, limit: 1 }).await?;
+            if latest.first().is_some_and(|run| run.outcome.is_failure()) {
+                failing.push(job);
+            }
+        }
+        Ok(failing)
+    }
 
     /// A watch that announces changes of the control version, so that the runtime
     /// polls the controls when one is announced instead of every

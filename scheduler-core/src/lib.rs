@@ -51,8 +51,8 @@ pub mod store;
 
 pub use clock::LocalClock;
 pub use control::{
-    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow,
-    Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
+    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor,
+    LeaseRow, ListQuery, Listing, Page, RunQuery, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
 pub use error::{BoxError, Error, Report, Result, StoreFailure, error_chain};
 pub use job::{

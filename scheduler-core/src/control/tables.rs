@@ -8,9 +8,10 @@ use std::fmt;
 
 use async_trait::async_trait;
 
+use super::listing::{self, ListQuery, Listing, RunQuery};
 use super::{
-    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, LeaseRow, Page, Pause,
-    RunRow, ScheduleRow, Trigger, TriggerId,
+    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor, LeaseRow, Page,
+    Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use crate::error::{Error, Result};
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
@@ -144,6 +145,49 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// [`Controls::runs`], `job` checked.
     async fn read_runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>>;
 
+    /// [`Controls::leases_listing`], the query's texts checked. The default reads
+    /// every lease ([`read_leases`](Self::read_leases)) and judges which are held
+    /// by this process's clock.
+    async fn read_leases_listing(&self, query: &ListQuery) -> Result<Listing<LeaseRow>> {
+        Ok(listing::leases_of(
+            self.read_leases().await?,
+            query,
+            chrono::Utc::now(),
+        ))
+    }
+
+    /// [`Controls::schedules_listing`], the query's texts checked. The default
+    /// reads every schedule ([`read_schedules`](Self::read_schedules)).
+    async fn read_schedules_listing(&self, query: &ListQuery) -> Result<Listing<ScheduleRow>> {
+        Ok(listing::schedules_of(self.read_schedules().await?, query))
+    }
+
+    /// [`Controls::runs_where`], the query's texts checked. The default reads pages
+    /// of [`read_runs`](Self::read_runs) until the page is full.
+    async fn read_runs_where(&self, query: &RunQuery) -> Result<Vec<RunRow>> {
+        let mut pages = listing::RunPages::new(query);
+        while let Some(page) = pages.next {
+            pages.read(self.read_runs(query.job.as_deref(), page).await?);
+        }
+        Ok(pages.found)
+    }
+
+    /// [`Controls::failing_jobs`]. The default reads the latest run of each job
+    /// the store knows of ([`Controls::known_jobs`]).
+    async fn read_failing_jobs(&self) -> Result<Vec<String>>
+    where
+        Self: Sized,
+    {
+        let mut failing = Vec::new();
+        for job in Controls::known_jobs(self).await? {
+            let latest = self.read_runs(Some(&job), Page { before: None, limit: 1 }).await?;
+            if latest.first().is_some_and(|run| run.outcome.is_failure()) {
+                failing.push(job);
+            }
+        }
+        Ok(failing)
+    }
+
     /// [`Controls::watch`]; `None` by default.
     fn watch_controls(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
         None
@@ -199,6 +243,20 @@ fn checked_names(node: &str, names: &[String]) -> Result<Vec<String>> {
     names.sort();
     names.dedup();
     Ok(names)
+}
+
+/// Checks the texts of a list's query.
+fn check_list_query<T: ControlTables + ?Sized>(tables: &T, query: &ListQuery) -> Result<()> {
+    tables.check_text("the search", &query.search)?;
+    for (what, text) in [("the handler", &query.handler), ("the node", &query.node)] {
+        if let Some(text) = text {
+            tables.check_text(what, text)?;
+        }
+    }
+    match &query.cursor {
+        Cursor::After(name) | Cursor::Before(name) => tables.check_text("the cursor", name),
+        Cursor::First | Cursor::Last => Ok(()),
+    }
 }
 
 fn check_by_why<T: ControlTables + ?Sized>(tables: &T, by: &str, why: &str) -> Result<()> {
@@ -342,6 +400,29 @@ impl<T: ControlTables> Controls for T {
             self.check_text("the job", job)?;
         }
         self.read_runs(job, page).await
+    }
+
+    async fn leases_listing(&self, query: &ListQuery) -> Result<Listing<LeaseRow>> {
+        check_list_query(self, query)?;
+        self.read_leases_listing(query).await
+    }
+
+    async fn schedules_listing(&self, query: &ListQuery) -> Result<Listing<ScheduleRow>> {
+        check_list_query(self, query)?;
+        self.read_schedules_listing(query).await
+    }
+
+    async fn runs_where(&self, query: &RunQuery) -> Result<Vec<RunRow>> {
+        for (what, text) in [("the job", &query.job), ("the node", &query.node)] {
+            if let Some(text) = text {
+                self.check_text(what, text)?;
+            }
+        }
+        self.read_runs_where(query).await
+    }
+
+    async fn failing_jobs(&self) -> Result<Vec<String>> {
+        self.read_failing_jobs().await
     }
 
     fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
