@@ -145,6 +145,7 @@ impl Dashboard {
             .route("/jobs", get(crate::jobs::show))
             .route("/leases", get(crate::leases::show))
             .route("/audit", get(crate::audit::show))
+            .route("/failures", get(crate::failures::show))
             .route("/job", get(crate::history::job))
             .route(
                 "/trigger",

@@ -107,6 +107,7 @@ mod actions;
 mod audit;
 mod csrf;
 mod dashboard;
+mod failures;
 mod history;
 mod jobs;
 mod layout;
