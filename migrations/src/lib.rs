@@ -39,6 +39,19 @@ mod table;
 
 pub use table::{HistoryTable, InvalidTableName, TableName};
 
+/// The outcomes of a run that failed, as the run history stores them (the words of
+/// `scheduler_core::RunQuery::FAILED`): what the history's index of failed runs
+/// holds, and what a read of the failed runs matches.
+pub const FAILED_OUTCOMES: &[&str] = &["failed", "cancelled", "timed_out", "lease_lost"];
+
+/// The condition on a history row that its run failed ([`FAILED_OUTCOMES`]), the
+/// very text of the partial index's predicate (a query must repeat it for the
+/// index to serve it): `outcome IN ('failed', 'cancelled', 'timed_out', 'lease_lost')`.
+pub fn failed_run() -> String {
+    let words: Vec<String> = FAILED_OUTCOMES.iter().map(|w| format!("'{w}'")).collect();
+    format!("outcome IN ({})", words.join(", "))
+}
+
 /// One step of the lease table's schema, in both dialects.
 ///
 /// A store applies a migration's statements for its dialect, then records

@@ -258,18 +258,27 @@ pub const HISTORY_NEWEST_COLUMN: &str = "attempt";
 /// );
 /// CREATE INDEX scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
 /// CREATE INDEX scheduler_leases_runs_time ON scheduler_leases_runs (started);
+/// CREATE INDEX scheduler_leases_runs_jobid ON scheduler_leases_runs (job, id);
+/// CREATE INDEX scheduler_leases_runs_fail  ON scheduler_leases_runs (id)
+///     WHERE outcome IN ('failed', 'cancelled', 'timed_out', 'lease_lost');
 /// ```
 ///
 /// followed by an `ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt` for a table
 /// created before the column existed ([`HISTORY_NEWEST_COLUMN`] tells whether it is due).
 ///
 /// The first index serves "the last run of each job", the second the retention
-/// sweep. The primary key gives the table a replica identity, so the sweep's deletes
+/// sweep, the third a job's runs by id and each job's latest run (the failing
+/// jobs), the fourth the failed runs by id. A table created before the last two
+/// existed gets them when the history is opened again
+/// ([`HistoryTable::newest_index`] tells whether it is due); building them takes
+/// a lock that holds up the history's writes (not the leases') while it runs. The primary key gives the table a replica identity, so the sweep's deletes
 /// still work under logical replication.
 pub fn create_history(table: &HistoryTable) -> Vec<String> {
     let t = table.quoted();
     let by_job = table.index("_job");
     let by_time = table.index("_time");
+    let by_job_id = table.index("_jobid");
+    let failed = table.index("_fail");
     vec![
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (
@@ -292,6 +301,13 @@ pub fn create_history(table: &HistoryTable) -> Vec<String> {
         format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1"),
         format!("CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC)"),
         format!("CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"),
+        // A job's runs newest first, and the latest run of each job.
+        format!("CREATE INDEX IF NOT EXISTS {by_job_id} ON {t} (job, id)"),
+        // The failed runs newest first, however rare they are.
+        format!(
+            "CREATE INDEX IF NOT EXISTS {failed} ON {t} (id) WHERE {}",
+            crate::failed_run()
+        ),
     ]
 }
 
@@ -346,7 +362,7 @@ mod tests {
             "{create}"
         );
         assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
-        let [table, attempt, by_job, by_time] = create_history(&history)
+        let [table, attempt, by_job, by_time, by_job_id, failed] = create_history(&history)
             .try_into()
             .unwrap_or_else(|v| panic!("{v:?}"));
         assert!(table.contains("\"app_a\".\"leases_runs\" ("), "{table}");
@@ -362,5 +378,15 @@ mod tests {
             by_time,
             "CREATE INDEX IF NOT EXISTS \"leases_runs_time\" ON \"app_a\".\"leases_runs\" (started)"
         );
+        assert_eq!(
+            by_job_id,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_jobid\" ON \"app_a\".\"leases_runs\" (job, id)"
+        );
+        assert_eq!(
+            failed,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_fail\" ON \"app_a\".\"leases_runs\" (id) \
+             WHERE outcome IN ('failed', 'cancelled', 'timed_out', 'lease_lost')"
+        );
+        assert_eq!(history.newest_index(), "\"app_a\".\"leases_runs_fail\"");
     }
 }

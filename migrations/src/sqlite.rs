@@ -183,15 +183,21 @@ pub(crate) fn create_jobs(table: &TableName) -> Vec<String> {
 /// ) STRICT;
 /// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_job  ON scheduler_leases_runs (job, started DESC);
 /// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_time ON scheduler_leases_runs (started);
+/// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_jobid ON scheduler_leases_runs (job, id);
+/// CREATE INDEX IF NOT EXISTS scheduler_leases_runs_fail  ON scheduler_leases_runs (id)
+///     WHERE outcome IN ('failed', 'cancelled', 'timed_out', 'lease_lost');
 /// ```
 ///
 /// Like the PostgreSQL history it is not a migration of the lease table: it exists
 /// only for apps that ask for it. It was born with `attempt`, so it needs no
-/// upgrade statement.
+/// upgrade statement; the indexes added since (`_jobid`, `_fail`) are created when
+/// the history is opened again (`IF NOT EXISTS`).
 pub fn create_history(table: &HistoryTable) -> Vec<String> {
     let t = table.quoted();
     let by_job = table.index("_job");
     let by_time = table.index("_time");
+    let by_job_id = table.index("_jobid");
+    let failed = table.index("_fail");
     vec![
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (
@@ -211,6 +217,13 @@ pub fn create_history(table: &HistoryTable) -> Vec<String> {
         ),
         format!("CREATE INDEX IF NOT EXISTS {by_job} ON {t} (job, started DESC)"),
         format!("CREATE INDEX IF NOT EXISTS {by_time} ON {t} (started)"),
+        // A job's runs newest first, and the latest run of each job.
+        format!("CREATE INDEX IF NOT EXISTS {by_job_id} ON {t} (job, id)"),
+        // The failed runs newest first, however rare they are.
+        format!(
+            "CREATE INDEX IF NOT EXISTS {failed} ON {t} (id) WHERE {}",
+            crate::failed_run()
+        ),
     ]
 }
 
@@ -231,7 +244,7 @@ mod tests {
         assert!(create.starts_with("CREATE TABLE \"leases\" ("), "{create}");
         assert!(create.contains("CONSTRAINT \"leases_token_positive\" CHECK"));
         let history = HistoryTable::for_leases(&leases);
-        let [table, by_job, by_time] = create_history(&history)
+        let [table, by_job, by_time, by_job_id, failed] = create_history(&history)
             .try_into()
             .unwrap_or_else(|v| panic!("{v:?}"));
         assert!(
@@ -245,6 +258,15 @@ mod tests {
         assert_eq!(
             by_time,
             "CREATE INDEX IF NOT EXISTS \"leases_runs_time\" ON \"leases_runs\" (started)"
+        );
+        assert_eq!(
+            by_job_id,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_jobid\" ON \"leases_runs\" (job, id)"
+        );
+        assert_eq!(
+            failed,
+            "CREATE INDEX IF NOT EXISTS \"leases_runs_fail\" ON \"leases_runs\" (id) \
+             WHERE outcome IN ('failed', 'cancelled', 'timed_out', 'lease_lost')"
         );
     }
 }

@@ -184,6 +184,18 @@ impl HistoryTable {
     pub(crate) fn index(&self, suffix: &str) -> String {
         quoted(None, &self.table, suffix)
     }
+
+    /// The quoted, qualified name of the history's newest index (the failed runs'):
+    /// a table without it is brought up to date by creating its indexes again.
+    pub fn newest_index(&self) -> String {
+        quoted(self.schema.as_deref(), &self.table, "_fail")
+    }
+
+    /// The unquoted, unqualified name of [`newest_index`](Self::newest_index) (what
+    /// SQLite's `sqlite_master` holds).
+    pub fn newest_index_name(&self) -> String {
+        format!("{}_fail", self.table)
+    }
 }
 
 impl fmt::Display for HistoryTable {

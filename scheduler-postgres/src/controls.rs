@@ -10,6 +10,7 @@
 //!
 //! The rows are decoded in `rows`; the poll's snapshot read is in `state`.
 
+mod listing;
 mod rows;
 mod state;
 
@@ -20,7 +21,7 @@ use scheduler_core::control::stored::{
 use scheduler_core::control::{ControlTables, HandlerCheck};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
-    Outcome, Page, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
+    ListQuery, Listing, Outcome, Page, RunQuery, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
 };
 use sea_orm::{QueryResult, Value};
 
@@ -366,6 +367,28 @@ impl ControlTables for PostgresStore {
             .query(OP, &self.control_sql().leases, Vec::new())
             .await?;
         Ok(all(&rows, OP, lease_row_from)?)
+    }
+
+    async fn read_leases_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<LeaseRow>> {
+        Ok(self.lease_listing(query).await?)
+    }
+
+    async fn read_schedules_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<ScheduleRow>> {
+        Ok(self.schedule_listing(query).await?)
+    }
+
+    async fn read_runs_where(&self, query: &RunQuery) -> scheduler_core::Result<Vec<RunRow>> {
+        Ok(self.runs_matching(query).await?)
+    }
+
+    async fn read_failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        Ok(self.failing().await?)
     }
 
     async fn read_runs(

@@ -107,7 +107,7 @@ pub(crate) struct ControlSql {
 const TRIGGER: &str = "id, job, node, requested_at, actor, why, state, holder, started_at, finished_at, outcome, error";
 
 /// The columns of a schedule row (`args` as text).
-const SCHEDULE: &str = "name, handler, schedule, zone, scope, policy, args::text AS args, enabled, \
+pub(crate) const SCHEDULE: &str = "name, handler, schedule, zone, scope, policy, args::text AS args, enabled, \
                         removed, version, updated_at";
 
 impl ControlSql {

@@ -139,8 +139,8 @@ impl RunHistory {
     }
 }
 
-/// Whether `table` exists with every column of the current version (and is visible
-/// to this user).
+/// Whether `table` exists with every column and index of the current version (and
+/// is visible to this user).
 async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
     const OP: &str = "look for the run history table";
     let rows = store
@@ -148,10 +148,11 @@ async fn exists(store: &PostgresStore, table: &HistoryTable) -> Result<bool> {
             OP,
             "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute \
                             WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped) \
-                    AS present",
+                    AND to_regclass($3) IS NOT NULL AS present",
             vec![
                 table.quoted().into(),
                 ddl::HISTORY_NEWEST_COLUMN.to_owned().into(),
+                table.newest_index().into(),
             ],
         )
         .await?;
@@ -200,10 +201,12 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
             "SELECT to_regclass($1) IS NOT NULL AS table, \
                     EXISTS (SELECT FROM pg_catalog.pg_attribute \
                             WHERE attrelid = to_regclass($1) AND attname = $2 \
-                              AND NOT attisdropped) AS current",
+                              AND NOT attisdropped) \
+                    AND to_regclass($3) IS NOT NULL AS current",
             [
                 table.quoted().into(),
                 ddl::HISTORY_NEWEST_COLUMN.to_owned().into(),
+                table.newest_index().into(),
             ],
         ))
         .await
@@ -231,7 +234,7 @@ async fn create(store: &PostgresStore, table: &HistoryTable) -> Result<()> {
         (true, false) => tracing::info!(
             table = %table,
             column = ddl::HISTORY_NEWEST_COLUMN,
-            "brought the run history table up to date"
+            "brought the run history table up to date (its newest column and indexes)"
         ),
         (true, true) => {
             tracing::debug!(table = %table, "the run history table was created by another instance");

@@ -12,14 +12,14 @@ use crate::sql::NOW;
 const TRIGGER: &str = "id, job, node, requested_at, actor, why, state, holder, started_at, finished_at, outcome, error";
 
 /// The columns a dynamic schedule is read with.
-const SCHEDULE: &str =
+pub(crate) const SCHEDULE: &str =
     "name, handler, schedule, zone, scope, policy, args, enabled, removed, version, updated_at";
 
 /// The columns an audit record is read with.
 const AUDIT: &str = "id, at, job, node, action, actor, why, detail";
 
 /// The columns a run of the history is read with.
-const RUN: &str = "id, job, tick, node, token, started, finished, outcome, error, attempt";
+pub(crate) const RUN: &str = "id, job, tick, node, token, started, finished, outcome, error, attempt";
 
 #[derive(Debug)]
 pub(crate) struct ControlSql {

@@ -171,8 +171,8 @@ impl RunHistory {
     }
 }
 
-/// Creates the table and its indexes, if missing, in one `BEGIN IMMEDIATE`
-/// transaction; nothing is written when they exist.
+/// Creates the table and its indexes, if missing (the newest index tells), in one
+/// `BEGIN IMMEDIATE` transaction; nothing is written when they exist.
 async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
     const OP: &str = "create the run history table";
     let fail = |source: DbErr| {
@@ -183,8 +183,9 @@ async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
     };
     let look = Statement::from_sql_and_values(
         DbBackend::Sqlite,
-        "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = ?1",
-        [table.table().to_owned().into()],
+        // The newest index: a table created before it gets its indexes again.
+        "SELECT 1 AS present FROM sqlite_master WHERE type = 'index' AND name = ?1",
+        [table.newest_index_name().into()],
     );
     if !store
         .db
@@ -207,7 +208,7 @@ async fn create(store: &SqliteStore, table: &HistoryTable) -> Result<()> {
         txn.execute_unprepared(&sql).await.map_err(fail)?;
     }
     txn.commit().await.map_err(fail)?;
-    tracing::info!(table = %table, path = %store.path().display(), "created the run history table");
+    tracing::info!(table = %table, path = %store.path().display(), "created the run history table (or its new indexes)");
     Ok(())
 }
 

@@ -13,6 +13,7 @@
 //! schedules' writes in `schedules`.
 
 mod audit;
+mod listing;
 mod rows;
 mod schedules;
 
@@ -24,7 +25,9 @@ use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
     LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
-use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Outcome, Tick, Ttl};
+use scheduler_core::{
+    FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
+};
 use sea_orm::{TransactionTrait, Value};
 
 use self::rows::{Stored, all, first, one, rows};
@@ -399,6 +402,28 @@ impl ControlTables for SqliteStore {
         const OP: &str = "read the leases";
         let found = rows(self, &self.db, OP, &self.control.leases, Vec::new()).await?;
         Ok(all(&found, OP, lease_row_from)?)
+    }
+
+    async fn read_leases_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<LeaseRow>> {
+        Ok(self.lease_listing(query).await?)
+    }
+
+    async fn read_schedules_listing(
+        &self,
+        query: &ListQuery,
+    ) -> scheduler_core::Result<Listing<ScheduleRow>> {
+        Ok(self.schedule_listing(query).await?)
+    }
+
+    async fn read_runs_where(&self, query: &RunQuery) -> scheduler_core::Result<Vec<RunRow>> {
+        Ok(self.runs_matching(query).await?)
+    }
+
+    async fn read_failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
+        Ok(self.failing().await?)
     }
 
     async fn read_runs(

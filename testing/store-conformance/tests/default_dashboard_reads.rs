@@ -1,21 +1,43 @@
 //! The default dashboard reads of [`Controls`] (`paused`, `open_triggers`,
-//! `schedule`, `schedules_page`, built from `poll` and `schedules`) keep the rules
-//! the stores' own reads keep: what a store that overrides none of them gets.
+//! `schedule`, `schedules_page`, built from `poll` and `schedules`; the listings,
+//! built from `leases`, `schedules` and `runs`) keep the rules the stores' own reads
+//! keep: what a store that overrides none of them gets.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, Controls, Holder, Lease, LeaseKey, LeaseName,
     LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRow, ScheduleRow, Store,
-    TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl, async_trait,
+    TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl, async_trait, BoxError, RunRecord, RunRecorder,
 };
 use scheduler_store_tests::SharedStore;
 
 /// The memory store through the required methods only: every dashboard read is the
-/// trait's default.
+/// trait's default. Its run history is a list (the memory store keeps none).
 #[derive(Debug, Default)]
-struct RequiredOnly(MemoryStore);
+struct RequiredOnly(MemoryStore, Mutex<Vec<RunRow>>);
+
+#[async_trait]
+impl RunRecorder for RequiredOnly {
+    async fn record(&self, run: &RunRecord) -> std::result::Result<(), BoxError> {
+        let mut runs = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        let id = runs.len() as i64 + 1;
+        runs.push(RunRow {
+            id,
+            job: run.job.clone(),
+            tick: run.tick.at(),
+            node: run.node.clone(),
+            token: run.token.get(),
+            started: run.started,
+            finished: run.finished,
+            outcome: run.outcome,
+            error: run.error.clone(),
+            attempt: run.attempt,
+        });
+        Ok(())
+    }
+}
 
 #[async_trait]
 impl Store for RequiredOnly {
@@ -101,7 +123,21 @@ impl Controls for RequiredOnly {
         self.0.leases().await
     }
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>> {
-        self.0.runs(job, page).await
+        let runs = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(runs
+            .iter()
+            .rev()
+            .filter(|r| job.is_none_or(|job| r.job == job))
+            .filter(|r| page.before.is_none_or(|before| r.id < before))
+            .take(page.limit as usize)
+            .cloned()
+            .collect())
+    }
+    async fn register_jobs(&self, node: &str, names: &[String]) -> Result<()> {
+        self.0.register_jobs(node, names).await
+    }
+    async fn jobs(&self) -> Result<Vec<String>> {
+        self.0.jobs().await
     }
 }
 
@@ -109,4 +145,17 @@ impl Controls for RequiredOnly {
 async fn the_default_reads_keep_the_rules() {
     let store: SharedStore = Arc::new(RequiredOnly::default());
     scheduler_store_tests::controls::reads_for_dashboards(&store, &store).await;
+}
+
+#[tokio::test]
+async fn the_default_listings_keep_the_rules() {
+    let store: SharedStore = Arc::new(RequiredOnly::default());
+    scheduler_store_tests::listing::all(&store).await;
+}
+
+#[tokio::test]
+async fn the_default_run_filters_keep_the_rules() {
+    let required = Arc::new(RequiredOnly::default());
+    let store: SharedStore = required.clone();
+    scheduler_store_tests::listing::runs_where_and_failing_jobs(&store, &*required).await;
 }

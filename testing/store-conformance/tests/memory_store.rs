@@ -34,3 +34,8 @@ async fn memory_store_batch_of_1000() {
 async fn memory_store_keeps_the_rules_of_controls() {
     scheduler_store_tests::controls::all(&one_store()).await;
 }
+
+#[tokio::test]
+async fn memory_store_keeps_the_rules_of_listings() {
+    scheduler_store_tests::listing::all(&one_store()[0]).await;
+}
