@@ -402,6 +402,21 @@ impl Controls for Metered {
         self.inner.jobs().await
     }
 
+    async fn heartbeat(&self, beat: &scheduler_core::Heartbeat) -> scheduler_core::Result<()> {
+        add(&self.calls.other_controls, 1);
+        self.inner.heartbeat(beat).await
+    }
+
+    async fn stopped(&self, node: &str) -> scheduler_core::Result<()> {
+        add(&self.calls.other_controls, 1);
+        self.inner.stopped(node).await
+    }
+
+    async fn instances(&self) -> scheduler_core::Result<Vec<scheduler_core::InstanceRow>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.instances().await
+    }
+
     async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         add(&self.calls.other_controls, 1);
         self.inner.leases().await

@@ -120,6 +120,7 @@ pub const ADDED_TABLES: &[(&str, &str)] = &[
     ("_handlers", "m20261202_000003_controls"),
     ("_version", "m20261202_000003_controls"),
     ("_jobs", "m20261204_000004_jobs"),
+    ("_instances", "m20261204_000005_instances"),
 ];
 
 /// Of [`ADDED_TABLES`], those missing beside the lease table `table`, given the
@@ -170,6 +171,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "m20261204_000004_jobs",
         postgres: postgres::create_jobs,
         sqlite: sqlite::create_jobs,
+    },
+    Migration {
+        name: "m20261204_000005_instances",
+        postgres: postgres::create_instances,
+        sqlite: sqlite::create_instances,
     },
 ];
 

@@ -229,6 +229,22 @@ pub(crate) fn create_jobs(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Creates `t_instances`: one row per instance that beats (its node's), live while
+/// not `stopped` and `expires_at` is ahead (both on the database's clock).
+pub(crate) fn create_instances(table: &TableName) -> Vec<String> {
+    let instances = table.with_suffix("_instances");
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {instances} (
+            node       text        NOT NULL PRIMARY KEY,
+            version    text        NOT NULL,
+            started_at timestamptz NOT NULL,
+            seen_at    timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL,
+            stopped    boolean     NOT NULL
+        )"
+    )]
+}
+
 /// The history table's newest column: a table without it is brought up to date by
 /// running [`create_history`] again.
 pub const HISTORY_NEWEST_COLUMN: &str = "attempt";

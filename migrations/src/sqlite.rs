@@ -160,6 +160,22 @@ pub(crate) fn create_jobs(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Creates `t_instances`, as [`crate::postgres`] does, times in integer
+/// microseconds, `stopped` 0 or 1.
+pub(crate) fn create_instances(table: &TableName) -> Vec<String> {
+    let instances = table.with_suffix("_instances");
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {instances} (
+            node       TEXT    NOT NULL PRIMARY KEY,
+            version    TEXT    NOT NULL,
+            started_at INTEGER NOT NULL,
+            seen_at    INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            stopped    INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID"
+    )]
+}
+
 /// Creates the run history table and its indexes when they are missing: the
 /// PostgreSQL history ([`postgres::create_history`](crate::postgres::create_history))
 /// with SQLite's types — times (`tick`, `started`, `finished`) are integer

@@ -28,6 +28,7 @@
 //! [`Taken::paused`]: crate::Taken::paused
 
 mod dashboard;
+mod instances;
 pub mod listing;
 mod records;
 mod schedules;
@@ -40,6 +41,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
+pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
 pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
@@ -208,7 +210,17 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// [`put_schedule`](Self::put_schedule) checks a row's handler against).
     async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()>;
 
-    /// The handlers registered by any instance.
+    /// The handlers registered by the instances that count, sorted, once each.
+    ///
+    /// A node's registrations count while the node is **live**
+    /// ([`InstanceRow::is_live`]: it beat within its expiry and did not stop), or
+    /// while it has **no instance row** at all: an instance of a version before
+    /// heartbeats ([`heartbeat`](Self::heartbeat)) registers once and never beats,
+    /// so during a rolling upgrade its registrations count as they always did. A
+    /// node that beat once is judged by its row from then on: its registrations
+    /// stop counting when it stops or expires, and count again when it beats again
+    /// (they are kept, not deleted). A fresh store has neither rows nor
+    /// registrations: nothing counts until an instance registers.
     async fn handlers(&self) -> Result<Vec<String>>;
 
     /// Records that `node` runs the jobs `names` (those registered in code): what
@@ -221,8 +233,10 @@ pub trait Controls: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// The jobs registered by any instance ([`register_jobs`](Self::register_jobs)),
-    /// sorted; none by default.
+    /// The jobs registered ([`register_jobs`](Self::register_jobs)) by the
+    /// instances that count, sorted, once each: the rule of
+    /// [`handlers`](Self::handlers) (live nodes, and nodes that never beat). None by
+    /// default.
     async fn jobs(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
@@ -245,6 +259,43 @@ pub trait Controls: Send + Sync + fmt::Debug {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// Records that `beat.node` is alive now: adds or replaces its instance row,
+    /// `seen_at` the store's clock and `expires_at` that plus
+    /// [`EXPIRY_BEATS`] × `beat.every` ([`Heartbeat::expiry`]), no longer stopped.
+    /// What keeps the node's registrations counting ([`handlers`](Self::handlers),
+    /// [`jobs`](Self::jobs)).
+    ///
+    /// The default records nothing (a store without instances: registrations never
+    /// expire there); the stores keep the row. A store that wraps another must
+    /// forward it.
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        let _ = beat;
+        Ok(())
+    }
+
+    /// Marks `node`'s instance row stopped (what a scheduler says as it shuts down):
+    /// its registrations stop counting at once instead of at its expiry. Nothing
+    /// happens for a node without a row. A later [`heartbeat`](Self::heartbeat)
+    /// (the node started again) clears the mark.
+    ///
+    /// The default does nothing; the stores keep it. A store that wraps another must
+    /// forward it.
+    async fn stopped(&self, node: &str) -> Result<()> {
+        let _ = node;
+        Ok(())
+    }
+
+    /// Every instance that ever beat ([`heartbeat`](Self::heartbeat)), by node, live
+    /// or not ([`InstanceRow::is_live`] on the store's clock), each with the
+    /// handlers and jobs its node registered. Instances that never beat (older
+    /// versions) are not listed.
+    ///
+    /// Empty by default; the stores read their rows. A store that wraps another must
+    /// forward it.
+    async fn instances(&self) -> Result<Vec<InstanceRow>> {
+        Ok(Vec::new())
     }
 
     /// Every lease, by name.

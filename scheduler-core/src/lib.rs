@@ -54,6 +54,7 @@ pub use control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor,
     LeaseRow, ListQuery, Listing, Page, RunQuery, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
+pub use control::{Heartbeat, InstanceRow};
 pub use error::{BoxError, Error, Report, Result, StoreFailure, error_chain};
 pub use job::{
     Declaration, Duplicate, Handler, Idempotent, Interrupted, JobContext, Scope, StateType,

@@ -440,6 +440,9 @@ async fn a_triggered_run_is_recorded_done_before_its_lease_is_released() {
         early: AtomicU32::new(0),
         failing_finishes: AtomicU32::new(2),
         hang_claims: false,
+
+        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
+        beats: AtomicU32::new(0),
     });
     let mut hourly = Probe::new("hourly", &memory, &log);
     hourly.every = Duration::from_secs(3_600);

@@ -99,6 +99,9 @@ async fn a_triggered_run_whose_end_is_recorded_late_does_not_run_again() {
         failing_finishes: AtomicU32::new(30),
         hang_claims: false,
         early: AtomicU32::new(0),
+
+        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
+        beats: AtomicU32::new(0),
     });
     let make = |node: &str| {
         let mut job = Probe::new("hourly", &memory, &log);
@@ -235,6 +238,9 @@ async fn stuck_trigger_claims_do_not_cost_the_leases_of_running_jobs() {
         failing_finishes: AtomicU32::new(0),
         hang_claims: true,
         early: AtomicU32::new(0),
+
+        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
+        beats: AtomicU32::new(0),
     });
     let mut long = Probe::new("long", &memory, &log);
     long.every = Duration::from_secs(3_600);

@@ -10,6 +10,7 @@
 //!
 //! The rows are decoded in `rows`; the poll's snapshot read is in `state`.
 
+mod instances;
 mod listing;
 mod rows;
 mod state;
@@ -18,7 +19,7 @@ use async_trait::async_trait;
 use scheduler_core::control::stored::{
     lease_row_from, pause_from, record_from, run_from, schedule_from, trigger_from,
 };
-use scheduler_core::control::{ControlTables, HandlerCheck};
+use scheduler_core::control::{ControlTables, HandlerCheck, Heartbeat, InstanceRow};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
     ListQuery, Listing, Outcome, Page, RunQuery, Pause, RunRow, ScheduleRow, Tick, Trigger, TriggerId, Ttl,
@@ -359,6 +360,18 @@ impl ControlTables for PostgresStore {
             .iter()
             .map(|row| get(row, "job", OP))
             .collect::<Result<_, _>>()?)
+    }
+
+    async fn write_heartbeat(&self, beat: &Heartbeat) -> scheduler_core::Result<()> {
+        Ok(self.beat(beat).await?)
+    }
+
+    async fn write_stopped(&self, node: &str) -> scheduler_core::Result<()> {
+        Ok(self.stop(node).await?)
+    }
+
+    async fn read_instances(&self) -> scheduler_core::Result<Vec<InstanceRow>> {
+        Ok(self.instance_rows().await?)
     }
 
     async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {

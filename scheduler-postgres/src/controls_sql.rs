@@ -19,6 +19,9 @@
 
 use scheduler_migrations::{HistoryTable, TableName};
 
+mod instances;
+pub(crate) use instances::InstanceSql;
+
 /// The columns of an audit row, as every control returns its record.
 const RECORD: &str = "id, at, job, node, action, actor, why, detail";
 
@@ -89,11 +92,11 @@ pub(crate) struct ControlSql {
     pub(crate) remove_schedule: String,
     /// `$1` node, `$2` handler names (distinct, sorted).
     pub(crate) register_handlers: String,
-    /// Every handler registered.
+    /// Every handler registered by a node that counts ([`instances::live`]).
     pub(crate) handlers: String,
     /// `$1` node, `$2` job names (distinct, sorted).
     pub(crate) register_jobs: String,
-    /// Every job registered.
+    /// Every job registered by a node that counts.
     pub(crate) jobs: String,
     /// Every lease, by name.
     pub(crate) leases: String,
@@ -101,6 +104,8 @@ pub(crate) struct ControlSql {
     pub(crate) runs: String,
     /// `$1` job, `$2` before (id), `$3` limit.
     pub(crate) job_runs: String,
+    /// The instances' heartbeats.
+    pub(crate) instances: InstanceSql,
 }
 
 /// The columns of a trigger row.
@@ -360,7 +365,8 @@ impl ControlSql {
              ORDER BY h.handler \
              ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
         );
-        let handlers_read = format!("SELECT DISTINCT handler FROM {handlers} ORDER BY handler");
+        // The registrations of live nodes, and of nodes that never beat.
+        let handlers_read = instances::live(table, &handlers, "handler");
         // As the handlers: in job order.
         let register_jobs = format!(
             "INSERT INTO {jobs} (job, node, seen_at) \
@@ -368,7 +374,7 @@ impl ControlSql {
              ORDER BY j.job \
              ON CONFLICT (job, node) DO UPDATE SET seen_at = excluded.seen_at"
         );
-        let jobs_read = format!("SELECT DISTINCT job FROM {jobs} ORDER BY job");
+        let jobs_read = instances::live(table, &jobs, "job");
         let leases = format!(
             "SELECT name, holder, tick, token, expires_at, released_at FROM {t} ORDER BY name"
         );
@@ -405,6 +411,7 @@ impl ControlSql {
             leases,
             runs: runs_all,
             job_runs,
+            instances: InstanceSql::new(table),
         }
     }
 }

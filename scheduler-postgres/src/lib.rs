@@ -15,7 +15,8 @@
 //! it): pauses, resumes, triggers and dynamic schedules are rows in tables named
 //! after the lease table (`<table>_controls`, `_audit`, `_triggers`, `_schedules`,
 //! `_handlers`, `_version`; migration `m20261202_000003_controls`; `_jobs`, the jobs
-//! each instance runs, migration `m20261204_000004_jobs`). A pause is a
+//! each instance runs, migration `m20261204_000004_jobs`; `_instances`, their
+//! heartbeats, migration `m20261204_000005_instances`). A pause is a
 //! condition of the batched take itself (a paused job's request is refused without
 //! a write and reported in [`Taken::paused`]), so the app's database user needs
 //! `SELECT` on `<table>_controls` beside its rights on the lease table. Each control

@@ -8,6 +8,9 @@ use scheduler_migrations::{HistoryTable, TableName};
 
 use crate::sql::NOW;
 
+mod instances;
+pub(crate) use instances::InstanceSql;
+
 /// The columns a trigger is read with.
 const TRIGGER: &str = "id, job, node, requested_at, actor, why, state, holder, started_at, finished_at, outcome, error";
 
@@ -65,6 +68,8 @@ pub(crate) struct ControlSql {
     pub(crate) runs_of_job: String,
     /// The history table's name, unquoted (what `sqlite_master` holds).
     pub(crate) history_name: String,
+    /// The instances' heartbeats.
+    pub(crate) instances: InstanceSql,
 }
 
 impl ControlSql {
@@ -220,7 +225,8 @@ impl ControlSql {
                  WHERE name = ?1 AND NOT removed RETURNING {SCHEDULE}"
             ),
             json_valid: "SELECT json_valid(?1) AS valid".to_owned(),
-            handlers: format!("SELECT DISTINCT handler FROM {handlers} ORDER BY handler"),
+            // The registrations of live nodes, and of nodes that never beat.
+            handlers: instances::live(table, &handlers, "handler"),
             // `?2` the node's handlers as a JSON array of strings.
             forget_handlers: format!(
                 "DELETE FROM {handlers} \
@@ -231,7 +237,7 @@ impl ControlSql {
                  SELECT value, ?1, {NOW} FROM json_each(?2) WHERE true \
                  ON CONFLICT (handler, node) DO UPDATE SET seen_at = excluded.seen_at"
             ),
-            jobs: format!("SELECT DISTINCT job FROM {jobs} ORDER BY job"),
+            jobs: instances::live(table, &jobs, "job"),
             // `?2` the node's jobs as a JSON array of strings.
             forget_jobs: format!(
                 "DELETE FROM {jobs} WHERE node = ?1 AND job NOT IN (SELECT value FROM json_each(?2))"
@@ -255,6 +261,7 @@ impl ControlSql {
                  ORDER BY id DESC LIMIT ?3"
             ),
             history_name: history.table().to_owned(),
+            instances: instances::InstanceSql::new(table),
         }
     }
 }

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use super::listing::{self, ListQuery, Listing, RunQuery};
 use super::{
-    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor, LeaseRow, Page,
-    Pause, RunRow, ScheduleRow, Trigger, TriggerId,
+    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor, Heartbeat,
+    InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use crate::error::{Error, Result};
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
@@ -138,6 +138,24 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
 
     /// [`Controls::jobs`].
     async fn read_jobs(&self) -> Result<Vec<String>>;
+
+    /// [`Controls::heartbeat`], the node checked as a name and the version's text
+    /// checked. The default records nothing.
+    async fn write_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        let _ = beat;
+        Ok(())
+    }
+
+    /// [`Controls::stopped`], `node` checked as a name. The default does nothing.
+    async fn write_stopped(&self, node: &str) -> Result<()> {
+        let _ = node;
+        Ok(())
+    }
+
+    /// [`Controls::instances`]. Empty by default.
+    async fn read_instances(&self) -> Result<Vec<InstanceRow>> {
+        Ok(Vec::new())
+    }
 
     /// [`Controls::leases`].
     async fn read_leases(&self) -> Result<Vec<LeaseRow>>;
@@ -389,6 +407,21 @@ impl<T: ControlTables> Controls for T {
 
     async fn jobs(&self) -> Result<Vec<String>> {
         self.read_jobs().await
+    }
+
+    async fn heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        LeaseName::new(beat.node.as_str())?;
+        self.check_text("the instance's version", &beat.version)?;
+        self.write_heartbeat(beat).await
+    }
+
+    async fn stopped(&self, node: &str) -> Result<()> {
+        LeaseName::new(node)?;
+        self.write_stopped(node).await
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceRow>> {
+        self.read_instances().await
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 #[cfg(doc)]
 use super::MemoryStore;
 use crate::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlSignal, Pause, ScheduleRow, Trigger,
-    TriggerState,
+    ControlAction, ControlRecord, ControlRequest, ControlSignal, Heartbeat, InstanceRow, Pause,
+    ScheduleRow, Trigger, TriggerState,
 };
 use crate::lease::{Holder, LeaseName, TakeRequest};
 
@@ -28,6 +28,8 @@ pub(super) struct Tables {
     handlers: BTreeMap<(String, String), DateTime<Utc>>,
     /// The jobs each node runs, by (job, node).
     jobs: BTreeMap<(String, String), DateTime<Utc>>,
+    /// The instances that beat, by node.
+    instances: BTreeMap<String, InstanceRow>,
     /// The announcements of changes, once a test asked for them
     /// ([`MemoryStore::announce_controls`]).
     pub(super) announce: Option<tokio::sync::watch::Sender<ControlSignal>>,
@@ -113,6 +115,76 @@ impl Tables {
                     && matches!(&r.trigger.state, TriggerState::Running { holder: h, .. } if h == holder)
             })
             .map(|r| r.trigger.requested_at)
+    }
+
+    /// Whether `node`'s registrations count at `now`: it is live, or it never beat
+    /// ([`Controls::handlers`](crate::Controls::handlers)).
+    fn counts(&self, node: &str, now: DateTime<Utc>) -> bool {
+        self.instances.get(node).is_none_or(|i| i.is_live(now))
+    }
+
+    /// The handlers that count at `now`, sorted, once each.
+    fn live_handlers(&self, now: DateTime<Utc>) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .handlers
+            .keys()
+            .filter(|(_, node)| self.counts(node, now))
+            .map(|(h, _)| h.clone())
+            .collect();
+        names.dedup();
+        names
+    }
+
+    /// The jobs that count at `now`, sorted, once each.
+    fn live_jobs(&self, now: DateTime<Utc>) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .jobs
+            .keys()
+            .filter(|(_, node)| self.counts(node, now))
+            .map(|(job, _)| job.clone())
+            .collect();
+        names.dedup();
+        names
+    }
+
+    /// `beat`'s row, seen at `now`.
+    fn beat(&mut self, beat: &Heartbeat, now: DateTime<Utc>) {
+        let row = InstanceRow {
+            node: beat.node.clone(),
+            version: beat.version.clone(),
+            started_at: beat.started_at,
+            seen_at: now,
+            expires_at: now + beat.expiry(),
+            stopped: false,
+            handlers: Vec::new(),
+            jobs: Vec::new(),
+        };
+        self.instances.insert(beat.node.clone(), row);
+    }
+
+    /// Marks `node`'s row stopped, if it has one.
+    fn stop(&mut self, node: &str) {
+        if let Some(row) = self.instances.get_mut(node) {
+            row.stopped = true;
+        }
+    }
+
+    /// Every instance, by node, with its node's registrations.
+    fn instances(&self) -> Vec<InstanceRow> {
+        let of = |map: &BTreeMap<(String, String), DateTime<Utc>>, node: &str| {
+            map.keys()
+                .filter(|(_, n)| n == node)
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        self.instances
+            .values()
+            .map(|row| InstanceRow {
+                handlers: of(&self.handlers, &row.node),
+                jobs: of(&self.jobs, &row.node),
+                ..row.clone()
+            })
+            .collect()
     }
 
     /// Every pause in force, by job and node.

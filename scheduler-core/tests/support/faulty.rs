@@ -2,7 +2,7 @@
 //! of a triggered run's lease before its end is recorded.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,6 +19,10 @@ pub(crate) struct Faulty {
     pub(crate) hang_claims: bool,
     /// Releases of a lease whose triggered run was not yet recorded done.
     pub(crate) early: AtomicU32,
+    /// Whether heartbeats fail (a store that refuses the instances table).
+    pub(crate) failing_heartbeats: AtomicBool,
+    /// Heartbeats asked for, failed or not.
+    pub(crate) beats: AtomicU32,
 }
 
 #[scheduler_core::async_trait]
@@ -117,6 +121,19 @@ impl Controls for Faulty {
     }
     async fn jobs(&self) -> scheduler_core::Result<Vec<String>> {
         self.inner.jobs().await
+    }
+    async fn heartbeat(&self, beat: &scheduler_core::Heartbeat) -> scheduler_core::Result<()> {
+        self.beats.fetch_add(1, Ordering::SeqCst);
+        if self.failing_heartbeats.load(Ordering::SeqCst) {
+            return Err(scheduler_core::Error::store("told to fail"));
+        }
+        self.inner.heartbeat(beat).await
+    }
+    async fn stopped(&self, node: &str) -> scheduler_core::Result<()> {
+        self.inner.stopped(node).await
+    }
+    async fn instances(&self) -> scheduler_core::Result<Vec<scheduler_core::InstanceRow>> {
+        self.inner.instances().await
     }
     async fn leases(&self) -> scheduler_core::Result<Vec<scheduler_core::LeaseRow>> {
         self.inner.leases().await

@@ -13,6 +13,7 @@
 //! schedules' writes in `schedules`.
 
 mod audit;
+mod instances;
 mod listing;
 mod rows;
 mod schedules;
@@ -23,7 +24,7 @@ use scheduler_core::control::stored::{
 };
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
-    LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
+    Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
 };
 use scheduler_core::{
     FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
@@ -396,6 +397,18 @@ impl ControlTables for SqliteStore {
             .iter()
             .map(|row| get(row, "handler", OP))
             .collect::<Result<_>>()?)
+    }
+
+    async fn write_heartbeat(&self, beat: &Heartbeat) -> scheduler_core::Result<()> {
+        Ok(self.beat(beat).await?)
+    }
+
+    async fn write_stopped(&self, node: &str) -> scheduler_core::Result<()> {
+        Ok(self.stop(node).await?)
+    }
+
+    async fn read_instances(&self) -> scheduler_core::Result<Vec<InstanceRow>> {
+        Ok(self.instance_rows().await?)
     }
 
     async fn read_leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {

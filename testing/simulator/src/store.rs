@@ -298,6 +298,15 @@ impl Controls for SimStore {
     async fn handlers(&self) -> Result<Vec<String>> {
         self.inner.handlers().await
     }
+    async fn heartbeat(&self, beat: &scheduler_core::Heartbeat) -> Result<()> {
+        self.inner.heartbeat(beat).await
+    }
+    async fn stopped(&self, node: &str) -> Result<()> {
+        self.inner.stopped(node).await
+    }
+    async fn instances(&self) -> Result<Vec<scheduler_core::InstanceRow>> {
+        self.inner.instances().await
+    }
     async fn leases(&self) -> Result<Vec<LeaseRow>> {
         self.inner.leases().await
     }

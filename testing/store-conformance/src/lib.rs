@@ -18,6 +18,7 @@ use scheduler_core::{LeaseName, LocalClock, Release, Store, TakeRequest, Tick, T
 use tokio::task::JoinSet;
 
 pub mod controls;
+pub mod instances;
 pub mod listing;
 
 /// A store shared between tasks.

@@ -39,3 +39,8 @@ async fn memory_store_keeps_the_rules_of_controls() {
 async fn memory_store_keeps_the_rules_of_listings() {
     scheduler_store_tests::listing::all(&one_store()[0]).await;
 }
+
+#[tokio::test]
+async fn memory_store_keeps_the_rules_of_instances() {
+    scheduler_store_tests::instances::all(&one_store()).await;
+}

@@ -10,8 +10,8 @@ use super::{ControlRow, TriggerRow, node_key, none_if_empty};
 use crate::control::listing::{self, ListQuery, Listing, RunQuery};
 use crate::control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, ControlTables,
-    HandlerCheck, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId,
-    TriggerState,
+    HandlerCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow,
+    Trigger, TriggerId, TriggerState,
 };
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
@@ -315,8 +315,7 @@ impl ControlTables for MemoryStore {
     ) -> Result<ControlRecord> {
         let now = self.call()?;
         let mut t = self.tables();
-        let known: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
-        handler.check(&known)?;
+        handler.check(&t.live_handlers(now))?;
         let req = ControlRequest::new(&row.name, by).why(why);
         let record = t.record(now, &req, ControlAction::SchedulePut, row.schedule.clone());
         let stored = ScheduleRow {
@@ -398,11 +397,8 @@ impl ControlTables for MemoryStore {
     }
 
     async fn read_handlers(&self) -> Result<Vec<String>> {
-        self.call()?;
-        let t = self.tables();
-        let mut names: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
-        names.dedup();
-        Ok(names)
+        let now = self.call()?;
+        Ok(self.tables().live_handlers(now))
     }
 
     async fn write_jobs(&self, node: &str, names: &[String]) -> Result<()> {
@@ -415,11 +411,25 @@ impl ControlTables for MemoryStore {
     }
 
     async fn read_jobs(&self) -> Result<Vec<String>> {
+        let now = self.call()?;
+        Ok(self.tables().live_jobs(now))
+    }
+
+    async fn write_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        let now = self.call()?;
+        self.tables().beat(beat, now);
+        Ok(())
+    }
+
+    async fn write_stopped(&self, node: &str) -> Result<()> {
         self.call()?;
-        let t = self.tables();
-        let mut names: Vec<String> = t.jobs.keys().map(|(job, _)| job.clone()).collect();
-        names.dedup();
-        Ok(names)
+        self.tables().stop(node);
+        Ok(())
+    }
+
+    async fn read_instances(&self) -> Result<Vec<InstanceRow>> {
+        self.call()?;
+        Ok(self.tables().instances())
     }
 
     async fn read_leases(&self) -> Result<Vec<LeaseRow>> {
