@@ -146,6 +146,7 @@ impl Dashboard {
             .route("/leases", get(crate::leases::show))
             .route("/audit", get(crate::audit::show))
             .route("/failures", get(crate::failures::show))
+            .route("/instances", get(crate::instances::show))
             .route("/job", get(crate::history::job))
             .route(
                 "/trigger",

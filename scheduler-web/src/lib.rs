@@ -109,6 +109,7 @@ mod csrf;
 mod dashboard;
 mod failures;
 mod history;
+mod instances;
 mod jobs;
 mod layout;
 mod leases;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::StatusCode;
 use chrono::{TimeDelta, Utc};
-use scheduler_core::{ControlRequest, Controls as _, LeaseRow, Outcome};
+use scheduler_core::{ControlRequest, Controls as _, InstanceRow, LeaseRow, Outcome, ScheduleRow};
 use scheduler_web::{Actions, Dashboard};
 use support::{FakeStore, app, get};
 
@@ -304,4 +304,92 @@ async fn every_list_page_stays_within_200_kb_whatever_the_data() {
     }
     let (_, _, body) = get(&app, "/scheduler/leases").await;
     assert_eq!(count_line(&body, "leases"), "1–100 of 2,000, by name");
+}
+
+fn instance(node: &str, live: bool, stopped: bool, jobs: &[&str], handlers: &[&str]) -> InstanceRow {
+    let now = Utc::now();
+    InstanceRow {
+        node: node.to_owned(),
+        version: "1.2.3".to_owned(),
+        started_at: now - TimeDelta::hours(1),
+        seen_at: now - TimeDelta::seconds(if live { 2 } else { 120 }),
+        expires_at: now + TimeDelta::seconds(if live { 28 } else { -90 }),
+        stopped,
+        handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+        jobs: jobs.iter().map(|j| (*j).to_owned()).collect(),
+    }
+}
+
+#[tokio::test]
+async fn the_instances_page_says_which_are_live_stopped_or_gone() {
+    let store = FakeStore::new();
+    store.state.lock().unwrap().instances = vec![
+        instance("web-2", false, false, &["sweep"], &[]),
+        instance("web-1", true, false, &["sweep", EVIL], &["report"]),
+        instance("web-0", false, true, &[], &[]),
+    ];
+    let app = app(&store, &["sweep"], Actions::default());
+    let (status, _, body) = get(&app, "/scheduler/instances").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Live first, then by node.
+    assert_eq!(rows(&body, "instance"), ["web-1", "web-0", "web-2"]);
+    assert_eq!(count_line(&body, "instances"), "1 live of 3 instances");
+    for (node, state) in [("web-1", "live"), ("web-0", "stopped"), ("web-2", "gone")] {
+        assert!(
+            body.contains(&format!(r#"<tr data-instance="{node}" data-state="{state}">"#)),
+            "{node} {state}: {body}"
+        );
+    }
+    assert!(body.contains("1.2.3") && body.contains("<code>report</code>"), "{body}");
+    assert!(body.contains(r#"<a href="./job?name=sweep">sweep</a>"#), "{body}");
+    assert!(!body.contains("<script>"), "{body}");
+
+    let (status, _, body) = get(&app, "/scheduler/instances?node=web-1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("unknown field `node`"), "{body}");
+}
+
+/// The warning of a triggered run's page, if it shows one.
+async fn trigger_warning(store: &Arc<FakeStore>, job: &str) -> Option<String> {
+    let trigger = store.trigger(&ControlRequest::new(job, "test")).await.unwrap();
+    let app = app(store, &["sweep"], Actions::default());
+    let (status, _, body) = get(&app, &format!("/scheduler/trigger?id={}", trigger.id)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let at = body.find("data-warning=\"no-live-instance\"")?;
+    Some(body[at..at + body[at..].find("</p>").unwrap()].to_owned())
+}
+
+#[tokio::test]
+async fn a_triggered_run_no_live_instance_runs_is_warned_of() {
+    let store = FakeStore::new();
+    // No instance keeps a row (an older version): nothing to tell.
+    assert_eq!(trigger_warning(&store, "sweep").await, None);
+
+    // Only a gone instance runs it, a live one runs something else.
+    store.state.lock().unwrap().instances = vec![
+        instance("web-1", false, false, &["sweep"], &[]),
+        instance("web-2", true, false, &["other"], &["report"]),
+    ];
+    let warning = trigger_warning(&store, "sweep").await.expect("a warning");
+    assert!(warning.contains("No live instance runs <code>sweep</code>"), "{warning}");
+    assert!(warning.contains("1 instance is live, none with this job"), "{warning}");
+
+    // A dynamic schedule whose handler a live instance runs: no warning.
+    store.register("report");
+    store
+        .put_schedule(&ScheduleRow::new("tenant-7", "report", "every 1h"), "test", "")
+        .await
+        .unwrap();
+    assert_eq!(trigger_warning(&store, "tenant-7").await, None);
+
+    // A live instance runs it: none.
+    store.state.lock().unwrap().instances[0] = instance("web-1", true, false, &["sweep"], &[]);
+    assert_eq!(trigger_warning(&store, "sweep").await, None);
+
+    // Every instance stopped: said so.
+    for i in &mut store.state.lock().unwrap().instances {
+        i.stopped = true;
+    }
+    let warning = trigger_warning(&store, "sweep").await.expect("a warning");
+    assert!(warning.contains("No instance is live at all"), "{warning}");
 }

@@ -13,7 +13,7 @@ use axum::http::{Request, Response, StatusCode, header};
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
+    Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
     Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store,
     TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
@@ -41,6 +41,7 @@ pub struct FakeState {
     pub handlers: Vec<String>,
     pub runs: Vec<RunRow>,
     pub leases: Vec<LeaseRow>,
+    pub instances: Vec<InstanceRow>,
 }
 
 impl FakeStore {
@@ -370,6 +371,10 @@ impl Controls for FakeStore {
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {
         Ok(self.state.lock().unwrap().leases.clone())
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceRow>> {
+        Ok(self.state.lock().unwrap().instances.clone())
     }
 
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>> {
