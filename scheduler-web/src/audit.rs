@@ -70,9 +70,9 @@ pub(crate) async fn show(
         .flatten();
     let body = html! {
         (status_line(&shared, now))
-        form.filters method="get" action="./audit" {
-            label.inline {
-                span { "Job" }
+        form.filters method="get" action="./audit" style=(listing::FILTERS_STYLE) {
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "Job" }
                 input type="text" name="job" value=[job.as_deref()] placeholder="every job";
             }
             button type="submit" { "Filter" }

@@ -94,13 +94,13 @@ pub(crate) async fn show(
     let filtered = job.is_some() || node.is_some();
     let body = html! {
         (status_line(&shared, now))
-        form.filters method="get" action="./failures" {
-            label.inline {
-                span { "Job" }
+        form.filters method="get" action="./failures" style=(listing::FILTERS_STYLE) {
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "Job" }
                 input type="text" name="job" value=[job.as_deref()] placeholder="every job";
             }
-            label.inline {
-                span { "Node" }
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "Node" }
                 input type="text" name="node" value=[node.as_deref()] placeholder="any node";
             }
             button type="submit" { "Filter" }

@@ -250,17 +250,17 @@ fn pages(
 
 fn filter_form(filters: &Filters) -> Markup {
     html! {
-        form.filters method="get" action="./leases" {
-            label.inline {
-                span { "Name" }
+        form.filters method="get" action="./leases" style=(listing::FILTERS_STYLE) {
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "Name" }
                 input type="search" name="search" value=[filters.search.as_deref()] placeholder="part of a name";
             }
-            label.inline {
-                span { "Node" }
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "Node" }
                 input type="text" name="node" value=[filters.node.as_deref()] placeholder="any node";
             }
-            label.inline {
-                span { "State" }
+            label.inline style=(listing::FILTER_STYLE) {
+                span style="min-width:0" { "State" }
                 select name="held" {
                     option value="" selected[filters.held.is_none()] { "any" }
                     option value="yes" selected[filters.held == Some(Held::Yes)] { "held" }

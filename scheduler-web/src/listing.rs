@@ -29,6 +29,13 @@ const FOLD_OVER: usize = 120;
 /// The most bytes of a filter value or a name cursor the pages read.
 const MAX_FILTER: usize = 1024;
 
+/// The filters' form laid out on one line (the layout's style sheet sets labels
+/// as blocks for the action forms).
+pub(crate) const FILTERS_STYLE: &str = "display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;margin:.6em 0";
+
+/// A filter's label on that line.
+pub(crate) const FILTER_STYLE: &str = "display:inline-flex;gap:.4em;align-items:center;margin:0";
+
 /// Rows per list page: the dashboard's page size, at most [`MAX_ROWS`].
 pub(crate) fn rows(shared: &Shared) -> u32 {
     shared.page_size.clamp(1, MAX_ROWS)
