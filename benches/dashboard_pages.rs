@@ -20,6 +20,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use criterion::{Criterion, criterion_group, criterion_main};
 use scheduler_benches::database;
+use scheduler_core::{Heartbeat, Store};
 use scheduler_postgres::{PostgresOptions, PostgresStore};
 use scheduler_sqlite::{SqliteOptions, SqliteStore};
 use scheduler_web::Dashboard;
@@ -31,6 +32,7 @@ const SCHEDULES: u32 = 100_000;
 const LEASES: u32 = 10_000;
 const RUNS: u32 = 20_000;
 const CONTROLS: u32 = 5_000;
+const INSTANCES: u32 = 10;
 /// Rows per page (the dashboard's default).
 const PAGE: u32 = 50;
 
@@ -194,6 +196,19 @@ fn cases(pg: bool) -> Vec<Case> {
             None,
         ),
         case(
+            "instances",
+            "/instances",
+            vec![
+                format!(
+                    "SELECT node, version, started_at, seen_at, expires_at, stopped \
+                     FROM {t}_instances ORDER BY node"
+                ),
+                format!("SELECT handler, node FROM {t}_handlers ORDER BY node, handler"),
+                format!("SELECT job, node FROM {t}_jobs ORDER BY node, job"),
+            ],
+            None,
+        ),
+        case(
             "audit, job filter",
             "/audit?job=report-000042",
             vec![format!(
@@ -239,7 +254,13 @@ fn fill(pg: bool) -> Vec<String> {
             format!("printf('report-%06d', {expr})")
         }
     };
-    let text = |e: &str| if pg { format!("({e})::text") } else { format!("CAST({e} AS TEXT)") };
+    let text = |e: &str| {
+        if pg {
+            format!("({e})::text")
+        } else {
+            format!("CAST({e} AS TEXT)")
+        }
+    };
     let (yes, no) = if pg { ("true", "false") } else { ("1", "0") };
     let repeat = |s: &str, n: u32| {
         if pg {
@@ -301,20 +322,38 @@ fn fill(pg: bool) -> Vec<String> {
     ]
 }
 
-async fn run_fill(conn: &DatabaseConnection, pg: bool) {
+/// The fill, then ten instances beating, each registering the handler and 100 jobs.
+async fn run_fill(store: &dyn Store, conn: &DatabaseConnection, pg: bool) {
     for sql in fill(pg) {
         conn.execute_unprepared(&sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+    let controls = store.controls().unwrap();
+    let started_at = store.now().await.unwrap();
+    for i in 0..INSTANCES {
+        let node = format!("node-{i}");
+        let beat = Heartbeat {
+            node: node.clone(),
+            version: "1.0.0".to_owned(),
+            started_at,
+            every: Duration::from_secs(if i % 3 == 2 { 0 } else { 600 }),
+        };
+        controls.heartbeat(&beat).await.unwrap();
+        controls
+            .register_handlers(&node, &["report".to_owned()])
+            .await
+            .unwrap();
+        let jobs: Vec<String> = (0..100)
+            .map(|j| format!("report-{:06}", i * 100 + j))
+            .collect();
+        controls.register_jobs(&node, &jobs).await.unwrap();
+    }
     conn.execute_unprepared("ANALYZE").await.unwrap();
 }
 
-fn router(store: impl scheduler_core::Store) -> Router {
-    Dashboard::new(store)
-        .node("bench")
-        .page_size(PAGE)
-        .router()
+fn router(store: impl Store) -> Router {
+    Dashboard::new(store).node("bench").page_size(PAGE).router()
 }
 
 /// GETs `path`: its status and body size.
@@ -382,12 +421,14 @@ fn pages(c: &mut Criterion) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bench.db");
     let (app, raw) = rt.block_on(async {
-        let store = SqliteStore::open(&path, SqliteOptions::default()).await.unwrap();
+        let store = SqliteStore::open(&path, SqliteOptions::default())
+            .await
+            .unwrap();
         scheduler_sqlite::RunHistory::new(&store, scheduler_sqlite::HistoryOptions::default())
             .await
             .unwrap();
         let t = Instant::now();
-        run_fill(store.connection(), false).await;
+        run_fill(&store, store.connection(), false).await;
         println!("sqlite: filled in {:.1} s", t.elapsed().as_secs_f64());
         let raw = SqliteConnection::connect(&format!("sqlite://{}", path.display()))
             .await
@@ -406,7 +447,7 @@ fn pages(c: &mut Criterion) {
             .await
             .unwrap();
         let t = Instant::now();
-        run_fill(store.connection(), true).await;
+        run_fill(&store, store.connection(), true).await;
         println!("postgres: filled in {:.1} s", t.elapsed().as_secs_f64());
         let raw = PgConnection::connect(&url).await.unwrap();
         (router(store), Raw::Postgres(raw))
@@ -433,7 +474,8 @@ fn pages(c: &mut Criterion) {
         );
     }
     println!(
-        "({SCHEDULES} schedules, {LEASES} leases, {RUNS} runs, {CONTROLS} controls; pages of \
+        "({SCHEDULES} schedules, {LEASES} leases, {RUNS} runs, {CONTROLS} controls, \
+         {INSTANCES} instances; pages of \
          {PAGE}; raw SQL: the page's list query and count, plain sqlx, same database, same run)\n"
     );
 }

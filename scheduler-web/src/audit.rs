@@ -26,8 +26,7 @@ pub(crate) struct AuditQuery {
 }
 
 impl Address for AuditQuery {
-    const USAGE: &'static str =
-        "audit[?job=NAME][&before=ID]: the controls of every job (or of job NAME), newest first, \
+    const USAGE: &'static str = "audit[?job=NAME][&before=ID]: the controls of every job (or of job NAME), newest first, \
          those with an id below ID";
 }
 
@@ -62,7 +61,10 @@ pub(crate) async fn show(
 
     let link_to = |before: Option<i64>| {
         let before = before.map(|id| id.to_string());
-        listing::query("audit", &[("job", job.as_deref()), ("before", before.as_deref())])
+        listing::query(
+            "audit",
+            &[("job", job.as_deref()), ("before", before.as_deref())],
+        )
     };
     let newest = before.is_some().then(|| link_to(None));
     let older = more

@@ -57,14 +57,26 @@ pub(crate) async fn show(
     if runs.is_empty() && before.is_none() {
         // A filter that matches no failure must name a job or a node that is known.
         if let Some(job) = &job
-            && controls.runs(Some(job), Page { before: None, limit: 1 }).await?.is_empty()
+            && controls
+                .runs(
+                    Some(job),
+                    Page {
+                        before: None,
+                        limit: 1,
+                    },
+                )
+                .await?
+                .is_empty()
         {
             crate::audit::known_job(&shared, controls, job).await?;
         }
         if let Some(node) = &node {
             let any = RunQuery {
                 node: Some(node.clone()),
-                page: Page { before: None, limit: 1 },
+                page: Page {
+                    before: None,
+                    limit: 1,
+                },
                 ..RunQuery::default()
             };
             if controls.runs_where(&any).await?.is_empty() {

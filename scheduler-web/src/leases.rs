@@ -229,7 +229,11 @@ fn pages(
     let before = leases.more_before;
     let after = leases.more_after;
     vec![
-        ("first", "« First", before.then(|| filters.link(("at", "first"), None))),
+        (
+            "first",
+            "« First",
+            before.then(|| filters.link(("at", "first"), None)),
+        ),
         (
             "previous",
             "‹ Previous",
@@ -244,7 +248,11 @@ fn pages(
             tail.filter(|_| after)
                 .map(|name| filters.link(("after", name), Some(first + shown))),
         ),
-        ("last", "Last »", after.then(|| filters.link(("at", "last"), None))),
+        (
+            "last",
+            "Last »",
+            after.then(|| filters.link(("at", "last"), None)),
+        ),
     ]
 }
 

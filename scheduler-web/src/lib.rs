@@ -91,9 +91,14 @@
 //!
 //! # Pages
 //!
-//! Under the nest prefix: `jobs` (the prefix itself redirects there), `leases`,
-//! `job?name=NAME` (one job's runs and controls, paged), `trigger?id=N` (a triggered
-//! run), `schedule[?name=NAME]` (the form of a dynamic schedule, actions only); the
+//! Under the nest prefix: `jobs` (the prefix itself redirects there), `leases` (by
+//! name, paged both ways and counted, searched, filtered by node and by held),
+//! `failures` (the runs that did not succeed, every job's, newest first, filtered
+//! by job and node), `audit` (every control applied: who, when, why), `instances`
+//! (live, stopped or gone, with what each runs), `job?name=NAME` (one job's runs and
+//! controls, paged), `trigger?id=N` (a triggered run; it warns when no live instance
+//! runs the job), `schedule[?name=NAME]` (the form of a dynamic schedule, actions
+//! only); the
 //! actions `POST` to `pause`, `resume`, `trigger`, `schedule` and
 //! `remove-schedule`, then redirect (303) to a page.
 //!

@@ -31,7 +31,8 @@ const MAX_FILTER: usize = 1024;
 
 /// The filters' form laid out on one line (the layout's style sheet sets labels
 /// as blocks for the action forms).
-pub(crate) const FILTERS_STYLE: &str = "display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;margin:.6em 0";
+pub(crate) const FILTERS_STYLE: &str =
+    "display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;margin:.6em 0";
 
 /// A filter's label on that line.
 pub(crate) const FILTER_STYLE: &str = "display:inline-flex;gap:.4em;align-items:center;margin:0";
@@ -60,7 +61,12 @@ pub(crate) fn count(first: u64, shown: usize, total: u64) -> String {
         return format!("0 of {}", thousands(total));
     }
     let last = first + shown as u64 - 1;
-    format!("{}–{} of {}", thousands(first), thousands(last), thousands(total))
+    format!(
+        "{}–{} of {}",
+        thousands(first),
+        thousands(last),
+        thousands(total)
+    )
 }
 
 /// A filter value from the query: absent or empty is no filter; one over 1 KiB
@@ -196,16 +202,26 @@ mod tests {
         let long = "x".repeat(50_000);
         let folded = long_text(&long, "bad").into_string();
         assert!(folded.starts_with("<details>"), "{folded:.80}");
-        assert!(folded.len() < MAX_SHOWN + FOLD_OVER + 300, "{}", folded.len());
+        assert!(
+            folded.len() < MAX_SHOWN + FOLD_OVER + 300,
+            "{}",
+            folded.len()
+        );
         assert!(folded.contains("49,000 bytes more"), "{folded}");
         let lines = long_text("first\n<second>", "bad").into_string();
-        assert!(lines.contains("<summary><span class=\"bad\">first</span>"), "{lines}");
+        assert!(
+            lines.contains("<summary><span class=\"bad\">first</span>"),
+            "{lines}"
+        );
         assert!(lines.contains("&lt;second&gt;"), "{lines}");
     }
 
     #[test]
     fn queries_leave_out_empty_values() {
-        assert_eq!(query("audit", &[("job", None), ("before", None)]), "./audit");
+        assert_eq!(
+            query("audit", &[("job", None), ("before", None)]),
+            "./audit"
+        );
         assert_eq!(
             query("audit", &[("job", Some("a b&")), ("before", Some("7"))]),
             "./audit?job=a%20b%26&before=7"

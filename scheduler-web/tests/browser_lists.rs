@@ -83,11 +83,17 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
     // Leases, forwards and back by the pager's links.
     browser.goto(&format!("{base}/leases")).await.unwrap();
     assert_eq!(names(browser, "lease").await, ["job-1", "job-2", "job-3"]);
-    assert_eq!(text(browser, "[data-count=leases]").await, "1–3 of 7, by name");
+    assert_eq!(
+        text(browser, "[data-count=leases]").await,
+        "1–3 of 7, by name"
+    );
     shots.save(browser, "leases").await;
     follow(browser, "next").await;
     assert_eq!(names(browser, "lease").await, ["job-4", "job-5", "job-6"]);
-    assert_eq!(text(browser, "[data-count=leases]").await, "4–6 of 7, by name");
+    assert_eq!(
+        text(browser, "[data-count=leases]").await,
+        "4–6 of 7, by name"
+    );
     follow(browser, "next").await;
     assert_eq!(names(browser, "lease").await, ["job-7"]);
     follow(browser, "previous").await;
@@ -99,7 +105,10 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
 
     // Filtered with the form: leases held now on node-1; the pager keeps it.
     browser.goto(&format!("{base}/leases")).await.unwrap();
-    let node = browser.find(Locator::Css("input[name=node]")).await.unwrap();
+    let node = browser
+        .find(Locator::Css("input[name=node]"))
+        .await
+        .unwrap();
     node.send_keys("node-1").await.unwrap();
     browser
         .find(Locator::Css("select[name=held] option[value=yes]"))
@@ -130,8 +139,17 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
     // Failures, audit, instances.
     browser.goto(&format!("{base}/failures")).await.unwrap();
     assert_eq!(names(browser, "run").await, ["8", "6", "4"]);
-    let folded = browser.find(Locator::Css("tr[data-run='8'] details")).await.unwrap();
-    assert!(folded.text().await.unwrap().contains("connection refused (attempt 3)"));
+    let folded = browser
+        .find(Locator::Css("tr[data-run='8'] details"))
+        .await
+        .unwrap();
+    assert!(
+        folded
+            .text()
+            .await
+            .unwrap()
+            .contains("connection refused (attempt 3)")
+    );
     shots.save(browser, "failures").await;
     follow(browser, "older").await;
     assert_eq!(names(browser, "run").await, ["2"]);
@@ -141,8 +159,14 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
     shots.save(browser, "audit").await;
 
     browser.goto(&format!("{base}/instances")).await.unwrap();
-    let row = browser.find(Locator::Css("tr[data-instance=web-1]")).await.unwrap();
-    assert_eq!(row.attr("data-state").await.unwrap().as_deref(), Some("gone"));
+    let row = browser
+        .find(Locator::Css("tr[data-instance=web-1]"))
+        .await
+        .unwrap();
+    assert_eq!(
+        row.attr("data-state").await.unwrap().as_deref(),
+        Some("gone")
+    );
     shots.save(browser, "instances").await;
 
     // The triggered run's page warns: its job's only instance is gone.
@@ -154,7 +178,10 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
         .find(Locator::Css("[data-warning=no-live-instance]"))
         .await
         .unwrap();
-    assert!(warning.is_displayed().await.unwrap(), "the warning is visible");
+    assert!(
+        warning.is_displayed().await.unwrap(),
+        "the warning is visible"
+    );
     let said = warning.text().await.unwrap();
     assert!(said.contains("No live instance runs sweep"), "{said}");
     shots.save(browser, "trigger-no-live-instance").await;
@@ -352,4 +379,3 @@ impl Drop for ChromeDriver {
         let _ = self.child.wait();
     }
 }
-

@@ -156,15 +156,32 @@ async fn failures_are_newest_first_across_jobs_paged_and_filtered() {
 
     let (status, _, first) = get(&app, "/scheduler/failures").await;
     assert_eq!(status, StatusCode::OK, "{first}");
-    let newest: Vec<String> = failed.iter().rev().take(3).map(|id| id.to_string()).collect();
+    let newest: Vec<String> = failed
+        .iter()
+        .rev()
+        .take(3)
+        .map(|id| id.to_string())
+        .collect();
     assert_eq!(rows(&first, "run"), newest);
-    assert!(first.contains("boom 7") && !first.contains("boom 4"), "{first}");
-    assert!(first.contains(r#"<a href="./job?name=report">report</a>"#), "{first}");
+    assert!(
+        first.contains("boom 7") && !first.contains("boom 4"),
+        "{first}"
+    );
+    assert!(
+        first.contains(r#"<a href="./job?name=report">report</a>"#),
+        "{first}"
+    );
     assert!(pager_link(&first, "newest").is_none());
 
     // Older, older, then back to the newest.
     let (_, _, second) = get(&app, &pager_link(&first, "older").unwrap()).await;
-    let next: Vec<String> = failed.iter().rev().skip(3).take(3).map(|id| id.to_string()).collect();
+    let next: Vec<String> = failed
+        .iter()
+        .rev()
+        .skip(3)
+        .take(3)
+        .map(|id| id.to_string())
+        .collect();
     assert_eq!(rows(&second, "run"), next);
     let (_, _, third) = get(&app, &pager_link(&second, "older").unwrap()).await;
     assert_eq!(rows(&third, "run").len(), 2);
@@ -174,7 +191,10 @@ async fn failures_are_newest_first_across_jobs_paged_and_filtered() {
 
     // By job, by node.
     let (_, _, sweep) = get(&app, "/scheduler/failures?job=sweep").await;
-    assert!(sweep.contains("boom 6") && !sweep.contains("boom 7"), "{sweep}");
+    assert!(
+        sweep.contains("boom 6") && !sweep.contains("boom 7"),
+        "{sweep}"
+    );
     let link = pager_link(&sweep, "older").unwrap();
     assert!(link.contains("job=sweep"), "{link}");
     let (_, _, node_b) = get(&app, "/scheduler/failures?node=node-b").await;
@@ -183,7 +203,10 @@ async fn failures_are_newest_first_across_jobs_paged_and_filtered() {
     store.add_run("calm", Outcome::Succeeded, None);
     let (status, _, calm) = get(&app, "/scheduler/failures?job=calm").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(calm.contains("No run matching these filters failed."), "{calm}");
+    assert!(
+        calm.contains("No run matching these filters failed."),
+        "{calm}"
+    );
 }
 
 #[tokio::test]
@@ -200,7 +223,10 @@ async fn the_audit_lists_every_jobs_controls_newest_first() {
     let (status, _, first) = get(&app, "/scheduler/audit").await;
     assert_eq!(status, StatusCode::OK, "{first}");
     assert_eq!(rows(&first, "control"), ["5", "4", "3"]);
-    assert!(first.contains("web:op-4") && first.contains("reason 4"), "{first}");
+    assert!(
+        first.contains("web:op-4") && first.contains("reason 4"),
+        "{first}"
+    );
     let (_, _, older) = get(&app, &pager_link(&first, "older").unwrap()).await;
     assert_eq!(rows(&older, "control"), ["2", "1"]);
     assert!(pager_link(&older, "older").is_none());
@@ -224,11 +250,18 @@ async fn every_stored_text_is_escaped() {
         .await
         .unwrap();
     let app = app(&store, &["sweep"], Actions::default());
-    for path in ["/scheduler/leases", "/scheduler/failures", "/scheduler/audit"] {
+    for path in [
+        "/scheduler/leases",
+        "/scheduler/failures",
+        "/scheduler/audit",
+    ] {
         let (status, _, body) = get(&app, path).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body}");
         assert!(!body.contains("<script>"), "{path}: {body}");
-        assert!(body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{path}: {body}");
+        assert!(
+            body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{path}: {body}"
+        );
     }
     // A long error is folded, its first line the summary.
     let (_, _, body) = get(&app, "/scheduler/failures").await;
@@ -253,11 +286,17 @@ async fn addresses_the_pages_cannot_read_are_400_in_words() {
         ("/scheduler/leases?from=0", "counts rows from 1"),
         ("/scheduler/leases?from=x", "invalid digit"),
         ("/scheduler/leases?colour=red", "unknown field `colour`"),
-        ("/scheduler/leases?node=nowhere", "no lease was ever held by a node"),
+        (
+            "/scheduler/leases?node=nowhere",
+            "no lease was ever held by a node",
+        ),
         ("/scheduler/failures?before=seven", "invalid digit"),
         ("/scheduler/failures?before=0", "a number of at least 1"),
         ("/scheduler/failures?job=nope", "no job named \"nope\""),
-        ("/scheduler/failures?node=nowhere", "no run was recorded on a node"),
+        (
+            "/scheduler/failures?node=nowhere",
+            "no run was recorded on a node",
+        ),
         ("/scheduler/failures?page=2", "unknown field `page`"),
         ("/scheduler/audit?job=nope", "no job named \"nope\""),
         ("/scheduler/audit?before=-4", "a number of at least 1"),
@@ -268,7 +307,11 @@ async fn addresses_the_pages_cannot_read_are_400_in_words() {
         let says = says.replace('"', "&quot;");
         assert!(body.contains(&says), "{path} should say {says:?}: {body}");
     }
-    let (_, _, body) = get(&app, &format!("/scheduler/leases?search={}", "a".repeat(2000))).await;
+    let (_, _, body) = get(
+        &app,
+        &format!("/scheduler/leases?search={}", "a".repeat(2000)),
+    )
+    .await;
     assert!(body.contains("2000 bytes long"), "{body}");
 }
 
@@ -306,7 +349,13 @@ async fn every_list_page_stays_within_200_kb_whatever_the_data() {
     assert_eq!(count_line(&body, "leases"), "1–100 of 2,000, by name");
 }
 
-fn instance(node: &str, live: bool, stopped: bool, jobs: &[&str], handlers: &[&str]) -> InstanceRow {
+fn instance(
+    node: &str,
+    live: bool,
+    stopped: bool,
+    jobs: &[&str],
+    handlers: &[&str],
+) -> InstanceRow {
     let now = Utc::now();
     InstanceRow {
         node: node.to_owned(),
@@ -336,12 +385,20 @@ async fn the_instances_page_says_which_are_live_stopped_or_gone() {
     assert_eq!(count_line(&body, "instances"), "1 live of 3 instances");
     for (node, state) in [("web-1", "live"), ("web-0", "stopped"), ("web-2", "gone")] {
         assert!(
-            body.contains(&format!(r#"<tr data-instance="{node}" data-state="{state}">"#)),
+            body.contains(&format!(
+                r#"<tr data-instance="{node}" data-state="{state}">"#
+            )),
             "{node} {state}: {body}"
         );
     }
-    assert!(body.contains("1.2.3") && body.contains("<code>report</code>"), "{body}");
-    assert!(body.contains(r#"<a href="./job?name=sweep">sweep</a>"#), "{body}");
+    assert!(
+        body.contains("1.2.3") && body.contains("<code>report</code>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<a href="./job?name=sweep">sweep</a>"#),
+        "{body}"
+    );
     assert!(!body.contains("<script>"), "{body}");
 
     let (status, _, body) = get(&app, "/scheduler/instances?node=web-1").await;
@@ -351,7 +408,10 @@ async fn the_instances_page_says_which_are_live_stopped_or_gone() {
 
 /// The warning of a triggered run's page, if it shows one.
 async fn trigger_warning(store: &Arc<FakeStore>, job: &str) -> Option<String> {
-    let trigger = store.trigger(&ControlRequest::new(job, "test")).await.unwrap();
+    let trigger = store
+        .trigger(&ControlRequest::new(job, "test"))
+        .await
+        .unwrap();
     let app = app(store, &["sweep"], Actions::default());
     let (status, _, body) = get(&app, &format!("/scheduler/trigger?id={}", trigger.id)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -371,13 +431,23 @@ async fn a_triggered_run_no_live_instance_runs_is_warned_of() {
         instance("web-2", true, false, &["other"], &["report"]),
     ];
     let warning = trigger_warning(&store, "sweep").await.expect("a warning");
-    assert!(warning.contains("No live instance runs <code>sweep</code>"), "{warning}");
-    assert!(warning.contains("1 instance is live, none with this job"), "{warning}");
+    assert!(
+        warning.contains("No live instance runs <code>sweep</code>"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("1 instance is live, none with this job"),
+        "{warning}"
+    );
 
     // A dynamic schedule whose handler a live instance runs: no warning.
     store.register("report");
     store
-        .put_schedule(&ScheduleRow::new("tenant-7", "report", "every 1h"), "test", "")
+        .put_schedule(
+            &ScheduleRow::new("tenant-7", "report", "every 1h"),
+            "test",
+            "",
+        )
         .await
         .unwrap();
     assert_eq!(trigger_warning(&store, "tenant-7").await, None);

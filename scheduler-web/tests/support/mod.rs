@@ -13,9 +13,9 @@ use axum::http::{Request, Response, StatusCode, header};
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page,
-    Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow, Scheduler, Store,
-    TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
+    Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore,
+    Outcome, Page, Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow,
+    Scheduler, Store, TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
 use scheduler_web::{Actions, Dashboard};
 use tower::ServiceExt as _;
