@@ -41,8 +41,9 @@ const SLOW: Duration = Duration::from_millis(50);
 const HEAVY: usize = 200_000;
 
 /// One measured page: (database, page, path, mean page time, bytes, mean raw time).
-static ROWS: Mutex<Vec<(String, String, String, Duration, usize, Duration)>> =
-    Mutex::new(Vec::new());
+type Measured = (String, String, String, Duration, usize, Duration);
+
+static ROWS: Mutex<Vec<Measured>> = Mutex::new(Vec::new());
 
 /// A connection for the baseline.
 enum Raw {
@@ -385,7 +386,10 @@ fn measure(c: &mut Criterion, rt: &tokio::runtime::Runtime, db: &str, app: &Rout
                         let t = Instant::now();
                         let (_, len, _) = get(app, &case.path).await;
                         ours += t.elapsed();
-                        assert_eq!(len.abs_diff(bytes) < bytes / 10 + 1000, true);
+                        assert!(
+                            len.abs_diff(bytes) < bytes / 10 + 1000,
+                            "{len} bytes, first {bytes}"
+                        );
                         let t = Instant::now();
                         raw.lock().await.run(&case.sql, case.arg.as_deref()).await;
                         raw_total += t.elapsed();

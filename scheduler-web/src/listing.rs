@@ -1,7 +1,7 @@
 //! What the list pages (leases, failures, audit, instances) share: how many rows a
 //! page holds, the count line (`1–50 of 10,000`), the pager's links, filter values
 //! read from the query, and long stored texts folded so that no page outgrows
-//! [`MAX_PAGE_BYTES`] whatever the store holds.
+//! 200 KB whatever the store holds.
 
 use std::fmt::Write as _;
 
@@ -11,13 +11,8 @@ use crate::problem::Problem;
 use crate::shared::Shared;
 
 /// The most rows a list page shows, whatever [`Dashboard::page_size`](crate::Dashboard::page_size)
-/// says: with every text shortened to [`MAX_SHOWN`], a page stays within
-/// [`MAX_PAGE_BYTES`].
+/// says: with every text shortened to [`MAX_SHOWN`], a page stays within 200 KB.
 pub(crate) const MAX_ROWS: u32 = 100;
-
-/// The size a list page stays within (200 KB), whatever the data.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) const MAX_PAGE_BYTES: usize = 200_000;
 
 /// The most bytes of one stored text (an error, a reason, a detail) a list shows;
 /// the rest is said to be there, not shown.
@@ -47,7 +42,7 @@ pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
