@@ -119,7 +119,7 @@ fn cases(pg: bool) -> Vec<Case> {
         ),
         case(
             "jobs, searched",
-            "/jobs?search=report-0999",
+            "/jobs?q=report-0999",
             vec![
                 format!(
                     "{sched} WHERE {not_removed} AND name LIKE '%' || {p} || '%' ORDER BY name LIMIT {more}"
@@ -149,7 +149,7 @@ fn cases(pg: bool) -> Vec<Case> {
         ),
         case(
             "leases, last page",
-            "/leases?at=last",
+            "/leases?page=last",
             vec![
                 format!("{lease} ORDER BY name DESC LIMIT {more}"),
                 format!("SELECT count(*) FROM {t}"),

@@ -45,8 +45,9 @@ pub(crate) enum End {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LeasesQuery {
+    /// Only names containing this (ASCII-case-insensitive).
     #[serde(default)]
-    search: Option<String>,
+    q: Option<String>,
     #[serde(default)]
     node: Option<String>,
     /// `yes`, `no`, or empty for both.
@@ -56,17 +57,19 @@ pub(crate) struct LeasesQuery {
     after: Option<String>,
     #[serde(default)]
     before: Option<String>,
+    /// `first` or `last`: that end of the list.
     #[serde(default)]
-    at: Option<End>,
+    page: Option<End>,
     /// The position of the page's first row (1-based), as the link that led here
     /// counted it: for the count line only.
     #[serde(default)]
-    from: Option<u64>,
+    at: Option<u64>,
 }
 
 impl Address for LeasesQuery {
-    const USAGE: &'static str = "leases[?search=TEXT][&node=NODE][&held=yes|no], and one of \
-         &after=NAME, &before=NAME or &at=first|last to page";
+    const USAGE: &'static str = "leases[?q=TEXT][&node=NODE][&held=yes|no], and one of \
+         &after=NAME, &before=NAME or &page=first|last to page (&at=N: the page's first row's \
+         position)";
 }
 
 /// An empty value (`held=` from a form's "any" choice) is no filter.
@@ -92,7 +95,7 @@ struct Filters {
 
 impl Filters {
     /// The address of a page of these filters, at `cursor` (`after`/`before` and a
-    /// name, or `at` and `first`/`last`), its first row at position `from`.
+    /// name, or `page` and `first`/`last`), its first row at position `from`.
     fn link(&self, cursor: (&str, &str), from: Option<u64>) -> String {
         let held = self.held.map(|h| match h {
             Held::Yes => "yes",
@@ -102,43 +105,43 @@ impl Filters {
         listing::query(
             "leases",
             &[
-                ("search", self.search.as_deref()),
+                ("q", self.search.as_deref()),
                 ("node", self.node.as_deref()),
                 ("held", held),
                 (cursor.0, Some(cursor.1)),
-                ("from", from.as_deref()),
+                ("at", from.as_deref()),
             ],
         )
     }
 }
 
-/// `GET leases[?search=TEXT][&node=NODE][&held=yes|no][&after=NAME|&before=NAME|&at=first|last]`.
+/// `GET leases[?q=TEXT][&node=NODE][&held=yes|no][&after=NAME|&before=NAME|&page=first|last][&at=N]`.
 pub(crate) async fn show(
     State(shared): Ctx,
     Query(query): Query<LeasesQuery>,
 ) -> Result<Html<String>, Problem> {
     let filters = Filters {
-        search: listing::filter(query.search, "search")?,
+        search: listing::filter(query.q, "search (q)")?,
         node: listing::filter(query.node, "node")?,
         held: query.held,
     };
     let after = listing::filter(query.after, "cursor (after)")?;
     let before = listing::filter(query.before, "cursor (before)")?;
-    let cursor = match (after, before, query.at) {
+    let cursor = match (after, before, query.page) {
         (None, None, None | Some(End::First)) => Cursor::First,
         (None, None, Some(End::Last)) => Cursor::Last,
         (Some(name), None, None) => Cursor::After(name),
         (None, Some(name), None) => Cursor::Before(name),
         _ => {
             return Err(Problem::bad_request(format!(
-                "give one of after, before or at, not two; this page's address is {}",
+                "give one of after, before or page, not two; this page's address is {}",
                 LeasesQuery::USAGE
             )));
         }
     };
-    if query.from == Some(0) {
+    if query.at == Some(0) {
         return Err(Problem::bad_request(
-            "`from` counts rows from 1 (it was 0); this page's address is leases?…&from=N",
+            "`at` counts rows from 1 (it was 0); this page's address is leases?…&at=N",
         ));
     }
     let controls = shared.controls().ok_or_else(Problem::no_controls)?;
@@ -169,7 +172,7 @@ pub(crate) async fn show(
         )));
     }
 
-    let first = position(&leases, at_first, at_last, query.from, limit);
+    let first = position(&leases, at_first, at_last, query.at, limit);
     let shown = leases.rows.len() as u64;
     let links = pages(&filters, &leases, first, limit);
     let filtered = filters.search.is_some() || filters.node.is_some() || filters.held.is_some();
@@ -232,7 +235,7 @@ fn pages(
         (
             "first",
             "« First",
-            before.then(|| filters.link(("at", "first"), None)),
+            before.then(|| filters.link(("page", "first"), None)),
         ),
         (
             "previous",
@@ -251,7 +254,7 @@ fn pages(
         (
             "last",
             "Last »",
-            after.then(|| filters.link(("at", "last"), None)),
+            after.then(|| filters.link(("page", "last"), None)),
         ),
     ]
 }
@@ -261,7 +264,7 @@ fn filter_form(filters: &Filters) -> Markup {
         form.filters method="get" action="./leases" style=(listing::FILTERS_STYLE) {
             label.inline style=(listing::FILTER_STYLE) {
                 span style="min-width:0" { "Name" }
-                input type="search" name="search" value=[filters.search.as_deref()] placeholder="part of a name";
+                input type="search" name="q" value=[filters.search.as_deref()] placeholder="part of a name";
             }
             label.inline style=(listing::FILTER_STYLE) {
                 span style="min-width:0" { "Node" }

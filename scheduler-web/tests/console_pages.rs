@@ -113,15 +113,15 @@ async fn lease_filters_narrow_the_list_and_every_link_keeps_them() {
     let store = with_leases(leases);
     let app = app(&store, &[], Actions::default());
 
-    let (status, _, body) = get(&app, "/scheduler/leases?search=REPORT&node=node-a&held=yes").await;
+    let (status, _, body) = get(&app, "/scheduler/leases?q=REPORT&node=node-a&held=yes").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(rows(&body, "lease"), ["report-1", "report-3", "report-5"]);
     assert_eq!(count_line(&body, "leases"), "1–3 of 3 matching, by name");
     // The form shows the filters.
-    assert!(body.contains(r#"name="search" value="REPORT""#), "{body}");
+    assert!(body.contains(r#"name="q" value="REPORT""#), "{body}");
     assert!(body.contains(r#"<option value="yes" selected>"#), "{body}");
 
-    let (_, _, body) = get(&app, "/scheduler/leases?search=report&held=no").await;
+    let (_, _, body) = get(&app, "/scheduler/leases?q=report&held=no").await;
     assert_eq!(rows(&body, "lease"), ["report-2", "report-4"]);
 
     // Paging keeps the filters: node-b's five, three a page.
@@ -137,7 +137,7 @@ async fn lease_filters_narrow_the_list_and_every_link_keeps_them() {
         );
     }
     // Nothing matches: said in words, not a 400, when the node is known.
-    let (status, _, body) = get(&app, "/scheduler/leases?node=node-b&search=sweep").await;
+    let (status, _, body) = get(&app, "/scheduler/leases?node=node-b&q=sweep").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("No lease matches these filters."), "{body}");
 }
@@ -270,7 +270,7 @@ async fn every_stored_text_is_escaped() {
         "{body}"
     );
     // Filters given back in the form are escaped too.
-    let (_, _, body) = get(&app, "/scheduler/leases?search=%22%3E%3Cscript%3E").await;
+    let (_, _, body) = get(&app, "/scheduler/leases?q=%22%3E%3Cscript%3E").await;
     assert!(!body.contains("\"><script>"), "{body}");
 }
 
@@ -282,9 +282,9 @@ async fn addresses_the_pages_cannot_read_are_400_in_words() {
     for (path, says) in [
         ("/scheduler/leases?held=maybe", "unknown variant `maybe`"),
         ("/scheduler/leases?after=a&before=b", "not two"),
-        ("/scheduler/leases?at=middle", "unknown variant `middle`"),
-        ("/scheduler/leases?from=0", "counts rows from 1"),
-        ("/scheduler/leases?from=x", "invalid digit"),
+        ("/scheduler/leases?page=middle", "unknown variant `middle`"),
+        ("/scheduler/leases?at=0", "counts rows from 1"),
+        ("/scheduler/leases?at=x", "invalid digit"),
         ("/scheduler/leases?colour=red", "unknown field `colour`"),
         (
             "/scheduler/leases?node=nowhere",
@@ -307,11 +307,7 @@ async fn addresses_the_pages_cannot_read_are_400_in_words() {
         let says = says.replace('"', "&quot;");
         assert!(body.contains(&says), "{path} should say {says:?}: {body}");
     }
-    let (_, _, body) = get(
-        &app,
-        &format!("/scheduler/leases?search={}", "a".repeat(2000)),
-    )
-    .await;
+    let (_, _, body) = get(&app, &format!("/scheduler/leases?q={}", "a".repeat(2000))).await;
     assert!(body.contains("2000 bytes long"), "{body}");
 }
 
@@ -337,7 +333,7 @@ async fn every_list_page_stays_within_200_kb_whatever_the_data() {
     let app: Router = Router::new().nest("/scheduler", dashboard.router());
     for path in [
         "/scheduler/leases",
-        "/scheduler/leases?at=last",
+        "/scheduler/leases?page=last",
         "/scheduler/failures",
         "/scheduler/audit",
     ] {
