@@ -111,7 +111,8 @@ pub(crate) fn request(job: &str, node: Option<&str>, who: &Who) -> ControlReques
 
 /// A control the store applied and recorded: what `pause`, `resume`, `schedules put`
 /// and `schedules rm` print. Serialized as the `--json` output: `id`, `at`, `job`,
-/// `node`, `action` (`pause`, `resume`, `resume_no_catch_up`, `schedule_put`,
+/// `node`, `action` (`pause`, `resume`, `resume_no_catch_up`, `trigger`,
+/// `trigger_while_paused`, `schedule_put`,
 /// `schedule_remove`, …), `by`, `why`, `detail`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -185,6 +186,10 @@ impl Applied {
                 format!("resumed {job}{place}: the ticks paused over are dropped")
             }
             ControlAction::Trigger => format!("triggered {job}{place}: trigger {}", r.detail),
+            ControlAction::TriggerWhilePaused => format!(
+                "triggered {job}{place} while it is paused: trigger {}",
+                r.detail
+            ),
             ControlAction::SchedulePut => format!(
                 "stored dynamic schedule {job}; every instance picks it up within a poll interval"
             ),

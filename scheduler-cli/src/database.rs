@@ -34,6 +34,27 @@ impl Database {
     /// [`Error::Connect`] if a PostgreSQL URL does not parse (or names no database)
     /// or the server cannot be reached.
     pub async fn open(url: &str, table: &TableName, timeout: Duration) -> Result<Self> {
+        Self::open_with_min_period(
+            url,
+            table,
+            timeout,
+            scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD,
+        )
+        .await
+    }
+
+    /// [`open`](Self::open), the store's shortest `every` period for the dynamic
+    /// schedules this command puts `min_schedule_period` (the stores' own option:
+    /// `schedules put --min-period`).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub async fn open_with_min_period(
+        url: &str,
+        table: &TableName,
+        timeout: Duration,
+        min_schedule_period: Duration,
+    ) -> Result<Self> {
         match sqlite_path(url) {
             Some(path) => {
                 let path = path?;
@@ -45,7 +66,8 @@ impl Database {
                 let mut options = SqliteOptions::default()
                     .migrate(false)
                     .max_connections(1)
-                    .busy_timeout(timeout);
+                    .busy_timeout(timeout)
+                    .min_schedule_period(min_schedule_period);
                 options.table = table.clone();
                 let store = SqliteStore::open(&path, options)
                     .await
@@ -59,7 +81,8 @@ impl Database {
                     // writes only columns (and control tables) it names.
                     .check_schema(false)
                     .max_connections(1)
-                    .connect_timeout(timeout);
+                    .connect_timeout(timeout)
+                    .min_schedule_period(min_schedule_period);
                 options.table = table.clone();
                 Ok(Database::Postgres(
                     PostgresStore::connect(url, options).await?,

@@ -5,11 +5,14 @@ use std::path::PathBuf;
 use scheduler_core::TriggerId;
 
 /// The exit code of a request the store refused: a dynamic schedule whose handler
-/// no instance registered, a control that cannot be applied.
+/// no instance registered, a control that cannot be applied, a trigger of a paused
+/// job without `--while-paused`.
 pub const EXIT_REFUSED: u8 = 5;
 
 /// The exit code of a command line that does not parse, as clap reports it; also
-/// of a dynamic schedule that does not check (`schedules put`).
+/// of a dynamic schedule that does not check (`schedules put`), and of input past
+/// the store's limits (a `--why` or `--by` over 1 KiB, an empty `--by`, an `--every`
+/// period below the minimum).
 pub const EXIT_USAGE: u8 = 2;
 
 /// Everything that can stop a command.
@@ -156,21 +159,24 @@ impl From<serde_json::Error> for Error {
 
 impl Error {
     /// The process's exit code for this error: [`EXIT_USAGE`] for a dynamic schedule
-    /// that does not check, [`EXIT_REFUSED`] for a control the store refused
-    /// (an unknown handler, a bad name or policy),
+    /// that does not check or input past the store's limits
+    /// ([`InvalidInput`](scheduler_core::Error::InvalidInput)), [`EXIT_REFUSED`] for a
+    /// control the store refused (an unknown handler, a bad name or policy, a trigger
+    /// of a paused job not said to run while paused),
     /// [`EXIT_MISSING`](crate::EXIT_MISSING) for no such trigger or job, 1 for any
     /// other.
     pub fn exit_code(&self) -> u8 {
         use scheduler_core::Error as Core;
         match self {
-            Error::BadSchedule(_) => EXIT_USAGE,
+            Error::BadSchedule(_) | Error::Control(Core::InvalidInput { .. }) => EXIT_USAGE,
             Error::NoSuchTrigger { .. } | Error::UnknownJob { .. } => crate::EXIT_MISSING,
             Error::Control(
                 Core::InvalidControl { .. }
                 | Core::UnknownHandler { .. }
                 | Core::InvalidName { .. }
                 | Core::InvalidSchedule { .. }
-                | Core::InvalidTiming { .. },
+                | Core::InvalidTiming { .. }
+                | Core::TriggerWhilePaused { .. },
             ) => EXIT_REFUSED,
             _ => 1,
         }

@@ -37,13 +37,20 @@
 //! - A job no instance knows (none registered it, no dynamic schedule or lease names
 //!   it; for `resume`, no pause of it is in force) is refused by `pause`, `resume`
 //!   and `trigger` (exit 4), with the closest known name, unless `--force`.
-//! - `scheduler-cli trigger JOB [--node N] [--wait [--timeout 60s]]` asks for one
-//!   extra run, exactly once in the cluster, and prints the trigger's id; with
-//!   `--wait` it follows the run until it ends. `trigger-status ID [--wait]` shows
-//!   where a trigger stands.
+//! - `scheduler-cli trigger JOB [--node N] [--while-paused] [--wait [--timeout 60s]]`
+//!   asks for one extra run, exactly once in the cluster, and prints the trigger's
+//!   id; with `--wait` it follows the run until it ends. A paused job (everywhere,
+//!   or on `--node`) is triggered only with `--while-paused`, and recorded as such
+//!   (`trigger_while_paused`). `trigger-status ID [--wait]` shows where a trigger
+//!   stands.
 //! - `scheduler-cli schedules put NAME --handler H (--cron EXPR [--zone Z] | --every
-//!   PERIOD) [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]` adds
-//!   or replaces a dynamic schedule; `schedules rm NAME` removes one.
+//!   PERIOD) [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]
+//!   [--min-period PERIOD]` adds or replaces a dynamic schedule (an `--every` period
+//!   under 1 s is refused unless `--min-period` lowers the minimum); `schedules rm
+//!   NAME` removes one.
+//!
+//! `--why` and `--by` keep at most 1 KiB each (`--by` not empty), whatever the
+//! command: the store refuses more, and records nothing.
 //! - `scheduler-cli forget NAME [--force]` ends the lease `NAME` when its holder is
 //!   gone: a lease held (by the database's clock) is refused unless `--force`, with
 //!   its holder and expiry. The row is kept, expired, never deleted, so that the
@@ -58,10 +65,10 @@
 //! |---|---|
 //! | 0 | done |
 //! | 1 | an error: no database, a failed statement, a store that keeps no controls |
-//! | 2 | a bad command line ([`EXIT_USAGE`]): a flag, a cron expression, a zone, a period, a policy or JSON arguments that do not check |
+//! | 2 | a bad command line ([`EXIT_USAGE`]): a flag, a cron expression, a zone, a period, a policy or JSON arguments that do not check; input past the store's limits (a `--why` or `--by` over 1 KiB, an empty `--by`, an `--every` period below the minimum, a `--zone` with `--every`) |
 //! | 3 | `forget`: the lease is held ([`EXIT_HELD`]) |
 //! | 4 | no such thing ([`EXIT_MISSING`]): lease (`forget`), dynamic schedule (`schedules rm`), trigger (`trigger-status`), a job no instance knows (`pause`, `resume`, `trigger` without `--force`) |
-//! | 5 | the store refused the control ([`EXIT_REFUSED`]): a handler no instance registered, a name it cannot keep |
+//! | 5 | the store refused the control ([`EXIT_REFUSED`]): a handler no instance registered, a name it cannot keep, a trigger of a paused job without `--while-paused` |
 //! | 6 | `--wait`: the triggered run ended other than well: failed, timed out, cancelled ([`EXIT_RUN_FAILED`]) |
 //! | 7 | `--wait`: the triggered run was skipped, its overlap policy refusing it ([`EXIT_SKIPPED`]) |
 //! | 8 | `--wait`: the trigger was still pending or running at `--timeout` ([`EXIT_NOT_DONE`]) |
@@ -292,15 +299,15 @@ pub async fn run(cli: &Cli) -> Result<Output> {
         });
     }
     // A schedule that does not check is refused before any database is opened.
-    let row = match &cli.command {
+    let (row, min_period) = match &cli.command {
         Command::Schedules {
             command: SchedulesCommand::Put(args),
-        } => Some(args.row()?),
-        _ => None,
+        } => (Some(args.row()?), args.min_period),
+        _ => (None, scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD),
     };
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
     let timeout = Duration::from_secs(cli.connect_timeout.max(1));
-    let db = Database::open(url, &cli.table, timeout).await?;
+    let db = Database::open_with_min_period(url, &cli.table, timeout, min_period).await?;
     let result = run_on(cli, &db, row.as_ref()).await;
     db.close().await;
     result

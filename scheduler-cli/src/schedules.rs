@@ -32,7 +32,8 @@ pub enum SchedulesCommand {
 }
 
 /// `schedules put NAME --handler H (--cron EXPR [--zone Z] | --every PERIOD)
-/// [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]`.
+/// [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]
+/// [--min-period PERIOD]`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct PutArgs {
     /// The job's name (it must not clash with a job registered in code).
@@ -66,6 +67,11 @@ pub struct PutArgs {
     /// Store it disabled: kept, but it takes no ticks.
     #[arg(long)]
     pub disabled: bool,
+    /// The shortest --every period accepted ("100ms"): lowers the store's default of
+    /// 1 s for this command's put (a shorter period is most often a typo, `1ms` for
+    /// `1m`).
+    #[arg(long, value_name = "PERIOD", default_value = "1s", value_parser = min_period)]
+    pub min_period: std::time::Duration,
     /// Who asks, and why.
     #[command(flatten)]
     pub who: Who,
@@ -107,6 +113,10 @@ fn policy(spec: &str) -> std::result::Result<String, String> {
     Ok(spec.to_owned())
 }
 
+fn min_period(text: &str) -> std::result::Result<std::time::Duration, String> {
+    scheduler_core::parse_duration(text).map_err(|e| e.to_string())
+}
+
 fn json_text(text: &str) -> std::result::Result<String, String> {
     serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("not JSON: {e}"))?;
     Ok(text.to_owned())
@@ -119,7 +129,8 @@ fn every_text(text: &str) -> std::result::Result<String, scheduler_core::Schedul
 }
 
 impl PutArgs {
-    /// The row these arguments describe, checked ([`ScheduleRow::check`]).
+    /// The row these arguments describe, checked
+    /// ([`ScheduleRow::check_with_min_period`], with `--min-period`).
     ///
     /// # Errors
     /// [`Error::BadSchedule`] if it does not check.
@@ -136,7 +147,8 @@ impl PutArgs {
         row.policy = self.policy.clone();
         row.args = self.args.clone();
         row.enabled = !self.disabled;
-        row.check().map_err(Error::BadSchedule)?;
+        row.check_with_min_period(self.min_period)
+            .map_err(Error::BadSchedule)?;
         Ok(row)
     }
 }
@@ -166,8 +178,9 @@ pub async fn schedules(controls: &dyn Controls) -> Result<Schedules> {
     Ok(Schedules { schedules })
 }
 
-/// Adds or replaces the dynamic schedule `row.name`, after checking it here and in
-/// the store (its handler registered, its arguments JSON).
+/// Adds or replaces the dynamic schedule `row.name`, after checking it here
+/// ([`ScheduleRow::parse`]) and in the store (the limits of an `every` schedule, as
+/// the store's minimum period says; its handler registered, its arguments JSON).
 ///
 /// # Errors
 /// [`Error::BadSchedule`] if the row does not check, [`Error::Control`] if the store
@@ -178,7 +191,7 @@ pub async fn put_schedule(
     by: &str,
     why: &str,
 ) -> Result<Applied> {
-    row.check().map_err(Error::BadSchedule)?;
+    row.parse().map_err(Error::BadSchedule)?;
     Ok(Applied {
         record: controls.put_schedule(row, by, why).await?,
     })

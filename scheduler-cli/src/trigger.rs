@@ -66,6 +66,10 @@ pub struct TriggerArgs {
     /// refused.
     #[arg(long)]
     pub force: bool,
+    /// Run it even if it is paused (everywhere, or on --node): recorded as
+    /// `trigger_while_paused`. Without it a trigger of a paused job is refused.
+    #[arg(long)]
+    pub while_paused: bool,
     /// Who asks, and why.
     #[command(flatten)]
     pub who: Who,
@@ -77,7 +81,7 @@ pub struct TriggerArgs {
 impl TriggerArgs {
     /// The request these arguments make.
     pub fn request(&self) -> ControlRequest {
-        request(&self.job, self.node.as_deref(), &self.who)
+        request(&self.job, self.node.as_deref(), &self.who).while_paused(self.while_paused)
     }
 }
 

@@ -29,6 +29,7 @@
 
 mod dashboard;
 mod instances;
+mod limits;
 pub mod listing;
 mod records;
 mod schedules;
@@ -42,6 +43,7 @@ use async_trait::async_trait;
 
 pub use self::dashboard::{LeaseRow, Page, RunRow};
 pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
+pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action};
 pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
@@ -55,6 +57,19 @@ use crate::outcome::Outcome;
 ///
 /// Implemented by the PostgreSQL and SQLite stores (and the memory store for unit
 /// tests); a store hands it out with [`Store::controls`](crate::Store::controls).
+///
+/// Every write keeps the same limits, whoever calls it (the API, the CLI, the
+/// dashboard), and refuses before anything is written: a request as
+/// [`ControlRequest::check`] says (an actor and a reason of at most
+/// [`MAX_TEXT_BYTES`] each, the actor not empty), a schedule as
+/// [`ScheduleRow::check_with_min_period`] says with the store's minimum period, and
+/// a trigger of a paused job only when asked for as such
+/// ([`ControlRequest::while_paused`]). Refusals are [`Error::InvalidInput`],
+/// [`Error::InvalidName`] and [`Error::TriggerWhilePaused`].
+///
+/// [`Error::InvalidInput`]: crate::Error::InvalidInput
+/// [`Error::InvalidName`]: crate::Error::InvalidName
+/// [`Error::TriggerWhilePaused`]: crate::Error::TriggerWhilePaused
 #[async_trait]
 pub trait Controls: Send + Sync + fmt::Debug {
     /// Pauses `req.job` (on `req.node` only, or everywhere). Takes of its ticks are
@@ -72,7 +87,12 @@ pub trait Controls: Send + Sync + fmt::Debug {
 
     /// Asks for one extra run of `req.job` (on `req.node` for a node-scoped job):
     /// returns its id at once; an instance running the job claims it within a poll
-    /// interval.
+    /// interval. A job paused everywhere, or on `req.node`, is triggered only with
+    /// [`ControlRequest::while_paused`], and recorded as
+    /// [`ControlAction::TriggerWhilePaused`]; without it the trigger is refused
+    /// ([`Error::TriggerWhilePaused`](crate::Error::TriggerWhilePaused)), nothing
+    /// written. The pauses are read where the trigger is written: no pause slips in
+    /// between.
     async fn trigger(&self, req: &ControlRequest) -> Result<Trigger>;
 
     /// A trigger, as it stands.

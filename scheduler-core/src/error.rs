@@ -132,6 +132,35 @@ pub enum Error {
         /// What is wrong, in words.
         reason: String,
     },
+    /// A control's input past one of the limits every store keeps, whatever asked
+    /// (the API, the CLI, the dashboard): a reason or an actor longer than
+    /// [`MAX_TEXT_BYTES`](crate::control::MAX_TEXT_BYTES), an empty actor, an `every`
+    /// schedule more often than the store's minimum period or with a time zone.
+    /// Nothing was written; what to change is said in words.
+    #[error("{reason}")]
+    InvalidInput {
+        /// What is wrong and what to write instead, in words.
+        reason: String,
+    },
+    /// A trigger of a paused job (paused everywhere, or on the node asked for),
+    /// without [`ControlRequest::while_paused`](crate::ControlRequest::while_paused):
+    /// nothing was written. A trigger runs the job even while it is paused, so that
+    /// must be asked for.
+    #[error(
+        "{job:?} is paused{} (by {by}{}); triggering it runs it while paused: say so explicitly (ControlRequest::while_paused, the CLI's --while-paused) or resume it first",
+        .node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default(),
+        if .why.is_empty() { String::new() } else { format!(": {}", .why) }
+    )]
+    TriggerWhilePaused {
+        /// The job.
+        job: String,
+        /// The node of the pause, `None`: paused everywhere.
+        node: Option<String>,
+        /// Who paused it.
+        by: String,
+        /// Why it was paused (may be empty).
+        why: String,
+    },
     /// A dynamic schedule names a handler that no running instance registered.
     #[error(
         "no instance registered a handler named {handler:?} (registered: {known}); register it with SchedulerBuilder::handler"

@@ -91,6 +91,14 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// Sets the shortest `every` period a dynamic schedule put to this store may have
+    /// (default [`DEFAULT_MIN_SCHEDULE_PERIOD`](crate::control::DEFAULT_MIN_SCHEDULE_PERIOD),
+    /// 1 s): what [`Controls::put_schedule`](crate::Controls::put_schedule) refuses
+    /// below it, as the SQL stores' `min_schedule_period` option does.
+    pub fn set_min_schedule_period(&self, period: Duration) {
+        self.tables().min_schedule_period = period;
+    }
+
     /// An empty store whose clock is `clock`.
     pub fn with_clock(clock: LocalClock) -> Self {
         Self {

@@ -8,12 +8,15 @@
 //! version changed reads the state in one `REPEATABLE READ` transaction, so the
 //! version it reports and the rows it returns are one snapshot.
 //!
-//! The rows are decoded in `rows`; the poll's snapshot read is in `state`.
+//! The rows are decoded in `rows`; the poll's snapshot read is in `state`; a
+//! trigger, a short transaction that reads the job's pauses under the version row's
+//! lock, in `trigger`.
 
 mod instances;
 mod listing;
 mod rows;
 mod state;
+mod trigger;
 
 use async_trait::async_trait;
 use scheduler_core::control::stored::{
@@ -112,15 +115,11 @@ impl ControlTables for PostgresStore {
     }
 
     async fn write_trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
-        const OP: &str = "trigger a run";
-        let values = vec![
-            req.job.clone().into(),
-            req.node.clone().into(),
-            req.by.clone().into(),
-            req.why.clone().into(),
-        ];
-        let rows = self.query(OP, &self.control_sql().trigger, values).await?;
-        Ok(one_of(rows, OP, |row| trigger_from(row))?)
+        self.trigger_checked(req).await
+    }
+
+    fn min_schedule_period(&self) -> std::time::Duration {
+        self.min_schedule_period()
     }
 
     async fn read_trigger(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {

@@ -54,8 +54,16 @@ pub(crate) struct ControlSql {
     pub(crate) pause: String,
     /// As `pause` (`''`: every pause of the job), and `$5` catch up.
     pub(crate) resume: String,
-    /// `$1` job, `$2` node (NULL: any), `$3` by, `$4` why: the trigger.
+    /// `$1` job, `$2` node (NULL: any), `$3` by, `$4` why, `$5` the action recorded
+    /// (`trigger`, `trigger_while_paused`): the trigger. Run in a transaction after
+    /// `lock_version` and `job_paused`, which decide the action.
     pub(crate) trigger: String,
+    /// Locks the version row (every control's first lock) without changing it, in a
+    /// `READ COMMITTED` transaction: each later statement of that transaction sees
+    /// every control committed before, and none commits until it ends.
+    pub(crate) lock_version: String,
+    /// `$1` job: its pauses in force.
+    pub(crate) job_paused: String,
     /// `$1` id: the trigger, if any.
     pub(crate) trigger_status: String,
     /// `$1` id, `$2` lease, `$3` holder, `$4` ttl in ms: the lease taken (its tick
@@ -184,9 +192,14 @@ impl ControlSql {
                RETURNING {TRIGGER} \
              ), a AS ( \
                INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
-               SELECT now(), tr.job, tr.node, 'trigger', tr.actor, tr.why, tr.id::text FROM tr \
+               SELECT now(), tr.job, tr.node, $5::text, tr.actor, tr.why, tr.id::text FROM tr \
              ) \
              SELECT {TRIGGER} FROM tr"
+        );
+        let lock_version = format!("SELECT version FROM {version} WHERE id = 1 FOR UPDATE");
+        let job_paused = format!(
+            "SELECT job, node, since, actor, why FROM {controls} WHERE job = $1 AND paused \
+             ORDER BY node"
         );
         let trigger_status = format!("SELECT {TRIGGER} FROM {triggers} WHERE id = $1");
         // The claim, in one statement:
@@ -389,6 +402,8 @@ impl ControlSql {
             pause,
             resume,
             trigger,
+            lock_version,
+            job_paused,
             trigger_status,
             claim,
             finish,

@@ -90,6 +90,13 @@ pub struct PostgresOptions {
     /// is dropped with a warning and tried again later, and meanwhile the controls
     /// are polled. Default `None`.
     pub listen_url: Option<String>,
+    /// The shortest `every` period a dynamic schedule put to this store may have
+    /// ([`Controls::put_schedule`](scheduler_core::Controls::put_schedule) refuses a
+    /// shorter one, whoever puts it: the app, the CLI, the dashboard). Default 1 s
+    /// ([`DEFAULT_MIN_SCHEDULE_PERIOD`](scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD)):
+    /// a shorter one is most often a typo (`every 1ms` for `every 1m`). Lower it for
+    /// jobs meant to run more often. Rows already stored run as they are.
+    pub min_schedule_period: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -105,6 +112,7 @@ impl Default for PostgresOptions {
             idle_transaction_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(2),
             listen_url: None,
+            min_schedule_period: scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD,
         }
     }
 }
@@ -177,6 +185,13 @@ impl PostgresOptions {
     /// URL is checked when the store opens.
     pub fn listen_url(mut self, url: &str) -> Self {
         self.listen_url = Some(url.to_owned());
+        self
+    }
+
+    /// The shortest `every` period a dynamic schedule put may have (see
+    /// [`Self::min_schedule_period`](field@Self::min_schedule_period)).
+    pub fn min_schedule_period(mut self, period: Duration) -> Self {
+        self.min_schedule_period = period;
         self
     }
 

@@ -92,6 +92,8 @@ pub struct PostgresStore {
     pauses: Arc<Pauses>,
     /// The listener of announced control changes, shared by the clones.
     pub(crate) watch: Arc<Watcher>,
+    /// [`PostgresOptions::min_schedule_period`].
+    min_schedule_period: Duration,
 }
 
 impl PostgresStore {
@@ -193,6 +195,7 @@ impl PostgresStore {
                 &options.table.with_suffix("_triggers"),
             )),
             controls: Arc::new(controls),
+            min_schedule_period: options.min_schedule_period,
             table: options.table,
         };
         if options.migrate {
@@ -294,6 +297,11 @@ impl PostgresStore {
     /// The controls' statements.
     pub(crate) fn control_sql(&self) -> &ControlSql {
         &self.controls
+    }
+
+    /// [`PostgresOptions::min_schedule_period`], as the store was opened with.
+    pub(crate) fn min_schedule_period(&self) -> Duration {
+        self.min_schedule_period
     }
 
     /// Runs one statement outside any transaction of the caller's and returns its

@@ -769,6 +769,8 @@ async fn a_bad_schedule_is_refused_with_a_clear_error_and_nothing_is_stored() {
     assert!(first.updated_at.is_some());
     let mut changed = good.clone();
     changed.schedule = "every 30s".to_owned();
+    // An `every` schedule takes no zone (refused: its ticks are instants).
+    changed.zone = None;
     changed.enabled = false;
     put(&changed).await.expect("replace");
     let stored = c.schedules().await.expect("schedules");

@@ -44,6 +44,8 @@ pub(crate) struct ControlSql {
     pub(crate) history: String,
     pub(crate) history_of_job: String,
     pub(crate) paused: String,
+    /// `?1` job: its pauses in force (what a trigger reads in its transaction).
+    pub(crate) job_paused: String,
     pub(crate) resumed: String,
     pub(crate) open_triggers: String,
     pub(crate) changed_schedules: String,
@@ -186,6 +188,10 @@ impl ControlSql {
             ),
             paused: format!(
                 "SELECT job, node, since, actor, why FROM {controls} WHERE paused ORDER BY job, node"
+            ),
+            job_paused: format!(
+                "SELECT job, node, since, actor, why FROM {controls} WHERE job = ?1 AND paused \
+                 ORDER BY node"
             ),
             resumed: format!(
                 "SELECT job, node, since, resumed_at, catch_up, version FROM {controls} \

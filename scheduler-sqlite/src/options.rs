@@ -28,6 +28,13 @@ pub struct SqliteOptions {
     /// exist; the schema is neither created nor upgraded, and every take, renewal and
     /// release fails with [`Error::ReadOnly`].
     pub read_only: bool,
+    /// The shortest `every` period a dynamic schedule put to this store may have
+    /// ([`Controls::put_schedule`](scheduler_core::Controls::put_schedule) refuses a
+    /// shorter one, whoever puts it: the app, the CLI, the dashboard). Default 1 s
+    /// ([`DEFAULT_MIN_SCHEDULE_PERIOD`](scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD)):
+    /// a shorter period is most often a typo (`every 1ms` for `every 1m`). Lower it
+    /// for jobs meant to run more often. Rows already stored run as they are.
+    pub min_schedule_period: Duration,
 }
 
 impl Default for SqliteOptions {
@@ -38,6 +45,7 @@ impl Default for SqliteOptions {
             max_connections: 4,
             busy_timeout: Duration::from_secs(5),
             read_only: false,
+            min_schedule_period: scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD,
         }
     }
 }
@@ -73,6 +81,13 @@ impl SqliteOptions {
     /// [`Self::busy_timeout`](field@Self::busy_timeout)).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout.min(Self::MAX_BUSY_TIMEOUT);
+        self
+    }
+
+    /// The shortest `every` period a dynamic schedule put may have (see
+    /// [`Self::min_schedule_period`](field@Self::min_schedule_period)).
+    pub fn min_schedule_period(mut self, period: Duration) -> Self {
+        self.min_schedule_period = period;
         self
     }
 

@@ -82,6 +82,8 @@ pub struct SqliteStore {
     pub(crate) origin: Origin,
     sql: Sql,
     pub(crate) control: Arc<ControlSql>,
+    /// [`SqliteOptions::min_schedule_period`](crate::SqliteOptions::min_schedule_period).
+    pub(crate) min_schedule_period: Duration,
 }
 
 impl SqliteStore {
@@ -152,6 +154,7 @@ impl SqliteStore {
             writes: Arc::new(Mutex::new(())),
             sql: Sql::new(&options.table),
             control: Arc::new(ControlSql::new(&options.table)),
+            min_schedule_period: options.min_schedule_period,
             table: options.table,
             origin,
             db,

@@ -84,7 +84,12 @@
 //!   request body over 64 KiB too (`413`) ([`Dashboard::MAX_TEXT_BYTES`],
 //!   [`Dashboard::MAX_BODY_BYTES`]); an address whose query a page cannot read is
 //!   a `400`. The schedule form refuses (`422`) an `every` period under 1 s
-//!   ([`Dashboard::min_period`]) and a time zone given with an `every` schedule.
+//!   ([`Dashboard::min_period`]) and a time zone given with an `every` schedule. A
+//!   trigger of a paused job runs only when the form says so (`409` otherwise), and
+//!   is recorded as `trigger_while_paused`. The store keeps the same limits for
+//!   every entry (API, CLI, dashboard) and its check is the one that holds: its
+//!   `min_schedule_period` (1 s by default) refuses a shorter period (`422`) even
+//!   when [`Dashboard::min_period`] is lower, so lower both.
 //!   Every refusal is a page in words, with the same headers as the others.
 //! - **No JavaScript.** Pages are plain HTML with a little inline CSS; a triggered
 //!   run's page refreshes itself with a `<meta>` refresh until the run is done.

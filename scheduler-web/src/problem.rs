@@ -52,6 +52,7 @@ impl Problem {
             | Error::InvalidSchedule { .. }
             | Error::InvalidTiming { .. }
             | Error::InvalidControl { .. }
+            | Error::InvalidInput { .. }
             | Error::UnknownHandler { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::UnknownJob { .. } => StatusCode::NOT_FOUND,
             Error::NoControls => StatusCode::NOT_IMPLEMENTED,

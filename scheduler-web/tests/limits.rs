@@ -193,6 +193,8 @@ async fn a_schedule_more_often_than_a_second_is_refused_in_words() {
 async fn the_app_may_lower_the_minimum_period() {
     let store = FakeStore::new();
     store.register("report");
+    // The store's minimum too: its check is the one that holds.
+    *store.min_period.lock().unwrap() = Some(std::time::Duration::from_millis(100));
     let dashboard = scheduler_web::Dashboard::new(store.clone())
         .jobs(support::jobs(&store, &["sweep"]))
         .actions(Actions::enabled())
@@ -218,4 +220,51 @@ async fn a_zone_with_an_every_schedule_is_refused_in_words() {
     // A cron expression reads its zone.
     let (status, _, body) = put_schedule(&app, "0 0 3 * * *", "Europe/Berlin").await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+}
+
+/// The store's minimum holds under a dashboard whose own is lower: its refusal is a
+/// `422` in its words (not a `500`), and nothing is stored.
+#[tokio::test]
+async fn the_stores_minimum_period_holds_under_a_lower_dashboard_minimum() {
+    let store = FakeStore::new();
+    store.register("report");
+    let dashboard = scheduler_web::Dashboard::new(store.clone())
+        .jobs(support::jobs(&store, &["sweep"]))
+        .actions(Actions::enabled())
+        .min_period(std::time::Duration::from_millis(100));
+    let app = axum::Router::new().nest("/scheduler", dashboard.router());
+    let (status, res, body) = put_schedule(&app, "every 100ms", "").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(is_a_page_in_words(&res, &body), "{body}");
+    assert!(
+        body.contains("more often than this store accepts (at least every 1s)"),
+        "{body}"
+    );
+    assert!(store.records().is_empty());
+}
+
+/// A trigger of a paused job the form says to run all the same is recorded as such.
+#[tokio::test]
+async fn a_trigger_while_paused_is_recorded_as_such() {
+    let store = FakeStore::new();
+    let app = app(&store, &["sweep"], Actions::enabled());
+    let pause = scheduler_core::ControlRequest::new("sweep", "cli:bob").why("deploy");
+    scheduler_core::Controls::pause(&*store, &pause)
+        .await
+        .unwrap();
+    let (cookie, token) = csrf(&app).await;
+    let fields = [
+        ("name", "sweep"),
+        ("csrf", token.as_str()),
+        ("while_paused", "yes"),
+    ];
+    let (status, _, body) = post(&app, "/scheduler/trigger", &fields, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    let newest = store.records().pop().unwrap();
+    assert_eq!(
+        newest.action,
+        scheduler_core::ControlAction::TriggerWhilePaused
+    );
+    let (_, _, history) = get(&app, "/scheduler/job?name=sweep").await;
+    assert!(history.contains("trigger_while_paused"), "{history}");
 }

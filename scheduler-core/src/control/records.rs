@@ -16,6 +16,11 @@ pub struct ControlRequest {
     pub by: String,
     /// Why (may be empty).
     pub why: String,
+    /// A trigger only: run the job even if it is paused (everywhere, or on `node`),
+    /// recorded as [`ControlAction::TriggerWhilePaused`]. Without it a trigger of a
+    /// paused job is refused ([`Error::TriggerWhilePaused`](crate::Error::TriggerWhilePaused)).
+    /// Default `false`.
+    pub while_paused: bool,
 }
 
 impl ControlRequest {
@@ -26,6 +31,7 @@ impl ControlRequest {
             node: None,
             by: by.into(),
             why: String::new(),
+            while_paused: false,
         }
     }
 
@@ -38,6 +44,12 @@ impl ControlRequest {
     /// With the reason `why`.
     pub fn why(mut self, why: impl Into<String>) -> Self {
         self.why = why.into();
+        self
+    }
+
+    /// A trigger that runs the job even if it is paused ([`while_paused`](field@Self::while_paused)).
+    pub fn while_paused(mut self, while_paused: bool) -> Self {
+        self.while_paused = while_paused;
         self
     }
 }
@@ -54,6 +66,9 @@ pub enum ControlAction {
     ResumeWithoutCatchUp,
     /// One extra run was asked for.
     Trigger,
+    /// One extra run of a paused job was asked for, as such
+    /// ([`ControlRequest::while_paused`]).
+    TriggerWhilePaused,
     /// A dynamic schedule was added or changed.
     SchedulePut,
     /// A dynamic schedule was removed.
@@ -62,23 +77,25 @@ pub enum ControlAction {
 
 impl ControlAction {
     /// Every action.
-    pub const ALL: [ControlAction; 6] = [
+    pub const ALL: [ControlAction; 7] = [
         ControlAction::Pause,
         ControlAction::Resume,
         ControlAction::ResumeWithoutCatchUp,
         ControlAction::Trigger,
+        ControlAction::TriggerWhilePaused,
         ControlAction::SchedulePut,
         ControlAction::ScheduleRemove,
     ];
 
     /// The action's name as stored: `pause`, `resume`, `resume_no_catch_up`,
-    /// `trigger`, `schedule_put`, `schedule_remove`.
+    /// `trigger`, `trigger_while_paused`, `schedule_put`, `schedule_remove`.
     pub fn as_str(self) -> &'static str {
         match self {
             ControlAction::Pause => "pause",
             ControlAction::Resume => "resume",
             ControlAction::ResumeWithoutCatchUp => "resume_no_catch_up",
             ControlAction::Trigger => "trigger",
+            ControlAction::TriggerWhilePaused => "trigger_while_paused",
             ControlAction::SchedulePut => "schedule_put",
             ControlAction::ScheduleRemove => "schedule_remove",
         }

@@ -22,7 +22,8 @@ pub struct ScheduleRow {
     /// The schedule as the CLI and `#[job]` write it: a cron expression
     /// (`0 0 9 * * Mon-Fri`) or `every 30s`.
     pub schedule: String,
-    /// The time zone of a cron schedule (IANA name), or `None`: UTC.
+    /// The time zone of a cron schedule (IANA name), or `None`: UTC. Refused with an
+    /// `every` schedule ([`check`](Self::check)).
     pub zone: Option<String>,
     /// Once per tick in the cluster, or once per node.
     pub scope: Scope,
@@ -65,13 +66,19 @@ impl ScheduleRow {
     }
 
     /// Checks the row before it is stored: the name, the schedule, the zone and the
-    /// policy (the store checks the handler is known and the arguments are JSON).
-    /// The schedule, once checked ([`parse`](Self::parse) gives the policy too).
+    /// policy (the store checks the handler is known and the arguments are JSON), and
+    /// the limits of an `every` schedule: no time zone, a period of at least
+    /// [`DEFAULT_MIN_SCHEDULE_PERIOD`](super::DEFAULT_MIN_SCHEDULE_PERIOD)
+    /// ([`check_with_min_period`](Self::check_with_min_period) with another minimum,
+    /// as a store whose minimum the app lowered checks it). The schedule, once
+    /// checked ([`parse`](Self::parse) gives the policy too).
     ///
     /// # Errors
-    /// What [`parse`](Self::parse) finds wrong.
+    /// What [`parse`](Self::parse) finds wrong, or
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for an `every` schedule
+    /// with a zone or more often than the minimum.
     pub fn check(&self) -> Result<Schedule> {
-        self.parse().map(|parsed| parsed.schedule)
+        self.check_with_min_period(super::DEFAULT_MIN_SCHEDULE_PERIOD)
     }
 
     /// Reads the row, once: checks the name and the handler's, parses the schedule

@@ -42,7 +42,11 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// [`Controls::resume`], `req` checked.
     async fn write_resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord>;
 
-    /// [`Controls::trigger`], `req` checked.
+    /// [`Controls::trigger`], `req` checked. The store reads the pauses in force
+    /// where its write sees them (in its transaction, after the write lock every
+    /// control takes: a pause committed meanwhile is seen, none slips in before the
+    /// insert) and asks [`trigger_action`](super::trigger_action) what to record
+    /// before it inserts the trigger: its refusal is returned, nothing written.
     async fn write_trigger(&self, req: &ControlRequest) -> Result<Trigger>;
 
     /// [`Controls::trigger_status`].
@@ -206,6 +210,13 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         Ok(failing)
     }
 
+    /// The shortest `every` period a dynamic schedule put to this store may have
+    /// ([`ScheduleRow::check_with_min_period`]): the store's setting, default
+    /// [`DEFAULT_MIN_SCHEDULE_PERIOD`](super::DEFAULT_MIN_SCHEDULE_PERIOD).
+    fn min_schedule_period(&self) -> std::time::Duration {
+        super::DEFAULT_MIN_SCHEDULE_PERIOD
+    }
+
     /// [`Controls::watch`]; `None` by default.
     fn watch_controls(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
         None
@@ -242,8 +253,9 @@ impl HandlerCheck<'_> {
     }
 }
 
-/// Checks a request's job and node (as names) and its texts.
+/// Checks a request ([`ControlRequest::check`]: names, limits) and its texts.
 fn check_request<T: ControlTables + ?Sized>(tables: &T, req: &ControlRequest) -> Result<()> {
+    req.check()?;
     LeaseName::new(req.job.as_str())?;
     if let Some(node) = &req.node {
         LeaseName::new(node.as_str())?;
@@ -278,6 +290,7 @@ fn check_list_query<T: ControlTables + ?Sized>(tables: &T, query: &ListQuery) ->
 }
 
 fn check_by_why<T: ControlTables + ?Sized>(tables: &T, by: &str, why: &str) -> Result<()> {
+    super::check_by_why(by, why)?;
     tables.check_text("the control's actor (`by`)", by)?;
     tables.check_text("the control's reason (`why`)", why)
 }
@@ -348,7 +361,8 @@ impl<T: ControlTables> Controls for T {
     }
 
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
-        row.check()?;
+        row.check_with_min_period(self.min_schedule_period())?;
+        super::check_by_why(by, why)?;
         for (what, text) in [
             ("the schedule", row.schedule.as_str()),
             ("the zone", row.zone.as_deref().unwrap_or_default()),

@@ -17,8 +17,11 @@ use crate::control::{
 use crate::lease::{Holder, LeaseName, TakeRequest};
 
 /// The control tables.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Tables {
+    /// The shortest `every` period a dynamic schedule put may have
+    /// ([`MemoryStore::set_min_schedule_period`]).
+    pub(super) min_schedule_period: std::time::Duration,
     version: i64,
     /// Pauses by (job, node; "" for every node).
     controls: BTreeMap<(String, String), ControlRow>,
@@ -35,6 +38,24 @@ pub(super) struct Tables {
     pub(super) announce: Option<tokio::sync::watch::Sender<ControlSignal>>,
     /// Polls answered.
     pub(super) polls: u64,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self {
+            min_schedule_period: crate::control::DEFAULT_MIN_SCHEDULE_PERIOD,
+            version: 0,
+            controls: BTreeMap::new(),
+            audit: Vec::new(),
+            triggers: Vec::new(),
+            schedules: BTreeMap::new(),
+            handlers: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            announce: None,
+            polls: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

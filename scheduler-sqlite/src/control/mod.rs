@@ -25,6 +25,7 @@ use scheduler_core::control::stored::{
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
     Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
+    trigger_action,
 };
 use scheduler_core::{
     FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
@@ -113,6 +114,16 @@ impl ControlTables for SqliteStore {
     async fn write_trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
         const OP: &str = "trigger a run";
         let (_turn, txn) = self.begin_write(OP).await?;
+        // In the write transaction: no pause lands between this read and the insert.
+        let paused = rows(
+            self,
+            &txn,
+            OP,
+            &self.control.job_paused,
+            vec![req.job.clone().into()],
+        )
+        .await?;
+        let action = trigger_action(req, &all(&paused, OP, pause_from)?)?;
         let at = self.bump(&txn, OP).await?;
         let values = vec![
             req.job.clone().into(),
@@ -132,7 +143,7 @@ impl ControlTables for SqliteStore {
             &at,
             &req.job,
             req.node.as_deref(),
-            ControlAction::Trigger,
+            action,
             &req.by,
             &req.why,
             trigger.id.to_string(),
@@ -142,6 +153,10 @@ impl ControlTables for SqliteStore {
             .await
             .map_err(|source| self.origin.statement_error(OP, source))?;
         Ok(trigger)
+    }
+
+    fn min_schedule_period(&self) -> std::time::Duration {
+        self.min_schedule_period
     }
 
     async fn read_trigger(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {

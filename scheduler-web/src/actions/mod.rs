@@ -2,7 +2,14 @@
 //! changed and removed. Each is a `POST` that acts only when the app enabled actions
 //! and the request passes the CSRF check, records the request's [`Actor`], and
 //! redirects (303) to a page; the store's refusals are shown as text (`422` for a
-//! bad schedule or an unknown handler, `404` for an unknown job).
+//! bad schedule, an unknown handler or input past the store's limits, `404` for an
+//! unknown job, `409` for a trigger of a paused job not said to run while paused).
+//!
+//! The forms' own checks (a reason or an actor over 1 KiB, a paused job's trigger,
+//! the schedule form's `every` rules) come first, for their messages; the store's,
+//! the same for every entry (API, CLI, dashboard), are the ones that hold
+//! (`scheduler_core::control::MAX_TEXT_BYTES`, the store's `min_schedule_period`,
+//! `ControlRequest::while_paused`).
 
 use axum::Extension;
 use axum::extract::rejection::FormRejection;
@@ -10,7 +17,7 @@ use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::Redirect;
 use maud::{Markup, html};
-use scheduler_core::{ControlRequest, Controls, Scope};
+use scheduler_core::{ControlRequest, Controls, Error, Scope};
 use serde::Deserialize;
 
 use crate::csrf::Session;
@@ -43,7 +50,8 @@ pub(crate) struct ControlForm {
     /// `job`: back to the job's page; anything else: the jobs page.
     #[serde(default)]
     back: String,
-    /// Trigger: `yes` runs a paused job all the same.
+    /// Trigger: `yes` runs a paused job all the same
+    /// ([`ControlRequest::while_paused`], recorded as `trigger_while_paused`).
     #[serde(default)]
     while_paused: String,
 }
@@ -205,27 +213,38 @@ pub(crate) async fn trigger(
     body: Result<Form<ControlForm>, FormRejection>,
 ) -> Result<Redirect, Problem> {
     let (f, controls, req) = job_control(&shared, by, &session, body).await?;
-    if f.while_paused != "yes"
+    let while_paused = f.while_paused == "yes";
+    if !while_paused
         && let Some(pause) = controls
             .paused()
             .await?
             .into_iter()
             .find(|p| p.job == f.name)
     {
-        let place = pause
-            .node
-            .map_or_else(|| "everywhere".to_owned(), |node| format!("on {node}"));
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            format!(
-                "{} is paused ({place}, by {}): a trigger would run it all the same. Nothing \
-                 was run; to run it although it is paused, say so on its page",
-                f.name, pause.by
-            ),
-        ));
+        return Err(paused(&f.name, pause.node.as_deref(), &pause.by));
     }
-    let trigger = controls.trigger(&req).await?;
-    Ok(Redirect::to(&link::trigger(trigger.id.0)))
+    // The store checks again where it writes the trigger: a pause that lands
+    // meanwhile is refused the same way.
+    match controls.trigger(&req.while_paused(while_paused)).await {
+        Ok(trigger) => Ok(Redirect::to(&link::trigger(trigger.id.0))),
+        Err(Error::TriggerWhilePaused { job, node, by, .. }) => {
+            Err(paused(&job, node.as_deref(), &by))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The refusal (`409`) of a trigger of a job paused `node` (`None`: everywhere) by
+/// `by`, not said to run while paused.
+fn paused(job: &str, node: Option<&str>, by: &str) -> Problem {
+    let place = node.map_or_else(|| "everywhere".to_owned(), |node| format!("on {node}"));
+    Problem::new(
+        StatusCode::CONFLICT,
+        format!(
+            "{job} is paused ({place}, by {by}): a trigger would run it all the same. Nothing \
+             was run; to run it although it is paused, say so on its page"
+        ),
+    )
 }
 
 /// `POST remove-schedule`.

@@ -97,9 +97,12 @@ impl ScheduleForm {
     }
 }
 
-/// What the form asks of an `every` schedule beyond what the store checks: no
-/// zone (its ticks are instants, not wall-clock times), and a period of at least
-/// the dashboard's minimum. A period that does not read is left to the store.
+/// What the form asks of an `every` schedule, for its message and before the store is
+/// asked: no zone (its ticks are instants, not wall-clock times), and a period of at
+/// least the dashboard's minimum. The store checks both again, with its own minimum
+/// (`min_schedule_period`, 1 s by default), and that check holds: a dashboard minimum
+/// below the store's lets the store refuse (`422`, in its words). A period that does
+/// not read is left to the store.
 fn every_rules(row: &ScheduleRow, min_period: Duration) -> Result<(), Problem> {
     let Some(every) = row.schedule.strip_prefix("every ") else {
         return Ok(());

@@ -11,6 +11,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode, header};
 use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD;
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
     Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore,
@@ -29,6 +30,9 @@ pub struct FakeStore {
     /// Reads of every dynamic schedule (`schedules()`, `poll(None)`): what no page
     /// may make.
     pub full_reads: AtomicUsize,
+    /// The shortest `every` period a put may have, as a store's
+    /// `min_schedule_period` (default 1 s).
+    pub min_period: Mutex<Option<std::time::Duration>>,
 }
 
 #[derive(Debug, Default)]
@@ -157,6 +161,7 @@ impl Store for FakeStore {
 #[async_trait]
 impl Controls for FakeStore {
     async fn pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
+        req.check()?;
         let mut s = self.state.lock().unwrap();
         if !s
             .paused
@@ -180,6 +185,7 @@ impl Controls for FakeStore {
     }
 
     async fn resume(&self, req: &ControlRequest, catch_up: bool) -> Result<ControlRecord> {
+        req.check()?;
         let mut s = self.state.lock().unwrap();
         s.paused
             .retain(|p| !(p.job == req.job && p.node == req.node));
@@ -192,7 +198,9 @@ impl Controls for FakeStore {
     }
 
     async fn trigger(&self, req: &ControlRequest) -> Result<Trigger> {
+        req.check()?;
         let mut s = self.state.lock().unwrap();
+        let action = scheduler_core::control::trigger_action(req, &s.paused)?;
         let trigger = Trigger {
             id: TriggerId(s.triggers.len() as i64 + 1),
             job: req.job.clone(),
@@ -203,7 +211,7 @@ impl Controls for FakeStore {
             state: TriggerState::Pending,
         };
         s.triggers.push(trigger.clone());
-        Self::record(&mut s, req, ControlAction::Trigger, trigger.id.to_string());
+        Self::record(&mut s, req, action, trigger.id.to_string());
         Ok(trigger)
     }
 
@@ -271,7 +279,14 @@ impl Controls for FakeStore {
     }
 
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
-        row.check()?;
+        // The rules every store keeps.
+        let min = self
+            .min_period
+            .lock()
+            .unwrap()
+            .unwrap_or(DEFAULT_MIN_SCHEDULE_PERIOD);
+        row.check_with_min_period(min)?;
+        scheduler_core::control::check_by_why(by, why)?;
         let mut s = self.state.lock().unwrap();
         if !s.handlers.contains(&row.handler) {
             let known = if s.handlers.is_empty() {

@@ -79,7 +79,8 @@ impl Cluster {
         }
         if let Ok(t) = self
             .store
-            .trigger(&ControlRequest::new(job, "simulator"))
+            // Paused or not: an operator who triggers a paused job says so.
+            .trigger(&ControlRequest::new(job, "simulator").while_paused(true))
             .await
         {
             let mut w = self.world();

@@ -345,7 +345,12 @@ pub async fn history_records_who_when_why(a: &SharedStore) {
         .await
         .expect("pausing a paused job");
     let trigger = c
-        .trigger(&request(job, "carol").node("n1").why("one more"))
+        .trigger(
+            &request(job, "carol")
+                .node("n1")
+                .why("one more")
+                .while_paused(true),
+        )
         .await
         .expect("trigger");
     let resume = c
@@ -377,7 +382,13 @@ pub async fn history_records_who_when_why(a: &SharedStore) {
         seen,
         vec![
             (ControlAction::Resume, "dave", "quiet now", None, job),
-            (ControlAction::Trigger, "carol", "one more", Some("n1"), job),
+            (
+                ControlAction::TriggerWhilePaused,
+                "carol",
+                "one more",
+                Some("n1"),
+                job,
+            ),
             (ControlAction::Pause, "bob", "still noisy", None, job),
             (ControlAction::Pause, "alice", "too noisy", None, job),
         ],

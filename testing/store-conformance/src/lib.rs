@@ -7,7 +7,8 @@
 //!
 //! [`controls`] holds the rules of the operators' controls (pause, resume, trigger,
 //! dynamic schedules, their record and poll), for stores whose
-//! [`Store::controls`] is `Some`.
+//! [`Store::controls`] is `Some`; [`limits`] the limits every store keeps on what a
+//! control writes.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::task::JoinSet;
 
 pub mod controls;
 pub mod instances;
+pub mod limits;
 pub mod listing;
 
 /// A store shared between tasks.

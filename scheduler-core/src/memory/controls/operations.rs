@@ -73,6 +73,8 @@ impl ControlTables for MemoryStore {
     async fn write_trigger(&self, req: &ControlRequest) -> Result<Trigger> {
         let now = self.call()?;
         let mut t = self.tables();
+        // Under the tables' lock: no pause lands between this read and the insert.
+        let action = crate::control::trigger_action(req, &t.paused_now())?;
         let trigger = Trigger {
             id: TriggerId(i64::try_from(t.triggers.len()).unwrap_or(i64::MAX) + 1),
             job: req.job.clone(),
@@ -88,8 +90,12 @@ impl ControlTables for MemoryStore {
             lease: None,
             prev_completed: false,
         });
-        t.record(now, req, ControlAction::Trigger, trigger.id.to_string());
+        t.record(now, req, action, trigger.id.to_string());
         Ok(trigger)
+    }
+
+    fn min_schedule_period(&self) -> std::time::Duration {
+        self.tables().min_schedule_period
     }
 
     async fn read_trigger(&self, id: TriggerId) -> Result<Option<Trigger>> {
