@@ -39,7 +39,7 @@ pub(crate) async fn show(
     let before = listing::id_cursor(query.before, AuditQuery::USAGE)?;
     let controls = shared.controls().ok_or_else(Problem::no_controls)?;
     let now = shared.store.now().await?;
-    let limit = listing::rows(&shared);
+    let limit = listing::text_rows(&shared);
     // One row more than shown, to know whether an older page follows.
     let mut records = controls
         .control_history(

@@ -43,7 +43,7 @@ pub(crate) async fn show(
     let before = listing::id_cursor(query.before, FailuresQuery::USAGE)?;
     let controls = shared.controls().ok_or_else(Problem::no_controls)?;
     let now = shared.store.now().await?;
-    let limit = listing::rows(&shared);
+    let limit = listing::text_rows(&shared);
     let failed = |limit: u32, failed: bool| RunQuery {
         job: job.clone(),
         node: node.clone(),

@@ -14,9 +14,16 @@ use crate::shared::Shared;
 /// says: with every text shortened to [`MAX_SHOWN`], a page stays within 200 KB.
 pub(crate) const MAX_ROWS: u32 = 100;
 
+/// The most rows a list of stored texts (failures, audit) shows: each row may carry
+/// several texts of [`MAX_SHOWN`] bytes.
+pub(crate) const MAX_TEXT_ROWS: u32 = 50;
+
 /// The most bytes of one stored text (an error, a reason, a detail) a list shows;
 /// the rest is said to be there, not shown.
-pub(crate) const MAX_SHOWN: usize = 1000;
+pub(crate) const MAX_SHOWN: usize = 400;
+
+/// The most bytes of a name, an actor or a version a list shows.
+const SHORT_SHOWN: usize = 200;
 
 /// A text longer than this is folded into a `<details>`, its first line shown.
 const FOLD_OVER: usize = 120;
@@ -35,6 +42,11 @@ pub(crate) const FILTER_STYLE: &str = "display:inline-flex;gap:.4em;align-items:
 /// Rows per list page: the dashboard's page size, at most [`MAX_ROWS`].
 pub(crate) fn rows(shared: &Shared) -> u32 {
     shared.page_size.clamp(1, MAX_ROWS)
+}
+
+/// Rows per page of a list of stored texts: at most [`MAX_TEXT_ROWS`].
+pub(crate) fn text_rows(shared: &Shared) -> u32 {
+    shared.page_size.clamp(1, MAX_TEXT_ROWS)
 }
 
 /// `10000` as `10,000`.
@@ -161,9 +173,9 @@ pub(crate) fn long_text(text: &str, class: &str) -> Markup {
     }
 }
 
-/// A short stored text (a name, an actor) cut to [`MAX_SHOWN`] bytes.
+/// A short stored text (a name, an actor) cut to 200 bytes.
 pub(crate) fn short_text(text: &str) -> Markup {
-    let (shown, left_out) = cut(text, MAX_SHOWN);
+    let (shown, left_out) = cut(text, SHORT_SHOWN);
     html! {
         (shown) @if left_out > 0 { span.small.muted { "… (" (thousands(left_out as u64)) " bytes more)" } }
     }
@@ -202,7 +214,7 @@ mod tests {
             "{}",
             folded.len()
         );
-        assert!(folded.contains("49,000 bytes more"), "{folded}");
+        assert!(folded.contains("49,600 bytes more"), "{folded}");
         let lines = long_text("first\n<second>", "bad").into_string();
         assert!(
             lines.contains("<summary><span class=\"bad\">first</span>"),

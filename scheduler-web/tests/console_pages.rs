@@ -12,7 +12,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::StatusCode;
 use chrono::{TimeDelta, Utc};
-use scheduler_core::{ControlRequest, Controls as _, InstanceRow, LeaseRow, Outcome, ScheduleRow};
+use scheduler_core::{
+    ControlAction, ControlRecord, ControlRequest, Controls as _, InstanceRow, LeaseRow, Outcome,
+    ScheduleRow,
+};
 use scheduler_web::{Actions, Dashboard};
 use support::{FakeStore, app, get};
 
@@ -322,13 +325,25 @@ async fn every_list_page_stays_within_200_kb_whatever_the_data() {
             .collect();
     }
     for i in 0..300 {
-        store.add_run(&format!("job-{i}"), Outcome::Failed, Some(&big));
-        store
-            .pause(&ControlRequest::new(format!("job-{i}"), "web").why(big.as_str()))
-            .await
-            .unwrap();
+        // Names as long as names may be (200 bytes), every character escaped in links.
+        let job = format!("{i:03}{}", "&".repeat(197));
+        store.add_run(&job, Outcome::Failed, Some(&big));
+        store.state.lock().unwrap().runs.last_mut().unwrap().node = big.clone();
+        // Texts past today's limits (an older version's, or written by hand) are
+        // shown bounded too.
+        store.state.lock().unwrap().records.push(ControlRecord {
+            id: i + 1,
+            at: Utc::now(),
+            job,
+            node: Some(big.clone()),
+            action: ControlAction::Pause,
+            by: big.clone(),
+            why: big.clone(),
+            detail: big.clone(),
+        });
     }
-    // The app's page size asks for 1,000 rows a page: the lists show at most 100.
+    // The app's page size asks for 1,000 rows a page: the lists show at most 100
+    // (50 of stored texts).
     let dashboard = Dashboard::new(store.clone()).page_size(1000);
     let app: Router = Router::new().nest("/scheduler", dashboard.router());
     for path in [
