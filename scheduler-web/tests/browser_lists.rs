@@ -66,7 +66,7 @@ async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
             .unwrap();
     }
     let trigger = store
-        .trigger(&ControlRequest::new("sweep", "web:alice"))
+        .trigger(&ControlRequest::new("sweep", "web:alice").while_paused(true))
         .await
         .unwrap();
 
