@@ -163,6 +163,9 @@ impl Dashboard {
             .route("/", get(home))
             .route("/jobs", get(crate::jobs::show))
             .route("/leases", get(crate::leases::show))
+            .route("/audit", get(crate::audit::show))
+            .route("/failures", get(crate::failures::show))
+            .route("/instances", get(crate::instances::show))
             .route("/job", get(crate::history::job))
             .route(
                 "/trigger",

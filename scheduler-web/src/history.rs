@@ -287,8 +287,10 @@ pub(crate) async fn trigger(
         .await?
         .ok_or_else(|| Problem::not_found(format!("no triggered run #{}", query.id)))?;
     let done = matches!(trigger.state, TriggerState::Done { .. });
+    let nobody = crate::instances::no_live_runner(controls, &trigger, now).await?;
     let body = html! {
         (status_line(&shared, now))
+        @if let Some(warning) = nobody { (warning) }
         dl data-trigger=(trigger.id) data-done=(done) {
             dt { "Job" } dd { a href=(link::job(&trigger.job)) { (trigger.job) } }
             @if let Some(node) = &trigger.node { dt { "Node" } dd { (node) } }

@@ -106,9 +106,13 @@
 //!
 //! Under the nest prefix: `jobs[?q=TEXT&state=failing|paused|late|running&handler=H&node=N]`
 //! (the prefix itself redirects there; the dynamic schedules paged both ways with
-//! `after=NAME`, `before=NAME` or `page=last`), `leases`,
-//! `job?name=NAME` (one job's runs and controls, paged), `trigger?id=N` (a triggered
-//! run), `schedule[?name=NAME]` (the form of a dynamic schedule, actions only); the
+//! `after=NAME`, `before=NAME` or `page=last`), `leases` (by name, paged both ways
+//! and counted, searched, filtered by node and by held), `failures` (the runs that
+//! did not succeed, every job's, newest first, filtered by job and node), `audit`
+//! (every control applied: who, when, why), `instances` (live, stopped or gone,
+//! with what each runs), `job?name=NAME` (one job's runs and controls, paged),
+//! `trigger?id=N` (a triggered run; it warns when no live instance runs the job),
+//! `schedule[?name=NAME]` (the form of a dynamic schedule, actions only); the
 //! actions `POST` to `pause`, `resume`, `trigger`, `schedule` and
 //! `remove-schedule`, then redirect (303) to a page.
 //!
@@ -119,16 +123,20 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 mod actions;
+mod audit;
 mod chart;
 mod csrf;
 mod dashboard;
+mod failures;
 mod frame;
 mod header;
 mod history;
+mod instances;
 mod jobs;
 mod layout;
 mod leases;
 mod link;
+mod listing;
 mod problem;
 mod query;
 mod shared;

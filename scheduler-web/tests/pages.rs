@@ -45,6 +45,8 @@ async fn every_page_answers_200_with_relative_links_only() {
     for path in [
         "/scheduler/jobs",
         "/scheduler/leases",
+        "/scheduler/failures",
+        "/scheduler/audit",
         "/scheduler/job?name=sweep",
         &format!("/scheduler/trigger?id={}", trigger.id),
         "/scheduler/schedule",
@@ -171,10 +173,12 @@ async fn read_only_pages_have_no_forms_and_set_no_cookie() {
         "/scheduler/jobs",
         "/scheduler/job?name=sweep",
         "/scheduler/leases",
+        "/scheduler/failures",
+        "/scheduler/audit",
     ] {
         let (status, res, body) = get(&app, path).await;
         assert_eq!(status, StatusCode::OK);
-        // No action form (the jobs page's filters are a GET form).
+        // No action form; the list pages' filters are GET forms that change nothing.
         assert!(!body.contains("method=\"post\""), "{path}: {body}");
         assert!(res.headers().get(header::SET_COOKIE).is_none(), "{path}");
         assert!(body.contains("read-only"), "{path}");

@@ -14,7 +14,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD;
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
-    Idempotent, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, ListQuery, Listing, MemoryStore,
+    Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, ListQuery, Listing,
+    MemoryStore,
     Outcome, Page, Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow,
     Scheduler, Store, TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
 };
@@ -49,6 +50,7 @@ pub struct FakeState {
     pub registered: Vec<String>,
     pub runs: Vec<RunRow>,
     pub leases: Vec<LeaseRow>,
+    pub instances: Vec<InstanceRow>,
 }
 
 impl FakeStore {
@@ -431,6 +433,10 @@ impl Controls for FakeStore {
 
     async fn leases(&self) -> Result<Vec<LeaseRow>> {
         Ok(self.state.lock().unwrap().leases.clone())
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceRow>> {
+        Ok(self.state.lock().unwrap().instances.clone())
     }
 
     async fn runs(&self, job: Option<&str>, page: Page) -> Result<Vec<RunRow>> {
