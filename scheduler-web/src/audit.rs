@@ -95,7 +95,7 @@ pub(crate) async fn show(
         }
         (listing::pager(&[("newest", "« Newest", newest), ("older", "Older ›", older)]))
     };
-    Ok(Html(page("Audit", Nav::None, body).into_string()))
+    Ok(Html(page("Audit", Nav::Audit, body).into_string()))
 }
 
 /// A job filter that matches no control must at least name a job: registered in

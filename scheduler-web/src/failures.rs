@@ -134,7 +134,7 @@ pub(crate) async fn show(
         }
         (listing::pager(&[("newest", "« Newest", newest), ("older", "Older ›", older)]))
     };
-    Ok(Html(page("Failures", Nav::None, body).into_string()))
+    Ok(Html(page("Failures", Nav::Failures, body).into_string()))
 }
 
 fn table(runs: &[RunRow], now: DateTime<Utc>) -> Markup {

@@ -83,7 +83,7 @@ pub(crate) async fn show(
             (table(&rows, now))
         }
     };
-    Ok(Html(page("Instances", Nav::None, body).into_string()))
+    Ok(Html(page("Instances", Nav::Instances, body).into_string()))
 }
 
 fn table(rows: &[InstanceRow], now: DateTime<Utc>) -> Markup {

@@ -15,9 +15,9 @@ use scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD;
 use scheduler_core::{
     BoxError, ControlAction, ControlRecord, ControlRequest, ControlState, Controls, Error, Holder,
     Idempotent, InstanceRow, JobContext, Lease, LeaseKey, LeaseName, LeaseRow, ListQuery, Listing,
-    MemoryStore,
-    Outcome, Page, Pause, Release, Renewed, Result, Resume, RunRow, Schedule, ScheduleRow,
-    Scheduler, Store, TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl, async_trait,
+    MemoryStore, Outcome, Page, Pause, Release, Renewed, Result, Resume, RunRow, Schedule,
+    ScheduleRow, Scheduler, Store, TakeRequest, Taken, Trigger, TriggerId, TriggerState, Ttl,
+    async_trait,
 };
 use scheduler_web::{Actions, Dashboard};
 use tower::ServiceExt as _;
