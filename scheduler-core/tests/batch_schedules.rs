@@ -76,6 +76,12 @@ async fn a_batch_put_runs_each_schedule_once_per_tick() {
     // Every row runs the same tick: the batch is one change, applied at once.
     let first: Vec<i64> = ran.values().map(|t| t[0]).collect();
     assert!(first.windows(2).all(|w| w[0] == w[1]), "{first:?}");
-    let put_at = put_at.lock().unwrap_or_else(|e| e.into_inner()).expect("put");
-    assert!(first[0] >= put_at.timestamp() - 10, "{first:?} put at {put_at}");
+    let put_at = put_at
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .expect("put");
+    assert!(
+        first[0] >= put_at.timestamp() - 10,
+        "{first:?} put at {put_at}"
+    );
 }

@@ -57,7 +57,9 @@ async fn arguments_jsonb_refuses_roll_the_batch_back() {
     let db = TestDb::new().await;
     let s = instances(&db, 1).await;
     let c = s[0].controls().expect("controls");
-    c.register_handlers("n", &["h".to_owned()]).await.expect("register");
+    c.register_handlers("n", &["h".to_owned()])
+        .await
+        .expect("register");
     let before = c.poll(None).await.expect("poll").expect("state").version;
     let mut rows: Vec<scheduler_core::ScheduleRow> = (0..3)
         .map(|i| scheduler_core::ScheduleRow::new(format!("nul-{i}"), "h", "every 30s"))

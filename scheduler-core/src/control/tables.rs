@@ -147,7 +147,10 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         handlers.check(&self.read_handlers().await?)?;
         let mut last = None;
         for row in rows {
-            last = Some(self.write_schedule(row, by, why, &HandlerCheck { row }).await?);
+            last = Some(
+                self.write_schedule(row, by, why, &HandlerCheck { row })
+                    .await?,
+            );
         }
         last.ok_or_else(|| Error::InvalidInput {
             reason: "an empty batch writes nothing".to_owned(),

@@ -13,8 +13,8 @@
 use scheduler_core::control::stored::record_from;
 use scheduler_core::control::{HandlersCheck, batch_detail};
 use scheduler_core::{ControlRecord, ScheduleRow};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement};
 use sea_orm::Value;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement};
 
 use super::invalid;
 use super::rows::{Stored, one_row};
@@ -38,7 +38,11 @@ fn chunk_values(chunk: &[ScheduleRow], version: i64, by: &str) -> Vec<Value> {
         column(&|r| r.scope.to_string()),
         column(&|r| r.policy.clone()),
         column(&|r| r.args.clone()),
-        chunk.iter().map(|r| r.enabled).collect::<Vec<bool>>().into(),
+        chunk
+            .iter()
+            .map(|r| r.enabled)
+            .collect::<Vec<bool>>()
+            .into(),
         version.into(),
         by.to_owned().into(),
     ]

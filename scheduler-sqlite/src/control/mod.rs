@@ -22,8 +22,8 @@ use scheduler_core::control::stored::{
     lease_row_from, pause_from, record_from, resume_from, run_from, schedule_from, trigger_from,
 };
 use scheduler_core::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck, HandlersCheck,
-    LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId, trigger_action,
+    ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
+    HandlersCheck, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId, trigger_action,
 };
 use scheduler_core::{FencingToken, Holder, Lease, LeaseName, Outcome, Tick, Ttl};
 use sea_orm::{TransactionTrait, Value};

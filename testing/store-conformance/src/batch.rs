@@ -96,9 +96,14 @@ pub async fn a_batch_is_one_put(a: &SharedStore, b: &SharedStore) {
         .expect("a batch that is not empty is recorded");
     assert_eq!(record.action, ControlAction::SchedulePut);
     assert_eq!(record.job, "batch-one-0000");
-    assert_eq!((record.by.as_str(), record.why.as_str()), ("ops", "customers of the day"));
+    assert_eq!(
+        (record.by.as_str(), record.why.as_str()),
+        ("ops", "customers of the day")
+    );
     assert!(
-        record.detail.starts_with(r#"250 schedules put: "batch-one-0000", "batch-one-0001""#)
+        record
+            .detail
+            .starts_with(r#"250 schedules put: "batch-one-0000", "batch-one-0001""#)
             && record.detail.ends_with("and 245 more"),
         "{}",
         record.detail
@@ -116,7 +121,11 @@ pub async fn a_batch_is_one_put(a: &SharedStore, b: &SharedStore) {
         .filter(|row| row.name.starts_with("batch-one-"))
         .collect();
     assert_eq!(polled.len(), 250, "the poll returns every row of the batch");
-    assert!(polled.iter().all(|row| row.version == state.version && !row.removed));
+    assert!(
+        polled
+            .iter()
+            .all(|row| row.version == state.version && !row.removed)
+    );
 
     let stored: Vec<ScheduleRow> = cb
         .schedules()
@@ -194,7 +203,10 @@ pub async fn a_bad_row_refuses_the_batch(a: &SharedStore) {
         .put_schedules(&rows("batch-bad", "batch-h", 2), " ", "")
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidInput { .. }), "an empty actor: {err:?}");
+    assert!(
+        matches!(err, Error::InvalidInput { .. }),
+        "an empty actor: {err:?}"
+    );
     nothing_written(c, since, "batch-bad", "an empty actor").await;
 }
 
@@ -244,11 +256,16 @@ pub async fn a_batch_replaces_existing_rows(a: &SharedStore) {
 pub async fn an_empty_batch_writes_nothing(a: &SharedStore) {
     let c = controls(a);
     let since = version(c).await;
-    let history = c.control_history(None, Page::default()).await.expect("history");
+    let history = c
+        .control_history(None, Page::default())
+        .await
+        .expect("history");
     assert_eq!(c.put_schedules(&[], "ops", "").await.expect("empty"), None);
     assert_eq!(c.poll(Some(since)).await.expect("poll"), None);
     assert_eq!(
-        c.control_history(None, Page::default()).await.expect("history"),
+        c.control_history(None, Page::default())
+            .await
+            .expect("history"),
         history
     );
 }

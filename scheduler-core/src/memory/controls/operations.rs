@@ -9,8 +9,8 @@ use chrono::DateTime;
 use super::{ControlRow, TriggerRow, node_key, none_if_empty};
 use crate::control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, ControlTables,
-    HandlerCheck, HandlersCheck, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Trigger, TriggerId,
-    TriggerState,
+    HandlerCheck, HandlersCheck, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow, Trigger,
+    TriggerId, TriggerState,
 };
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
@@ -345,7 +345,10 @@ impl ControlTables for MemoryStore {
         let mut t = self.tables();
         let known: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
         handlers.check(&known)?;
-        let first = rows.first().map(|row| row.name.as_str()).unwrap_or_default();
+        let first = rows
+            .first()
+            .map(|row| row.name.as_str())
+            .unwrap_or_default();
         let req = ControlRequest::new(first, by).why(why);
         let detail = crate::control::batch_detail(rows);
         let record = t.record(now, &req, ControlAction::SchedulePut, detail);
