@@ -4,6 +4,7 @@
 //! handlers' list made a set. Every `T: ControlTables` is [`Controls`]; a store
 //! implements only the reads and writes.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use async_trait::async_trait;
@@ -263,6 +264,21 @@ fn checked_names(node: &str, names: &[String]) -> Result<Vec<String>> {
 /// minimum period) and the texts the store keeps.
 fn check_row<T: ControlTables + ?Sized>(tables: &T, row: &ScheduleRow) -> Result<()> {
     row.check_with_min_period(tables.min_schedule_period())?;
+    check_texts(tables, row)
+}
+
+/// [`check_row`] for a row whose schedule, zone and policy another row of the batch
+/// passed with: its name and handler, and its texts.
+fn check_row_names_and_texts<T: ControlTables + ?Sized>(
+    tables: &T,
+    row: &ScheduleRow,
+) -> Result<()> {
+    crate::lease::validate_name(&row.name)?;
+    crate::lease::validate_name(&row.handler)?;
+    check_texts(tables, row)
+}
+
+fn check_texts<T: ControlTables + ?Sized>(tables: &T, row: &ScheduleRow) -> Result<()> {
     for (what, text) in [
         ("the schedule", row.schedule.as_str()),
         ("the zone", row.zone.as_deref().unwrap_or_default()),
@@ -377,8 +393,22 @@ impl<T: ControlTables> Controls for T {
         super::check_by_why(by, why)?;
         check_by_why_texts(self, "", by, why)?;
         check_unique(rows)?;
+        // A schedule, zone and policy checked once are not parsed again (rows per
+        // customer share them): the rest of the row is checked every time.
+        let mut checked: HashSet<(&str, Option<&str>, &str)> = HashSet::new();
         for (index, row) in rows.iter().enumerate() {
-            check_row(self, row).map_err(|cause| in_batch(index, row, cause))?;
+            let key = (
+                row.schedule.as_str(),
+                row.zone.as_deref(),
+                row.policy.as_str(),
+            );
+            let result = if checked.contains(&key) {
+                check_row_names_and_texts(self, row)
+            } else {
+                check_row(self, row)
+            };
+            result.map_err(|cause| in_batch(index, row, cause))?;
+            checked.insert(key);
         }
         self.check_args_batch(rows).await?;
         self.write_schedules(rows, by, why, &HandlersCheck { rows })

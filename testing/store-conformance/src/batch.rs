@@ -55,7 +55,7 @@ fn refused_row(err: Error, index: usize, name: &str, what: &str) -> Error {
     };
     assert_eq!((got, got_name.as_str()), (index, name), "{what}: {text}");
     assert!(
-        text.contains(&format!("row {index}")) && text.contains(name),
+        text.contains(&format!("row {index} ({name:?})")),
         "{what}: the message names the row: {text}"
     );
     *cause
@@ -191,6 +191,14 @@ pub async fn a_bad_row_refuses_the_batch(a: &SharedStore) {
     let cause = refused_row(err, 4, "batch-bad-0001", "a name twice");
     assert!(cause.to_string().contains("also row 1"), "{cause}");
     nothing_written(c, since, "batch-bad", "a name twice").await;
+
+    // Rows after the first of a schedule text are still checked, name and all.
+    let mut batch = rows("batch-bad", "batch-h", 6);
+    batch[4].name = "batch-bad\n0004".to_owned();
+    let err = c.put_schedules(&batch, "ops", "").await.unwrap_err();
+    let cause = refused_row(err, 4, "batch-bad\n0004", "a bad name");
+    assert!(matches!(cause, Error::InvalidName { .. }), "{cause:?}");
+    nothing_written(c, since, "batch-bad", "a bad name").await;
 
     let mut batch = rows("batch-bad", "batch-h", 6);
     batch[1].handler = "batch-nobody-registered-this".to_owned();
