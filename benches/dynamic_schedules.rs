@@ -367,6 +367,16 @@ impl Controls for Metered {
         self.inner.put_schedule(row, by, why).await
     }
 
+    async fn put_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+    ) -> scheduler_core::Result<Option<ControlRecord>> {
+        add(&self.calls.other_controls, 1);
+        self.inner.put_schedules(rows, by, why).await
+    }
+
     async fn remove_schedule(
         &self,
         name: &str,

@@ -27,6 +27,7 @@
 //! [`TakeRequest::control`]: crate::TakeRequest::control
 //! [`Taken::paused`]: crate::Taken::paused
 
+mod batch;
 mod dashboard;
 mod instances;
 mod limits;
@@ -41,6 +42,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
+pub use self::batch::{HandlersCheck, batch_detail};
 pub use self::dashboard::{LeaseRow, Page, RunRow};
 pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
 pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action};
@@ -182,6 +184,53 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// instance ([`register_handlers`](Self::register_handlers)) and that its
     /// arguments are JSON.
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord>;
+
+    /// Adds or replaces the dynamic schedules `rows`, all or nothing: what a user
+    /// with a schedule per customer or device puts, thousands at once.
+    ///
+    /// Every row is checked first, as [`put_schedule`](Self::put_schedule) checks
+    /// one (its schedule, its handler registered, its arguments JSON, the texts the
+    /// store can keep), `by` and `why` as every control's, and no name may appear
+    /// twice. One refused row refuses the batch, nothing written:
+    /// [`Error::InBatch`](crate::Error::InBatch) names the row (its index and name)
+    /// and says what is wrong with it.
+    ///
+    /// The stores then write every row in one transaction, in chunks (PostgreSQL:
+    /// `INSERT … SELECT FROM unnest(…)`; SQLite: `json_each`), with **one** bump of
+    /// the control version and **one** audit record
+    /// ([`ControlAction::SchedulePut`], its job the first row's name, its detail how
+    /// many rows and the first names: [`batch_detail`]). Instances see the whole
+    /// batch at their next poll, as they see one put. Returns that record; `None`
+    /// for an empty batch, which writes nothing and bumps nothing.
+    ///
+    /// The default (a store that does not implement it) checks the rows as above
+    /// against [`ScheduleRow::check`] and [`handlers`](Self::handlers), then puts
+    /// them **one by one** with [`put_schedule`](Self::put_schedule): one version
+    /// bump and one record per row, the last record returned, and a store failure
+    /// midway leaves the rows before it written. A store that wraps another must
+    /// forward it.
+    async fn put_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>> {
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        check_by_why(by, why)?;
+        self::batch::check_unique(rows)?;
+        for (index, row) in rows.iter().enumerate() {
+            row.check()
+                .map_err(|cause| self::batch::in_batch(index, row, cause))?;
+        }
+        HandlersCheck { rows }.check(&self.handlers().await?)?;
+        let mut last = self.put_schedule(first, by, why).await?;
+        for row in &rows[1..] {
+            last = self.put_schedule(row, by, why).await?;
+        }
+        Ok(Some(last))
+    }
 
     /// Removes the dynamic schedule `name`. `Ok(None)` if there is none.
     async fn remove_schedule(

@@ -171,6 +171,18 @@ pub enum Error {
         /// The handlers registered, comma-separated (`none` when there are none).
         known: String,
     },
+    /// One row of a batch ([`Controls::put_schedules`](crate::Controls::put_schedules))
+    /// is refused: the whole batch is, nothing was written. `cause` says what is wrong
+    /// with the row (the error a put of that row alone would return).
+    #[error("row {index} ({name:?}) of the batch is refused, so nothing was written: {cause}")]
+    InBatch {
+        /// The row's position in the batch, from 0.
+        index: usize,
+        /// The row's name, as given.
+        name: String,
+        /// What is wrong with it.
+        cause: Box<Error>,
+    },
     /// The store has no controls (the store does not keep them).
     #[error("this store keeps no controls (pause, resume, trigger, dynamic schedules)")]
     NoControls,

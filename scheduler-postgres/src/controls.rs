@@ -10,8 +10,9 @@
 //!
 //! The rows are decoded in `rows`; the poll's snapshot read is in `state`; a
 //! trigger, a short transaction that reads the job's pauses under the version row's
-//! lock, in `trigger`.
+//! lock, in `trigger`; a batch of schedules put at once, in `batch`.
 
+mod batch;
 mod instances;
 mod listing;
 mod rows;
@@ -22,7 +23,7 @@ use async_trait::async_trait;
 use scheduler_core::control::stored::{
     lease_row_from, pause_from, record_from, run_from, schedule_from, trigger_from,
 };
-use scheduler_core::control::{ControlTables, HandlerCheck, Heartbeat, InstanceRow};
+use scheduler_core::control::{ControlTables, HandlerCheck, HandlersCheck, Heartbeat, InstanceRow};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
     ListQuery, Listing, Outcome, Page, Pause, RunQuery, RunRow, ScheduleRow, Tick, Trigger,
@@ -266,6 +267,20 @@ impl ControlTables for PostgresStore {
             Err(err) => return Err(err.into()),
         };
         Ok(one_of(rows, OP, |row| record_from(row))?)
+    }
+
+    async fn check_args_batch(&self, rows: &[ScheduleRow]) -> scheduler_core::Result<()> {
+        Self::check_json_args_batch(rows)
+    }
+
+    async fn write_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+        handlers: &HandlersCheck<'_>,
+    ) -> scheduler_core::Result<ControlRecord> {
+        self.put_schedules_checked(rows, by, why, handlers).await
     }
 
     async fn write_removal(

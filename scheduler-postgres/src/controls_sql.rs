@@ -98,6 +98,15 @@ pub(crate) struct ControlSql {
     pub(crate) put_schedule: String,
     /// `$1` name, `$2` by, `$3` why: the audit row, if there was a schedule.
     pub(crate) remove_schedule: String,
+    /// Bumps the version (announcing it); returns it. A batch put's first statement,
+    /// in its transaction (`crate::controls::batch`).
+    pub(crate) bump: String,
+    /// `$1` names, `$2` handlers, `$3` schedules, `$4` zones (`''`: none), `$5`
+    /// scopes, `$6` policies, `$7` arguments (text, cast to `jsonb`), `$8` enabled
+    /// (arrays, one element a row), `$9` the version, `$10` by: a chunk of a batch put.
+    pub(crate) put_schedules: String,
+    /// `$1` job, `$2` by, `$3` why, `$4` detail: a batch put's audit row.
+    pub(crate) audit_schedules: String,
     /// `$1` node, `$2` handler names (distinct, sorted).
     pub(crate) register_handlers: String,
     /// Every handler registered by a node that counts ([`instances::live`]).
@@ -372,6 +381,26 @@ impl ControlSql {
         );
         // Rows in handler order, so two registrations never wait on each other in a
         // cycle.
+        let bump = format!(
+            "UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify}"
+        );
+        let put_schedules = format!(
+            "INSERT INTO {schedules} AS s (name, handler, schedule, zone, scope, policy, args, \
+                                          enabled, removed, version, updated_at, actor) \
+             SELECT n, h, sc, NULLIF(z, ''), sp, p, a::jsonb, e, false, $9, now(), $10 \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+                         $7::text[], $8::boolean[]) AS u(n, h, sc, z, sp, p, a, e) \
+             ON CONFLICT (name) DO UPDATE \
+               SET handler = excluded.handler, schedule = excluded.schedule, \
+                   zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
+                   args = excluded.args, enabled = excluded.enabled, removed = false, \
+                   version = excluded.version, updated_at = excluded.updated_at, \
+                   actor = excluded.actor"
+        );
+        let audit_schedules = format!(
+            "INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
+             VALUES (now(), $1, NULL, 'schedule_put', $2, $3, $4) RETURNING {RECORD}"
+        );
         let register_handlers = format!(
             "INSERT INTO {handlers} (handler, node, seen_at) \
              SELECT h.handler, $1, now() FROM unnest($2::text[]) AS h(handler) \
@@ -419,6 +448,9 @@ impl ControlSql {
             schedules_page,
             put_schedule,
             remove_schedule,
+            bump,
+            put_schedules,
+            audit_schedules,
             register_handlers,
             handlers: handlers_read,
             register_jobs,

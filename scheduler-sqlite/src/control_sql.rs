@@ -57,6 +57,13 @@ pub(crate) struct ControlSql {
     /// not removed, by name (the primary key, read from `?1` on).
     pub(crate) schedules_page: String,
     pub(crate) put_schedule: String,
+    /// `?1` rows as `[[name, handler, schedule, zone, scope, policy, args, enabled],…]`
+    /// (`crate::control::batch`), `?2` version, `?3` now, `?4` actor: a chunk of a
+    /// batch put.
+    pub(crate) put_schedules: String,
+    /// `?1` the rows' arguments as a JSON array of strings: the index of the first
+    /// that is not JSON, if any.
+    pub(crate) first_bad_args: String,
     pub(crate) remove_schedule: String,
     pub(crate) json_valid: String,
     pub(crate) handlers: String,
@@ -231,6 +238,23 @@ impl ControlSql {
                 "UPDATE {schedules} SET removed = 1, version = ?2, updated_at = ?4, actor = ?3 \
                  WHERE name = ?1 AND NOT removed RETURNING {SCHEDULE}"
             ),
+            put_schedules: format!(
+                "INSERT INTO {schedules} \
+                   (name, handler, schedule, zone, scope, policy, args, enabled, removed, version, \
+                    updated_at, actor) \
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
+                        value ->> 5, value ->> 6, value ->> 7, 0, ?2, ?3, ?4 \
+                 FROM json_each(?1) WHERE true \
+                 ON CONFLICT (name) DO UPDATE \
+                   SET handler = excluded.handler, schedule = excluded.schedule, \
+                       zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
+                       args = excluded.args, enabled = excluded.enabled, removed = 0, \
+                       version = excluded.version, updated_at = excluded.updated_at, \
+                       actor = excluded.actor"
+            ),
+            first_bad_args: "SELECT CAST(key AS INTEGER) AS idx FROM json_each(?1) \
+                             WHERE NOT json_valid(value) ORDER BY key LIMIT 1"
+                .to_owned(),
             json_valid: "SELECT json_valid(?1) AS valid".to_owned(),
             // The registrations of live nodes, and of nodes that never beat.
             handlers: instances::live(table, &handlers, "handler"),

@@ -4,10 +4,12 @@
 //! handlers' list made a set. Every `T: ControlTables` is [`Controls`]; a store
 //! implements only the reads and writes.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use async_trait::async_trait;
 
+use super::batch::{HandlersCheck, check_unique, in_batch};
 use super::listing::{self, ListQuery, Listing, RunQuery};
 use super::{
     ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor, Heartbeat,
@@ -111,6 +113,51 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         why: &str,
         handler: &HandlerCheck<'_>,
     ) -> Result<ControlRecord>;
+
+    /// Refuses the first row of a batch whose arguments are not JSON
+    /// ([`Error::InBatch`]), before anything is written. The default asks
+    /// [`check_args`](Self::check_args) of each row; a store may check them all in
+    /// one read.
+    ///
+    /// # Errors
+    /// [`Error::InBatch`], its cause [`Error::InvalidControl`].
+    async fn check_args_batch(&self, rows: &[ScheduleRow]) -> Result<()> {
+        for (index, row) in rows.iter().enumerate() {
+            self.check_args(row)
+                .await
+                .map_err(|cause| in_batch(index, row, cause))?;
+        }
+        Ok(())
+    }
+
+    /// [`Controls::put_schedules`], `rows` (not empty) checked but for their
+    /// handlers: the store reads the registered handlers where its write sees them
+    /// and asks `handlers` ([`HandlersCheck::check`]) before it writes; then writes
+    /// every row, one version bump and one audit record
+    /// ([`batch_detail`](super::batch_detail)), all or nothing.
+    ///
+    /// The default writes the rows one by one with
+    /// [`write_schedule`](Self::write_schedule) (a version bump and a record each;
+    /// not all or nothing if the store fails midway), the handlers checked first.
+    async fn write_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+        handlers: &HandlersCheck<'_>,
+    ) -> Result<ControlRecord> {
+        handlers.check(&self.read_handlers().await?)?;
+        let mut last = None;
+        for row in rows {
+            last = Some(
+                self.write_schedule(row, by, why, &HandlerCheck { row })
+                    .await?,
+            );
+        }
+        last.ok_or_else(|| Error::InvalidInput {
+            reason: "an empty batch writes nothing".to_owned(),
+        })
+    }
 
     /// [`Controls::remove_schedule`], the texts checked.
     async fn write_removal(&self, name: &str, by: &str, why: &str)
@@ -297,6 +344,47 @@ fn check_list_query<T: ControlTables + ?Sized>(tables: &T, query: &ListQuery) ->
     }
 }
 
+/// A schedule row checked as every put checks it: its schedule (with the store's
+/// minimum period) and the texts the store keeps.
+fn check_row<T: ControlTables + ?Sized>(tables: &T, row: &ScheduleRow) -> Result<()> {
+    row.check_with_min_period(tables.min_schedule_period())?;
+    check_texts(tables, row)
+}
+
+/// [`check_row`] for a row whose schedule, zone and policy another row of the batch
+/// passed with: its name and handler, and its texts.
+fn check_row_names_and_texts<T: ControlTables + ?Sized>(
+    tables: &T,
+    row: &ScheduleRow,
+) -> Result<()> {
+    crate::lease::validate_name(&row.name)?;
+    crate::lease::validate_name(&row.handler)?;
+    check_texts(tables, row)
+}
+
+fn check_texts<T: ControlTables + ?Sized>(tables: &T, row: &ScheduleRow) -> Result<()> {
+    for (what, text) in [
+        ("the schedule", row.schedule.as_str()),
+        ("the zone", row.zone.as_deref().unwrap_or_default()),
+        ("the policy", row.policy.as_str()),
+        ("the arguments", row.args.as_str()),
+    ] {
+        tables.check_text(&format!("schedule {:?}: {what}", row.name), text)?;
+    }
+    Ok(())
+}
+
+/// The actor and reason as texts the store keeps (`prefix` says whose).
+fn check_by_why_texts<T: ControlTables + ?Sized>(
+    tables: &T,
+    prefix: &str,
+    by: &str,
+    why: &str,
+) -> Result<()> {
+    tables.check_text(&format!("{prefix}the control's actor (`by`)"), by)?;
+    tables.check_text(&format!("{prefix}the control's reason (`why`)"), why)
+}
+
 fn check_by_why<T: ControlTables + ?Sized>(tables: &T, by: &str, why: &str) -> Result<()> {
     super::check_by_why(by, why)?;
     tables.check_text("the control's actor (`by`)", by)?;
@@ -369,21 +457,47 @@ impl<T: ControlTables> Controls for T {
     }
 
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
-        row.check_with_min_period(self.min_schedule_period())?;
+        check_row(self, row)?;
         super::check_by_why(by, why)?;
-        for (what, text) in [
-            ("the schedule", row.schedule.as_str()),
-            ("the zone", row.zone.as_deref().unwrap_or_default()),
-            ("the policy", row.policy.as_str()),
-            ("the arguments", row.args.as_str()),
-            ("the control's actor (`by`)", by),
-            ("the control's reason (`why`)", why),
-        ] {
-            self.check_text(&format!("schedule {:?}: {what}", row.name), text)?;
-        }
+        check_by_why_texts(self, &format!("schedule {:?}: ", row.name), by, why)?;
         self.check_args(row).await?;
         self.write_schedule(row, by, why, &HandlerCheck { row })
             .await
+    }
+
+    async fn put_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>> {
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        super::check_by_why(by, why)?;
+        check_by_why_texts(self, "", by, why)?;
+        check_unique(rows)?;
+        // A schedule, zone and policy checked once are not parsed again (rows per
+        // customer share them): the rest of the row is checked every time.
+        let mut checked: HashSet<(&str, Option<&str>, &str)> = HashSet::new();
+        for (index, row) in rows.iter().enumerate() {
+            let key = (
+                row.schedule.as_str(),
+                row.zone.as_deref(),
+                row.policy.as_str(),
+            );
+            let result = if checked.contains(&key) {
+                check_row_names_and_texts(self, row)
+            } else {
+                check_row(self, row)
+            };
+            result.map_err(|cause| in_batch(index, row, cause))?;
+            checked.insert(key);
+        }
+        self.check_args_batch(rows).await?;
+        self.write_schedules(rows, by, why, &HandlersCheck { rows })
+            .await
+            .map(Some)
     }
 
     async fn remove_schedule(

@@ -99,6 +99,14 @@ impl Controls for Faulty {
     ) -> scheduler_core::Result<scheduler_core::ControlRecord> {
         self.inner.put_schedule(r, b, w).await
     }
+    async fn put_schedules(
+        &self,
+        r: &[ScheduleRow],
+        b: &str,
+        w: &str,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlRecord>> {
+        self.inner.put_schedules(r, b, w).await
+    }
     async fn remove_schedule(
         &self,
         n: &str,

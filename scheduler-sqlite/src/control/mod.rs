@@ -10,9 +10,10 @@
 //!
 //! The statements are in `sql`; running them and decoding their rows in `rows`; the
 //! version bump and audit row every control writes in `audit`; the dynamic
-//! schedules' writes in `schedules`.
+//! schedules' writes in `schedules`, a batch of them in `batch`.
 
 mod audit;
+mod batch;
 mod instances;
 mod listing;
 mod rows;
@@ -24,8 +25,8 @@ use scheduler_core::control::stored::{
 };
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
-    Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger, TriggerId,
-    trigger_action,
+    HandlersCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause, RunRow, ScheduleRow, Trigger,
+    TriggerId, trigger_action,
 };
 use scheduler_core::{
     FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
@@ -332,6 +333,20 @@ impl ControlTables for SqliteStore {
         handler: &HandlerCheck<'_>,
     ) -> scheduler_core::Result<ControlRecord> {
         self.put_dynamic_schedule(row, by, why, handler).await
+    }
+
+    async fn write_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+        handlers: &HandlersCheck<'_>,
+    ) -> scheduler_core::Result<ControlRecord> {
+        self.put_dynamic_schedules(rows, by, why, handlers).await
+    }
+
+    async fn check_args_batch(&self, rows: &[ScheduleRow]) -> scheduler_core::Result<()> {
+        self.check_json_args_batch(rows).await
     }
 
     async fn check_args(&self, row: &ScheduleRow) -> scheduler_core::Result<()> {

@@ -277,6 +277,14 @@ impl Controls for SimStore {
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
         self.inner.put_schedule(row, by, why).await
     }
+    async fn put_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+    ) -> Result<Option<ControlRecord>> {
+        self.inner.put_schedules(rows, by, why).await
+    }
     async fn remove_schedule(
         &self,
         name: &str,

@@ -8,7 +8,7 @@
 //! [`controls`] holds the rules of the operators' controls (pause, resume, trigger,
 //! dynamic schedules, their record and poll), for stores whose
 //! [`Store::controls`] is `Some`; [`limits`] the limits every store keeps on what a
-//! control writes.
+//! control writes; [`batch`] the rules of a batch put of dynamic schedules.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::{LeaseName, LocalClock, Release, Store, TakeRequest, Tick, Ttl};
 use tokio::task::JoinSet;
 
+pub mod batch;
 pub mod controls;
 pub mod instances;
 pub mod limits;

@@ -10,8 +10,8 @@ use super::{ControlRow, TriggerRow, node_key, none_if_empty};
 use crate::control::listing::{self, ListQuery, Listing, RunQuery};
 use crate::control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, ControlTables,
-    HandlerCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause, Resume, RunRow, ScheduleRow,
-    Trigger, TriggerId, TriggerState,
+    HandlerCheck, HandlersCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause, Resume, RunRow,
+    ScheduleRow, Trigger, TriggerId, TriggerState,
 };
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
@@ -331,6 +331,37 @@ impl ControlTables for MemoryStore {
             ..row.clone()
         };
         t.schedules.insert(row.name.clone(), stored);
+        Ok(record)
+    }
+
+    async fn write_schedules(
+        &self,
+        rows: &[ScheduleRow],
+        by: &str,
+        why: &str,
+        handlers: &HandlersCheck<'_>,
+    ) -> Result<ControlRecord> {
+        let now = self.call()?;
+        let mut t = self.tables();
+        let known: Vec<String> = t.handlers.keys().map(|(h, _)| h.clone()).collect();
+        handlers.check(&known)?;
+        let first = rows
+            .first()
+            .map(|row| row.name.as_str())
+            .unwrap_or_default();
+        let req = ControlRequest::new(first, by).why(why);
+        let detail = crate::control::batch_detail(rows);
+        let record = t.record(now, &req, ControlAction::SchedulePut, detail);
+        let version = t.version;
+        for row in rows {
+            let stored = ScheduleRow {
+                version,
+                updated_at: Some(now),
+                removed: false,
+                ..row.clone()
+            };
+            t.schedules.insert(row.name.clone(), stored);
+        }
         Ok(record)
     }
 
