@@ -15,19 +15,15 @@
 
 mod support;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use scheduler_core::{ControlRequest, Controls as _, InstanceRow, LeaseRow, Outcome};
 use scheduler_web::Actions;
+use support::browser::{ChromeDriver, PATIENCE, eventually};
 use support::{FakeStore, app};
-
-/// How long any one wait may take before the test gives up.
-const PATIENCE: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pages_filters_and_reads_the_list_pages_in_a_browser() {
@@ -235,25 +231,6 @@ async fn follow(browser: &Client, name: &str) {
         .unwrap();
 }
 
-/// Polls `check` until it gives a value, for at most [`PATIENCE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "gave up after {PATIENCE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Where the pages' PNGs go, when `SCHEDULER_WEB_SCREENSHOTS` says.
 struct Screenshots(Option<PathBuf>);
 
@@ -276,106 +253,5 @@ impl Screenshots {
             std::fs::write(&path, &png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             println!("screenshot: {}", path.display());
         }
-    }
-}
-/// `chromedriver` on a free port of 127.0.0.1, killed on drop.
-struct ChromeDriver {
-    child: Child,
-    url: String,
-    chromium: PathBuf,
-}
-
-/// Where Debian's packages put the two programs, or the first on `PATH`.
-fn program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    names.iter().find_map(|name| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .chain([Path::new("/usr/bin").join(name)])
-            .find(|p| p.is_file())
-    })
-}
-
-impl ChromeDriver {
-    fn start() -> Self {
-        const INSTALL: &str = "the browser test needs Debian's chromium and chromedriver: \
-             apt-get update && apt-get install -y chromium chromium-driver \
-             (.ci/run installs them when missing)";
-        let chromium = program(&["chromium", "chromium-browser"])
-            .unwrap_or_else(|| panic!("no chromium found; {INSTALL}"));
-        let driver = program(&["chromedriver"])
-            .unwrap_or_else(|| panic!("no chromedriver found; {INSTALL}"));
-        let port = StdListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap();
-        let child = Command::new(&driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", driver.display()));
-        let mut driver = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            chromium,
-        };
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let start = Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-            if let Ok(Some(status)) = driver.child.try_wait() {
-                panic!("chromedriver exited at start: {status}");
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "chromedriver did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        driver
-    }
-
-    /// A headless Chromium session (`--no-sandbox`: CI runs as root).
-    async fn session(&self) -> Client {
-        let capabilities = serde_json::json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": self.chromium,
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-dev-shm-usage",
-                    "--disable-gpu",
-                    "--window-size=1440,1000",
-                ],
-            },
-        });
-        let serde_json::Value::Object(capabilities) = capabilities else {
-            unreachable!()
-        };
-        // Asked again while chromedriver is busy starting another browser (a CI run
-        // saw one session request refused at connect with chromedriver listening).
-        let start = Instant::now();
-        loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(capabilities.clone())
-                .connect(&self.url)
-                .await
-            {
-                Ok(client) => return client,
-                Err(e) if start.elapsed() >= PATIENCE => {
-                    panic!("no browser session from chromedriver at {}: {e}", self.url)
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-        }
-    }
-}
-
-impl Drop for ChromeDriver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
