@@ -413,6 +413,25 @@ pub trait Controls: Send + Sync + fmt::Debug {
         Ok(pages.found)
     }
 
+    /// The latest `per_job` runs of each job of `jobs` (at most
+    /// [`MAX_LIMIT`](listing::MAX_LIMIT) jobs), newest first within each job: what a
+    /// page of jobs shows of their recent runs, in one read.
+    ///
+    /// The default reads [`runs`](Self::runs) once per job; the stores read them in
+    /// one statement, each job's from the index on (job, id).
+    async fn recent_runs(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
+        listing::check_recent(jobs)?;
+        let mut found = Vec::new();
+        for job in jobs {
+            let page = Page {
+                before: None,
+                limit: per_job,
+            };
+            found.extend(self.runs(Some(job), page).await?);
+        }
+        Ok(found)
+    }
+
     /// The jobs whose latest run in the run history (the one recorded last) failed
     /// ([`RunQuery::FAILED`]), sorted; none when the store keeps no run history.
     ///

@@ -415,6 +415,14 @@ impl ControlTables for PostgresStore {
         Ok(self.runs_matching(query).await?)
     }
 
+    async fn read_recent_runs(
+        &self,
+        jobs: &[String],
+        per_job: u32,
+    ) -> scheduler_core::Result<Vec<RunRow>> {
+        Ok(self.recent(jobs, per_job).await?)
+    }
+
     async fn read_failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
         Ok(self.failing().await?)
     }

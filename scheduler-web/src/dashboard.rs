@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use scheduler_core::{JobInfo, Store};
 
 use crate::csrf::{Csrf, Key};
+use crate::header::Counts;
 use crate::problem::Problem;
 use crate::shared::{Actions, MAX_BODY, MAX_TEXT, Shared};
 
@@ -31,6 +32,7 @@ pub struct Dashboard {
     min_period: Duration,
     csrf_key: Option<Key>,
     secure_cookies: bool,
+    counts_max_age: Duration,
 }
 
 impl Dashboard {
@@ -50,6 +52,10 @@ impl Dashboard {
     /// arguments included); a larger one is refused with `413`.
     pub const MAX_BODY_BYTES: usize = MAX_BODY;
 
+    /// How old the header's counts may be when a page shows them unless
+    /// [`Dashboard::counts_max_age`] says otherwise: 5 s.
+    pub const DEFAULT_COUNTS_MAX_AGE: Duration = Duration::from_secs(5);
+
     /// A dashboard of `store` (the one the scheduler runs on; `Arc<S>` and
     /// `Arc<dyn Store>` are stores too), read-only, knowing no job yet.
     pub fn new(store: impl Store) -> Self {
@@ -62,6 +68,7 @@ impl Dashboard {
             min_period: Self::DEFAULT_MIN_PERIOD,
             csrf_key: None,
             secure_cookies: false,
+            counts_max_age: Self::DEFAULT_COUNTS_MAX_AGE,
         }
     }
 
@@ -124,6 +131,17 @@ impl Dashboard {
         self
     }
 
+    /// How old the counts of the header (jobs, paused, running, failing) may be
+    /// when a page shows them ([`Dashboard::DEFAULT_COUNTS_MAX_AGE`] unless said
+    /// otherwise). They take four reads of the store, which at 100,000 schedules
+    /// cost more than most pages, so each replica reads them at most this often and
+    /// shows them in between; an action taken through this replica reads them again
+    /// on the next page. `Duration::ZERO` reads them on every page.
+    pub fn counts_max_age(mut self, max_age: Duration) -> Self {
+        self.counts_max_age = max_age;
+        self
+    }
+
     /// The dashboard at `path` (`/admin/scheduler`), as a router the app merges
     /// into its own (`app.merge(dashboard.mount("/admin/scheduler"))`): both
     /// `/admin/scheduler` and `/admin/scheduler/` lead to the jobs page. (Axum's
@@ -158,6 +176,7 @@ impl Dashboard {
             page_size: self.page_size,
             min_period: self.min_period,
             csrf: Csrf::new(self.csrf_key.as_ref(), self.secure_cookies),
+            counts: Counts::new(self.counts_max_age),
         });
         Router::new()
             .route("/", get(home))
@@ -212,7 +231,10 @@ async fn headers(State(shared): State<Arc<Shared>>, mut req: Request, next: Next
         }
     } else {
         req.extensions_mut().insert(session.clone());
-        next.run(req).await.into_response()
+        let res = next.run(req).await.into_response();
+        // An action may have changed what the header counts.
+        shared.counts.forget();
+        res
     };
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

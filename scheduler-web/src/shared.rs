@@ -11,6 +11,7 @@ use axum::http::request::Parts;
 use scheduler_core::{Controls, JobInfo, Store};
 
 use crate::csrf::{Csrf, Session};
+use crate::header::Counts;
 use crate::problem::Problem;
 
 /// The most bytes of a reason (`why`) or an actor (`by`) the dashboard records.
@@ -66,6 +67,8 @@ pub(crate) struct Shared {
     /// The shortest `every` period the schedule form accepts.
     pub(crate) min_period: Duration,
     pub(crate) csrf: Csrf,
+    /// The header's counts, kept for a few seconds.
+    pub(crate) counts: Counts,
 }
 
 impl Shared {

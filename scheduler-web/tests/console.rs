@@ -219,6 +219,51 @@ async fn the_header_counts_jobs_paused_running_and_failing() {
     assert_eq!(store.full_reads.load(Ordering::Relaxed), 0);
 }
 
+/// The paused count in the header of `/jobs`.
+async fn paused_count(app: &Router) -> String {
+    let (status, _, body) = get(app, "/scheduler/jobs").await;
+    assert_eq!(status, StatusCode::OK);
+    let at = body.find("data-count=\"paused\"").unwrap();
+    body[at..]
+        .split("<b>")
+        .nth(1)
+        .unwrap()
+        .split("</b>")
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The header's counts are read at most once per `counts_max_age` (four reads of
+/// the store on every page cost more than the page at 100,000 schedules); an
+/// action through the dashboard has them read again on the next page; with
+/// `Duration::ZERO` every page reads them.
+#[tokio::test]
+async fn the_header_counts_are_kept_a_moment_and_read_again_after_an_action() {
+    let (store, _) = cluster().await;
+    let dashboard = |max_age| {
+        let d = Dashboard::new(store.clone())
+            .jobs(support::jobs(&store, &["sweep", "beat"]))
+            .actions(Actions::enabled())
+            .counts_max_age(max_age);
+        Router::new().nest("/scheduler", d.router())
+    };
+    let kept = dashboard(std::time::Duration::from_secs(3600));
+    let every = dashboard(std::time::Duration::ZERO);
+    assert_eq!(paused_count(&kept).await, "1");
+    assert_eq!(paused_count(&every).await, "1");
+    store
+        .pause(&ControlRequest::new("rep-a", "ops"))
+        .await
+        .unwrap();
+    assert_eq!(paused_count(&kept).await, "1", "kept from a moment ago");
+    assert_eq!(paused_count(&every).await, "2", "read on every page");
+    // An action (even one refused: its effect is not judged) forgets them.
+    let (status, _, _) = post(&kept, "/scheduler/pause", &[("job", "other")], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(paused_count(&kept).await, "2", "read again after a POST");
+}
+
 #[tokio::test]
 async fn the_jobs_are_filtered_by_state_handler_node_and_name() {
     let (store, app) = cluster().await;

@@ -327,6 +327,21 @@ impl LeaseRow {
     }
 }
 
+/// The jobs one [`Controls::recent_runs`](crate::Controls::recent_runs) reads: at
+/// most [`MAX_LIMIT`], or [`Error::InvalidInput`](crate::Error::InvalidInput).
+pub fn check_recent(jobs: &[String]) -> crate::Result<()> {
+    if jobs.len() > MAX_LIMIT as usize {
+        return Err(crate::Error::InvalidInput {
+            reason: format!(
+                "the recent runs of {} jobs were asked for in one read; at most {MAX_LIMIT} \
+                 are read at once: ask a page at a time",
+                jobs.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

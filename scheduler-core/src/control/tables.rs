@@ -254,6 +254,20 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         Ok(pages.found)
     }
 
+    /// [`Controls::recent_runs`], the names checked. The default reads
+    /// [`read_runs`](Self::read_runs) once per job.
+    async fn read_recent_runs(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
+        let mut found = Vec::new();
+        for job in jobs {
+            let page = Page {
+                before: None,
+                limit: per_job,
+            };
+            found.extend(self.read_runs(Some(job), page).await?);
+        }
+        Ok(found)
+    }
+
     /// [`Controls::failing_jobs`]. The default reads the latest run of each job
     /// the store knows of ([`Controls::known_jobs`]).
     async fn read_failing_jobs(&self) -> Result<Vec<String>>
@@ -511,6 +525,11 @@ impl<T: ControlTables> Controls for T {
             }
         }
         self.read_runs_where(query).await
+    }
+
+    async fn recent_runs(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
+        checks::recent_runs(self, jobs)?;
+        self.read_recent_runs(jobs, per_job).await
     }
 
     async fn failing_jobs(&self) -> Result<Vec<String>> {

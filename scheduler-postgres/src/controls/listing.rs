@@ -255,6 +255,31 @@ impl PostgresStore {
         all(&found, OP, run_from)
     }
 
+    /// [`Controls::recent_runs`](scheduler_core::Controls::recent_runs): the jobs
+    /// as a `VALUES` list, each job's runs read from the index on `(job, id)` by a
+    /// lateral subquery, in one statement.
+    pub(super) async fn recent(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
+        const OP: &str = "read the recent runs of a page of jobs";
+        if jobs.is_empty() || per_job == 0 {
+            return Ok(Vec::new());
+        }
+        let mut values = Values::default();
+        let names: Vec<String> = jobs
+            .iter()
+            .map(|job| format!("({})", values.bind(job.clone())))
+            .collect();
+        let limit = values.bind(i64::from(per_job));
+        let runs = HistoryTable::for_leases(self.table()).quoted();
+        let sql = format!(
+            "SELECT r.* FROM (VALUES {names}) AS j(name) CROSS JOIN LATERAL ( \
+               SELECT {RUN} FROM {runs} WHERE job = j.name ORDER BY id DESC LIMIT {limit} \
+             ) AS r",
+            names = names.join(", ")
+        );
+        let found = unless_no_history(self.query(OP, &sql, values.0).await)?;
+        all(&found, OP, run_from)
+    }
+
     /// [`Controls::failing_jobs`](scheduler_core::Controls::failing_jobs): each
     /// job of the history found by a skip scan of the index on `(job, id)`, and its
     /// latest run (the highest id) read from it: two index probes a job.

@@ -216,6 +216,32 @@ impl SqliteStore {
         all(&found, OP, run_from)
     }
 
+    /// [`Controls::recent_runs`](scheduler_core::Controls::recent_runs): each job's
+    /// runs read from the index on `(job, id)` by a subquery of its own, the
+    /// subqueries joined by `UNION ALL`, in one statement.
+    pub(super) async fn recent(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
+        const OP: &str = "read the recent runs of a page of jobs";
+        if jobs.is_empty() || per_job == 0 || !self.history_exists().await? {
+            return Ok(Vec::new());
+        }
+        let mut values = Values::default();
+        let limit = values.bind(i64::from(per_job));
+        let runs = HistoryTable::for_leases(self.table()).quoted();
+        let parts: Vec<String> = jobs
+            .iter()
+            .map(|job| {
+                let job = values.bind(job.clone());
+                format!(
+                    "SELECT * FROM (SELECT {RUN} FROM {runs} WHERE job = {job} \
+                     ORDER BY id DESC LIMIT {limit})"
+                )
+            })
+            .collect();
+        let sql = parts.join(" UNION ALL ");
+        let found = rows(self, &self.db, OP, &sql, values.0).await?;
+        all(&found, OP, run_from)
+    }
+
     /// [`Controls::failing_jobs`](scheduler_core::Controls::failing_jobs): each
     /// job of the history found by a skip scan of the index on `(job, id)`, and its
     /// latest run (the highest id) read from it: two index probes a job.

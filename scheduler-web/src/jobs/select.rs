@@ -2,11 +2,13 @@
 //! each filter reads a page from the store's index, or a short list (the pauses, the
 //! failing jobs), never every schedule.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
-use scheduler_core::{Controls, Cursor, Listing, Pause, Result};
+use scheduler_core::{Controls, Cursor, Listing, Pause, Result, RunRow};
 
 use super::filters::{Filters, State};
-use super::view::{JobView, leases_of};
+use super::view::{JobView, RECENT_RUNS, leases_of};
 use crate::shared::Shared;
 
 /// The most schedules the `late` filter judges for one page.
@@ -108,11 +110,40 @@ pub(crate) async fn load(
     let mut names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
     names.sort_unstable();
     let leases = leases_of(controls, &names).await?;
-    let mut loaded = Vec::with_capacity(views.len());
-    for view in views {
-        loaded.push(view.load(controls, paused).await?.with_lease(&leases));
+    let runs = recent_runs(controls, &views).await?;
+    Ok(with_runs(views, paused, runs)
+        .map(|view| view.with_lease(&leases))
+        .collect())
+}
+
+/// The recent runs of `views`, by job, newest first: one read.
+async fn recent_runs(
+    controls: &dyn Controls,
+    views: &[JobView],
+) -> Result<HashMap<String, Vec<RunRow>>> {
+    let names: Vec<String> = views.iter().map(|v| v.name.clone()).collect();
+    let mut by_job: HashMap<String, Vec<RunRow>> = HashMap::new();
+    for chunk in names.chunks(scheduler_core::control::listing::MAX_LIMIT as usize) {
+        for run in controls.recent_runs(chunk, RECENT_RUNS).await? {
+            by_job.entry(run.job.clone()).or_default().push(run);
+        }
     }
-    Ok(loaded)
+    for runs in by_job.values_mut() {
+        runs.sort_by(|a, b| b.id.cmp(&a.id));
+    }
+    Ok(by_job)
+}
+
+/// Each view with its pauses and its runs out of `runs`.
+fn with_runs<'a>(
+    views: Vec<JobView>,
+    paused: &'a [Pause],
+    mut runs: HashMap<String, Vec<RunRow>>,
+) -> impl Iterator<Item = JobView> + 'a {
+    views.into_iter().map(move |view| {
+        let mine = runs.remove(&view.name).unwrap_or_default();
+        view.with(paused, mine)
+    })
 }
 
 /// `running`, or a node's: a page of the leases (held now, or the node's), paged
@@ -222,10 +253,8 @@ async fn late(
         }
         query = query.after(last);
     }
-    let mut jobs = Vec::with_capacity(found.len());
-    for view in found {
-        jobs.push(view.load(controls, paused).await?);
-    }
+    let runs = recent_runs(controls, &found).await?;
+    let jobs: Vec<JobView> = with_runs(found, paused, runs).collect();
     Ok(Selected {
         first: jobs.first().map(|j| j.name.clone()),
         last: last_judged,

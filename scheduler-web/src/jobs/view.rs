@@ -14,7 +14,7 @@ use scheduler_core::{
 use crate::words::{self, Described};
 
 /// Runs read per job for its last run and lateness.
-const RECENT_RUNS: u32 = 10;
+pub(crate) const RECENT_RUNS: u32 = 10;
 
 /// How long a tick may wait to be taken before its job counts as late.
 pub(crate) const LATE_GRACE: TimeDelta = TimeDelta::minutes(1);
@@ -104,21 +104,28 @@ impl JobView {
 
     /// With its pauses (from every pause in force) and recent runs.
     pub(crate) async fn load(
-        mut self,
+        self,
         controls: &dyn Controls,
         paused: &[Pause],
     ) -> scheduler_core::Result<Self> {
+        let page = Page {
+            before: None,
+            limit: RECENT_RUNS,
+        };
+        let runs = controls.runs(Some(&self.name), page).await?;
+        Ok(self.with(paused, runs))
+    }
+
+    /// With its pauses (from every pause in force) and its recent runs (out of
+    /// `runs`, newest first).
+    pub(crate) fn with(mut self, paused: &[Pause], runs: Vec<RunRow>) -> Self {
         self.pauses = paused
             .iter()
             .filter(|p| p.job == self.name)
             .cloned()
             .collect();
-        let page = Page {
-            before: None,
-            limit: RECENT_RUNS,
-        };
-        self.runs = controls.runs(Some(&self.name), page).await?;
-        Ok(self)
+        self.runs = runs;
+        self
     }
 
     /// With its lease (the one with the newest tick) out of `leases`, by job.

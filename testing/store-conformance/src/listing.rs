@@ -430,6 +430,37 @@ pub async fn runs_where_and_failing_jobs(store: &SharedStore, history: &dyn RunR
             );
         }
     }
+    // The recent runs of a page of jobs, in one read: each job's newest, at most
+    // `per_job` of them, a job without runs and a name twice changing nothing.
+    for per_job in [1, 2, 5] {
+        let asked = ["lst-run-c", "lst-run-a", "lst-run-none", "lst-run-a"].map(str::to_owned);
+        let mut got = c.recent_runs(&asked, per_job).await.expect("recent runs");
+        got.sort_by(|a, b| {
+            (&a.job, std::cmp::Reverse(a.id)).cmp(&(&b.job, std::cmp::Reverse(b.id)))
+        });
+        got.dedup_by_key(|r| r.id);
+        let mut expected = Vec::new();
+        for job in ["lst-run-a", "lst-run-c"] {
+            expected.extend(
+                all.iter()
+                    .filter(|r| r.job == job)
+                    .take(per_job as usize)
+                    .map(|r| r.id),
+            );
+        }
+        let got: Vec<i64> = got.iter().map(|r| r.id).collect();
+        assert_eq!(got, expected, "recent runs, {per_job} a job");
+    }
+    assert!(c.recent_runs(&[], 5).await.expect("none asked").is_empty());
+    let too_many: Vec<String> = (0..=scheduler_core::control::listing::MAX_LIMIT)
+        .map(|i| format!("lst-run-{i}"))
+        .collect();
+    let refused = c.recent_runs(&too_many, 1).await;
+    assert!(
+        matches!(refused, Err(scheduler_core::Error::InvalidInput { .. })),
+        "{refused:?}"
+    );
+
     let failed = c
         .runs_where(&RunQuery::default().failed())
         .await

@@ -99,3 +99,14 @@ pub(super) fn check_by_why<T: ControlTables + ?Sized>(
     tables.check_text("the control's actor (`by`)", by)?;
     tables.check_text("the control's reason (`why`)", why)
 }
+
+/// The jobs of [`Controls::recent_runs`](crate::Controls::recent_runs): not too
+/// many ([`listing::check_recent`](crate::control::listing::check_recent)), each a
+/// text the store keeps.
+pub(super) fn recent_runs<T: ControlTables + ?Sized>(tables: &T, jobs: &[String]) -> Result<()> {
+    crate::control::listing::check_recent(jobs)?;
+    for job in jobs {
+        tables.check_text("the job", job)?;
+    }
+    Ok(())
+}
