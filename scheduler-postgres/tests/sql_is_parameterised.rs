@@ -99,6 +99,18 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
         "controls_sql.rs: TableName::with_suffix(\"_version\"), a validated identifier",
     ),
     (
+        "instances",
+        "controls_sql/instances.rs: TableName::with_suffix(\"_instances\"), a validated identifier",
+    ),
+    (
+        "registrations",
+        "controls_sql/instances.rs: the `_handlers` or `_jobs` table, TableName::with_suffix()",
+    ),
+    (
+        "column",
+        "controls_sql/instances.rs: one of two literal column names (\"handler\", \"job\")",
+    ),
+    (
         "channel",
         "controls_sql.rs: channel(): a validated TableName's parts (lowercase ASCII letters, \
          digits, `_`, `.`) or a hex hash, spliced as a string literal",
@@ -162,6 +174,10 @@ const SQL_INTERPOLATIONS: &[(&str, &str)] = &[
     (
         "filters",
         "controls/listing.rs: conditions built from literals and placeholders, joined by AND",
+    ),
+    (
+        "job_rows",
+        "controls/listing.rs: `($1), ($2), …`, placeholders from Values::bind",
     ),
     (
         "other_side",

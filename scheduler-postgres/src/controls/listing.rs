@@ -264,17 +264,17 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let mut values = Values::default();
-        let names: Vec<String> = jobs
+        let job_rows: Vec<String> = jobs
             .iter()
             .map(|job| format!("({})", values.bind(job.clone())))
             .collect();
-        let limit = values.bind(i64::from(per_job));
+        let limit_param = values.bind(i64::from(per_job));
         let runs = HistoryTable::for_leases(self.table()).quoted();
         let sql = format!(
-            "SELECT r.* FROM (VALUES {names}) AS j(name) CROSS JOIN LATERAL ( \
-               SELECT {RUN} FROM {runs} WHERE job = j.name ORDER BY id DESC LIMIT {limit} \
+            "SELECT r.* FROM (VALUES {job_rows}) AS j(name) CROSS JOIN LATERAL ( \
+               SELECT {RUN} FROM {runs} WHERE job = j.name ORDER BY id DESC LIMIT {limit_param} \
              ) AS r",
-            names = names.join(", ")
+            job_rows = job_rows.join(", ")
         );
         let found = unless_no_history(self.query(OP, &sql, values.0).await)?;
         all(&found, OP, run_from)
