@@ -8,11 +8,16 @@
 //! own to the same database. The ratio says what the store, the handler and the
 //! HTML add. A page over 50 ms or over 200 KB is flagged.
 //!
+//! The header's counts (jobs, paused, running, failing) are read at most every 5 s
+//! by default (`Dashboard::counts_max_age`); the pages marked `counts read` are
+//! served by a dashboard that reads them on every page, their baseline with the
+//! counts' SQL added: the cost of a page when its counts are due.
+//!
 //! `cargo bench -p scheduler-benches --bench dashboard_pages` (PostgreSQL: a
 //! throwaway server, or `DATABASE_URL`'s).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -84,6 +89,9 @@ struct Case {
     path: String,
     sql: Vec<String>,
     arg: Option<String>,
+    /// Served by a dashboard that reads the header's counts on every page
+    /// (`counts_max_age(Duration::ZERO)`) instead of every 5 s.
+    counts_read: bool,
 }
 
 /// The pages measured, with their main SQL in `pg` or SQLite's dialect.
@@ -101,12 +109,46 @@ fn cases(pg: bool) -> Vec<Case> {
     );
     let audit = format!("SELECT id, at, job, node, action, actor, why, detail FROM {t}_audit");
     let more = PAGE + 1;
+    // The search as the stores write it: PostgreSQL folds the name (its trigram
+    // index is on the folded name), SQLite's LIKE folds ASCII itself.
+    let searched = if pg {
+        format!("lower(name COLLATE \"C\") LIKE '%' || {p} || '%'")
+    } else {
+        format!("name LIKE '%' || {p} || '%'")
+    };
     let case = |label, path: &str, sql: Vec<String>, arg: Option<&str>| Case {
         label,
         path: path.to_owned(),
         sql,
         arg: arg.map(str::to_owned),
+        counts_read: false,
     };
+    let counted = |label, path: &str, sql: Vec<String>| Case {
+        counts_read: true,
+        ..case(label, path, sql, None)
+    };
+    // The header's counts, as a page reads them when they are older than 5 s.
+    let counts = vec![
+        format!("SELECT count(*) FROM {t}_schedules WHERE {not_removed}"),
+        format!(
+            "SELECT count(*) FROM {t} WHERE released_at IS NULL AND expires_at > {}",
+            if pg { "now()" } else { "0" }
+        ),
+        format!(
+            "SELECT job, node FROM {t}_controls WHERE {}",
+            if pg { "paused" } else { "paused = 1" }
+        ),
+        // The failing jobs as the stores read them: a skip scan of (job, id).
+        format!(
+            "WITH RECURSIVE jobs(job) AS ( \
+               SELECT min(job) FROM {t}_runs UNION ALL \
+               SELECT (SELECT min(r.job) FROM {t}_runs AS r WHERE r.job > jobs.job) \
+               FROM jobs WHERE jobs.job IS NOT NULL) \
+             SELECT job FROM jobs WHERE job IS NOT NULL AND EXISTS ( \
+               SELECT 1 FROM (SELECT r.outcome FROM {t}_runs AS r WHERE r.job = jobs.job \
+                 ORDER BY r.id DESC LIMIT 1) AS latest WHERE outcome <> 'succeeded')"
+        ),
+    ];
     vec![
         case(
             "jobs",
@@ -121,12 +163,8 @@ fn cases(pg: bool) -> Vec<Case> {
             "jobs, searched",
             "/jobs?q=report-0999",
             vec![
-                format!(
-                    "{sched} WHERE {not_removed} AND name LIKE '%' || {p} || '%' ORDER BY name LIMIT {more}"
-                ),
-                format!(
-                    "SELECT count(*) FROM {t}_schedules WHERE {not_removed} AND name LIKE '%' || {p} || '%'"
-                ),
+                format!("{sched} WHERE {not_removed} AND {searched} ORDER BY name LIMIT {more}"),
+                format!("SELECT count(*) FROM {t}_schedules WHERE {not_removed} AND {searched}"),
             ],
             Some("report-0999"),
         ),
@@ -208,6 +246,27 @@ fn cases(pg: bool) -> Vec<Case> {
                 format!("SELECT job, node FROM {t}_jobs ORDER BY node, job"),
             ],
             None,
+        ),
+        counted(
+            "audit, counts read",
+            "/audit",
+            [
+                vec![format!("{audit} ORDER BY id DESC LIMIT {more}")],
+                counts.clone(),
+            ]
+            .concat(),
+        ),
+        counted(
+            "jobs, counts read",
+            "/jobs",
+            [
+                vec![
+                    format!("{sched} WHERE {not_removed} ORDER BY name LIMIT {more}"),
+                    format!("SELECT count(*) FROM {t}_schedules WHERE {not_removed}"),
+                ],
+                counts,
+            ]
+            .concat(),
         ),
         case(
             "audit, job filter",
@@ -353,8 +412,12 @@ async fn run_fill(store: &dyn Store, conn: &DatabaseConnection, pg: bool) {
     conn.execute_unprepared("ANALYZE").await.unwrap();
 }
 
-fn router(store: impl Store) -> Router {
-    Dashboard::new(store).node("bench").page_size(PAGE).router()
+fn routers<S: Store + Clone>(store: S) -> Apps {
+    let dashboard = |store| Dashboard::new(store).node("bench").page_size(PAGE);
+    Apps {
+        kept: dashboard(store.clone()).router(),
+        read: dashboard(store).counts_max_age(Duration::ZERO).router(),
+    }
 }
 
 /// GETs `path`: its status and body size.
@@ -369,10 +432,22 @@ async fn get(app: &Router, path: &str) -> (StatusCode, usize, String) {
     (status, body.len(), head)
 }
 
-fn measure(c: &mut Criterion, rt: &tokio::runtime::Runtime, db: &str, app: &Router, raw: Raw) {
+/// The dashboards of one store: the default one, and one that reads the header's
+/// counts on every page.
+struct Apps {
+    kept: Router,
+    read: Router,
+}
+
+fn measure(c: &mut Criterion, rt: &tokio::runtime::Runtime, db: &str, apps: &Apps, raw: Raw) {
     let raw = tokio::sync::Mutex::new(raw);
     let mut group = c.benchmark_group(format!("dashboard_pages/{db}"));
     for case in cases(db == "postgres") {
+        let app = if case.counts_read {
+            &apps.read
+        } else {
+            &apps.kept
+        };
         let (status, bytes, head) = rt.block_on(get(app, &case.path));
         assert_eq!(status, StatusCode::OK, "{db} {}: {head}", case.path);
         let mut page_total = Duration::ZERO;
@@ -424,7 +499,7 @@ fn pages(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("dashboard-pages-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bench.db");
-    let (app, raw) = rt.block_on(async {
+    let (apps, raw) = rt.block_on(async {
         let store = SqliteStore::open(&path, SqliteOptions::default())
             .await
             .unwrap();
@@ -437,13 +512,13 @@ fn pages(c: &mut Criterion) {
         let raw = SqliteConnection::connect(&format!("sqlite://{}", path.display()))
             .await
             .unwrap();
-        (router(store), Raw::Sqlite(raw))
+        (routers(Arc::new(store)), Raw::Sqlite(raw))
     });
-    measure(c, &rt, "sqlite", &app, raw);
+    measure(c, &rt, "sqlite", &apps, raw);
 
     // PostgreSQL.
     let url = rt.block_on(database());
-    let (app, raw) = rt.block_on(async {
+    let (apps, raw) = rt.block_on(async {
         let store = PostgresStore::connect(&url, PostgresOptions::default())
             .await
             .unwrap();
@@ -454,9 +529,9 @@ fn pages(c: &mut Criterion) {
         run_fill(&store, store.connection(), true).await;
         println!("postgres: filled in {:.1} s", t.elapsed().as_secs_f64());
         let raw = PgConnection::connect(&url).await.unwrap();
-        (router(store), Raw::Postgres(raw))
+        (routers(Arc::new(store)), Raw::Postgres(raw))
     });
-    measure(c, &rt, "postgres", &app, raw);
+    measure(c, &rt, "postgres", &apps, raw);
     let _ = std::fs::remove_dir_all(&dir);
 
     println!(

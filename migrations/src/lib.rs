@@ -177,6 +177,11 @@ pub const MIGRATIONS: &[Migration] = &[
         postgres: postgres::create_instances,
         sqlite: sqlite::create_instances,
     },
+    Migration {
+        name: "m20261205_000006_schedule_indexes",
+        postgres: postgres::index_schedules,
+        sqlite: sqlite::index_schedules,
+    },
 ];
 
 #[cfg(test)]

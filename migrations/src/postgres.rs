@@ -245,6 +245,45 @@ pub(crate) fn create_instances(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Indexes the dynamic schedules for the dashboard's lists: by handler (its
+/// filter), and, when the `pg_trgm` extension is there or can be created (it is a
+/// trusted extension: the database's owner, or a role with `CREATE` on it, may),
+/// by trigrams of the folded name, so a search by part of a name reads the matches,
+/// not every schedule. Without `pg_trgm` the migration still applies (a notice says
+/// why) and the search reads every schedule, as before.
+pub(crate) fn index_schedules(table: &TableName) -> Vec<String> {
+    let schedules = table.with_suffix("_schedules");
+    let by_handler = table.index_name("_schedules", "_handler");
+    let search = table.index_name("_schedules", "_search");
+    vec![
+        format!(
+            "CREATE INDEX IF NOT EXISTS {by_handler} ON {schedules} (handler, name) \
+             WHERE NOT removed"
+        ),
+        format!(
+            "DO $search$
+            DECLARE
+                trgm_schema name;
+            BEGIN
+                BEGIN
+                    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE NOTICE 'pg_trgm could not be created (%): the search of the \
+                        schedules by name reads every schedule', SQLERRM;
+                END;
+                SELECT n.nspname INTO trgm_schema FROM pg_extension e
+                    JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm';
+                IF trgm_schema IS NOT NULL THEN
+                    EXECUTE format('CREATE INDEX IF NOT EXISTS {search} ON {schedules} \
+                        USING gin (lower(name COLLATE \"C\") %I.gin_trgm_ops) WHERE NOT removed',
+                        trgm_schema);
+                END IF;
+            END
+            $search$"
+        ),
+    ]
+}
+
 /// The history table's newest column: a table without it is brought up to date by
 /// running [`create_history`] again.
 pub const HISTORY_NEWEST_COLUMN: &str = "attempt";

@@ -176,6 +176,17 @@ pub(crate) fn create_instances(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Indexes the dynamic schedules by handler, as [`crate::postgres`] does (SQLite
+/// has no trigram index: its search by part of a name reads every schedule).
+pub(crate) fn index_schedules(table: &TableName) -> Vec<String> {
+    let schedules = table.with_suffix("_schedules");
+    let by_handler = table.index_name("_schedules", "_handler");
+    vec![format!(
+        "CREATE INDEX IF NOT EXISTS {by_handler} ON {schedules} (handler, name) \
+         WHERE removed = 0"
+    )]
+}
+
 /// Creates the run history table and its indexes when they are missing: the
 /// PostgreSQL history ([`postgres::create_history`](crate::postgres::create_history))
 /// with SQLite's types — times (`tick`, `started`, `finished`) are integer

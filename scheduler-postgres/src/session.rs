@@ -373,6 +373,35 @@ impl Session {
     /// pool the store created, the connection is the [`Spare`]'s when it has one free,
     /// and is kept afterwards when there is room. One whose statement failed in a way
     /// that may leave the session unfit ([`kept_after`]) is closed, kept or pooled.
+    /// [`Session::query`], the statement planned for its values on every run (an
+    /// unnamed statement, never a cached generic plan): for a statement whose best
+    /// plan depends on them, as a search by part of a name does (a rare part reads
+    /// the trigram index, a common one walks the names in order).
+    pub(crate) async fn query_planned(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>> {
+        let rows = match self.pooling {
+            Pooling::Direct => {
+                async {
+                    let mut conn = self.take(self.spare.as_ref()).await?.unnamed();
+                    let rows = conn.fetch(sql, values).await;
+                    conn.release();
+                    rows
+                }
+                .await
+            }
+            // Unnamed already.
+            Pooling::Transaction => self
+                .in_own_transaction(sql, values, Returns::Rows, None)
+                .await
+                .map(|(rows, _)| rows),
+        };
+        rows.map_err(|source| self.failed(operation, source))
+    }
+
     async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
         let mut conn = self.take(self.spare.as_ref()).await?;
         let rows = conn.fetch(sql, values).await;

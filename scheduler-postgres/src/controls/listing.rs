@@ -212,7 +212,13 @@ impl PostgresStore {
         }
         let table = self.table().with_suffix("_schedules");
         let sql = page_sql(&table, SCHEDULE, &filters, query, &mut values);
-        let found = self.query(OP, &sql, values.0).await?;
+        let found = if query.search.is_empty() {
+            self.query(OP, &sql, values.0).await?
+        } else {
+            // Planned for the pattern: a cached generic plan walks every name in
+            // order for a rare part instead of reading the trigram index.
+            self.session().query_planned(OP, &sql, values.0).await?
+        };
         listing_from(&found, query, OP, |row| schedule_from(row))
     }
 

@@ -297,6 +297,12 @@ impl Checkout {
         }
     }
 
+    /// Its statements unnamed, each planned for its own values (no cached plan).
+    pub(super) fn unnamed(mut self) -> Self {
+        self.persistent = false;
+        self
+    }
+
     fn conn(&mut self) -> Result<&mut PgConnection, DbErr> {
         let conn = match self.held.as_mut() {
             Some(Held::Kept(taken)) => taken.conn(),

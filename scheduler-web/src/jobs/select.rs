@@ -129,7 +129,7 @@ async fn recent_runs(
         }
     }
     for runs in by_job.values_mut() {
-        runs.sort_by(|a, b| b.id.cmp(&a.id));
+        runs.sort_by_key(|r| std::cmp::Reverse(r.id));
     }
     Ok(by_job)
 }
