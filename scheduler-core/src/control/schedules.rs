@@ -104,9 +104,16 @@ impl ScheduleRow {
         // The rules that need the period, as every instance checks them when the
         // row becomes a job: a row they would all refuse is refused here (a cron
         // schedule's gaps measured from a fixed instant, as its lease slots are).
+        // The period matters only to a jitter or a retry's backoff (measuring a cron
+        // expression's gaps is most of a put's time otherwise).
+        let timing = policy.timing();
         let timing = scheduler_spec::Timing {
-            period: compiled.shortest_gap(crate::schedule::SLOT_ANCHOR),
-            ..policy.timing()
+            period: if timing.jitter.is_zero() && timing.retry.is_none() {
+                None
+            } else {
+                compiled.shortest_gap(crate::schedule::SLOT_ANCHOR)
+            },
+            ..timing
         };
         scheduler_spec::check_timing(&timing).map_err(|cause| crate::Error::InvalidTiming {
             job: self.name.clone(),
