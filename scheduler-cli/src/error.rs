@@ -66,6 +66,14 @@ pub enum Error {
     /// A dynamic schedule that does not check, refused before the store is opened.
     #[error("{0}")]
     BadSchedule(scheduler_core::Error),
+    /// `schedules import` of a file that cannot be read, or is not rows of schedules.
+    #[error("cannot import {file}: {reason}")]
+    BadImport {
+        /// The file as given (`-`: standard input).
+        file: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// `pause`, `resume` or `trigger` of a job the store does not know, without
     /// `--force`.
     #[error("no instance knows a job named {job:?}{hint}")]
@@ -166,18 +174,10 @@ impl Error {
     /// [`EXIT_MISSING`](crate::EXIT_MISSING) for no such trigger or job, 1 for any
     /// other.
     pub fn exit_code(&self) -> u8 {
-        use scheduler_core::Error as Core;
         match self {
-            Error::BadSchedule(_) | Error::Control(Core::InvalidInput { .. }) => EXIT_USAGE,
+            Error::BadSchedule(_) | Error::BadImport { .. } => EXIT_USAGE,
             Error::NoSuchTrigger { .. } | Error::UnknownJob { .. } => crate::EXIT_MISSING,
-            Error::Control(
-                Core::InvalidControl { .. }
-                | Core::UnknownHandler { .. }
-                | Core::InvalidName { .. }
-                | Core::InvalidSchedule { .. }
-                | Core::InvalidTiming { .. }
-                | Core::TriggerWhilePaused { .. },
-            ) => EXIT_REFUSED,
+            Error::Control(err) => control_exit_code(err),
             _ => 1,
         }
     }
@@ -195,3 +195,20 @@ impl Error {
 
 /// `Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The exit code of a control the store refused: a row of a batch's is its own
+/// (`schedules import`).
+fn control_exit_code(err: &scheduler_core::Error) -> u8 {
+    use scheduler_core::Error as Core;
+    match err {
+        Core::InvalidInput { .. } => EXIT_USAGE,
+        Core::InvalidControl { .. }
+        | Core::UnknownHandler { .. }
+        | Core::InvalidName { .. }
+        | Core::InvalidSchedule { .. }
+        | Core::InvalidTiming { .. }
+        | Core::TriggerWhilePaused { .. } => EXIT_REFUSED,
+        Core::InBatch { cause, .. } => control_exit_code(cause),
+        _ => 1,
+    }
+}

@@ -53,7 +53,9 @@
 //!   PERIOD) [--scope cluster|node] [--policy SPEC] [--args JSON] [--disabled]
 //!   [--min-period PERIOD]` adds or replaces a dynamic schedule (an `--every` period
 //!   under 1 s is refused unless `--min-period` lowers the minimum); `schedules rm
-//!   NAME` removes one.
+//!   NAME` removes one; `schedules import FILE` puts every row of a file (what
+//!   `schedules list --json` prints, or a JSON array of its rows; `-` for standard
+//!   input) in one batch, all or none, each row checked first.
 //!
 //! `--why` and `--by` keep at most 1 KiB each (`--by` not empty), whatever the
 //! command: the store refuses more, and records nothing.
@@ -116,6 +118,7 @@ pub mod database;
 pub mod error;
 pub mod forget;
 pub mod history;
+pub mod import;
 pub mod instances;
 mod json;
 pub mod known;
@@ -138,6 +141,7 @@ pub use database::{Database, sqlite_path};
 pub use error::{EXIT_REFUSED, EXIT_USAGE, Error, Result};
 pub use forget::{EXIT_HELD, EXIT_MISSING, Forget, Forgotten, forget};
 pub use history::{History, HistoryArgs, history};
+pub use import::{ImportArgs, Imported, import};
 pub use instances::{Instances, instances, runs_live};
 pub use known::check_job;
 pub use locks::{AdvisoryLock, Locks, locks};
@@ -312,22 +316,34 @@ pub async fn run(cli: &Cli) -> Result<Output> {
         });
     }
     // A schedule that does not check is refused before any database is opened.
-    let (row, min_period) = match &cli.command {
+    let (rows, min_period) = match &cli.command {
         Command::Schedules {
             command: SchedulesCommand::Put(args),
-        } => (Some(args.row()?), args.min_period),
-        _ => (None, scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD),
+        } => (vec![args.row()?], args.min_period),
+        Command::Schedules {
+            command: SchedulesCommand::Import(args),
+        } => {
+            let (file, text) = import::read(&args.file)?;
+            (
+                import::rows(&file, &text, args.min_period)?,
+                args.min_period,
+            )
+        }
+        _ => (
+            Vec::new(),
+            scheduler_core::control::DEFAULT_MIN_SCHEDULE_PERIOD,
+        ),
     };
     let url = cli.database_url.as_deref().ok_or(Error::NoUrl)?;
     let timeout = Duration::from_secs(cli.connect_timeout.max(1));
     let db = Database::open_with_min_period(url, &cli.table, timeout, min_period).await?;
-    let result = run_on(cli, &db, row.as_ref()).await;
+    let result = run_on(cli, &db, &rows).await;
     db.close().await;
     result
 }
 
 /// Runs `cli`'s command on `db`.
-async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<Output> {
+async fn run_on(cli: &Cli, db: &Database, rows: &[ScheduleRow]) -> Result<Output> {
     let json = cli.json;
     fn render<T>(
         json: bool,
@@ -413,13 +429,18 @@ async fn run_on(cli: &Cli, db: &Database, row: Option<&ScheduleRow>) -> Result<O
                 render(json, &list, Schedules::human, Schedules::json)?
             }
             SchedulesCommand::Put(args) => {
-                let row = match row {
+                let row = match rows.first() {
                     Some(row) => row.clone(),
                     None => args.row()?,
                 };
                 let applied =
                     put_schedule(db.controls()?, &row, &args.who.actor(), &args.who.why).await?;
                 render(json, &applied, Applied::human, Applied::json)?
+            }
+            SchedulesCommand::Import(args) => {
+                let imported =
+                    import(db.controls()?, rows, &args.who.actor(), &args.who.why).await?;
+                render(json, &imported, Imported::human, Imported::json)?
             }
             SchedulesCommand::Rm(args) => {
                 let removed =

@@ -29,6 +29,13 @@ pub enum SchedulesCommand {
     /// interval. Exit status: 0; 4 when there is no schedule of that name.
     #[command(visible_alias = "remove")]
     Rm(RmArgs),
+    /// Put many dynamic schedules in one batch, all or none: a file of
+    /// `schedules list --json`'s output (or a JSON array of its rows), `-` for
+    /// standard input. Every row is checked before anything is stored; one version
+    /// bump and one audit record for the batch. Exit status: 0; 2 for a file or a
+    /// row that does not check (named by its position); 5 when the store refuses a
+    /// row (an unknown handler).
+    Import(crate::import::ImportArgs),
 }
 
 /// `schedules put NAME --handler H (--cron EXPR [--zone Z] | --every PERIOD)
@@ -113,7 +120,7 @@ fn policy(spec: &str) -> std::result::Result<String, String> {
     Ok(spec.to_owned())
 }
 
-fn min_period(text: &str) -> std::result::Result<std::time::Duration, String> {
+pub(crate) fn min_period(text: &str) -> std::result::Result<std::time::Duration, String> {
     scheduler_core::parse_duration(text).map_err(|e| e.to_string())
 }
 
