@@ -382,10 +382,21 @@ pub(crate) fn entries_for(
             cause: source,
         })?;
     let timing = Timing {
-        period: schedule.shortest_gap(now),
+        period: None,
         jitter: job.jitter(),
         window: job.catch_up(),
         ..policy.timing()
+    };
+    // The period matters only to a jitter or a retry's backoff: measuring a cron
+    // expression's gaps (a walk of 64 ticks) was most of a dynamic schedule's
+    // start-up otherwise.
+    let timing = Timing {
+        period: if timing.jitter.is_zero() && timing.retry.is_none() {
+            None
+        } else {
+            schedule.shortest_gap(now)
+        },
+        ..timing
     };
     check_timing(&timing).map_err(|cause| Error::InvalidTiming {
         job: name.clone(),

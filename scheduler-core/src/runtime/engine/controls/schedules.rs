@@ -14,8 +14,14 @@ use crate::runtime::decide::{JobTicks, RowAction, on_schedule_row};
 use crate::runtime::dynamic::DynamicJob;
 use crate::runtime::entries_for;
 
-/// How many dynamic schedule rows one turn of the loop applies at most.
+/// How many dynamic schedule rows one turn of the loop applies at least (at most
+/// when it runs few jobs).
 const APPLY_CHUNK: usize = 2_000;
+
+/// A turn applies up to one row per this many jobs it runs already (when more than
+/// [`APPLY_CHUNK`]): a turn scans every job, so a fixed chunk made a first poll of
+/// a million rows take 500 turns, each scanning up to a million jobs.
+const APPLY_SHARE: usize = 8;
 
 impl Engine {
     /// Adds, changes and drops dynamic schedules as their rows say.
@@ -26,14 +32,16 @@ impl Engine {
         self.apply_some_schedules();
     }
 
-    /// Applies up to [`APPLY_CHUNK`] of the rows read and not yet applied: a first
-    /// poll of 100,000 rows is applied over many turns of the loop, which renews,
-    /// takes and releases in between.
+    /// Applies up to [`APPLY_CHUNK`] of the rows read and not yet applied, or one
+    /// per [`APPLY_SHARE`] jobs already running if more: a first poll of 100,000 rows
+    /// is applied over many turns of the loop, which renews, takes and releases in
+    /// between, each turn's share growing with the jobs its scans visit.
     pub(in crate::runtime::engine) fn apply_some_schedules(&mut self) {
         let Some(ctl) = &mut self.ctl else {
             return;
         };
-        let take = ctl.rows.len().min(APPLY_CHUNK);
+        let chunk = APPLY_CHUNK.max(self.jobs.len() / APPLY_SHARE);
+        let take = ctl.rows.len().min(chunk);
         let rows: Vec<ScheduleRow> = ctl.rows.drain(..take).collect();
         let now = self.db_now();
         for row in rows {
