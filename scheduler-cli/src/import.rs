@@ -20,7 +20,7 @@ pub struct ImportArgs {
     /// `enabled` as `schedules put` defaults them); `-` for standard input.
     pub file: PathBuf,
     /// The shortest `every` period accepted, as `schedules put --min-period`.
-    #[arg(long, value_name = "PERIOD", default_value = "1s", value_parser = crate::schedules::min_period)]
+    #[arg(long, value_name = "PERIOD", default_value = "1s", value_parser = min_period)]
     pub min_period: std::time::Duration,
     /// Who asks, and why.
     #[command(flatten)]
@@ -49,6 +49,11 @@ struct FileRow {
     _version: Option<serde_json::Value>,
     #[serde(default, rename = "updated_at")]
     _updated_at: Option<serde_json::Value>,
+}
+
+/// A `--min-period` as written (`100ms`).
+pub(crate) fn min_period(text: &str) -> std::result::Result<std::time::Duration, String> {
+    scheduler_core::parse_duration(text).map_err(|e| e.to_string())
 }
 
 fn yes() -> bool {

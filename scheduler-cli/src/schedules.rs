@@ -77,7 +77,7 @@ pub struct PutArgs {
     /// The shortest --every period accepted ("100ms"): lowers the store's default of
     /// 1 s for this command's put (a shorter period is most often a typo, `1ms` for
     /// `1m`).
-    #[arg(long, value_name = "PERIOD", default_value = "1s", value_parser = min_period)]
+    #[arg(long, value_name = "PERIOD", default_value = "1s", value_parser = crate::import::min_period)]
     pub min_period: std::time::Duration,
     /// Who asks, and why.
     #[command(flatten)]
@@ -118,10 +118,6 @@ fn scope(text: &str) -> std::result::Result<Scope, String> {
 fn policy(spec: &str) -> std::result::Result<String, String> {
     policy_from_spec(spec)?;
     Ok(spec.to_owned())
-}
-
-pub(crate) fn min_period(text: &str) -> std::result::Result<std::time::Duration, String> {
-    scheduler_core::parse_duration(text).map_err(|e| e.to_string())
 }
 
 fn json_text(text: &str) -> std::result::Result<String, String> {

@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use scheduler_core::{JobInfo, Store};
 
+use crate::counts::Counts;
 use crate::csrf::{Csrf, Key};
-use crate::header::Counts;
 use crate::problem::Problem;
 use crate::shared::{Actions, MAX_BODY, MAX_TEXT, Shared};
 

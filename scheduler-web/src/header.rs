@@ -1,55 +1,12 @@
 //! The frame of a page read for a request: its refresh checked, and the header's
-//! counts read from the store ([`read`]) or, when read less than
-//! [`Counts::max_age`] ago, kept from the last read, for the dashboard's middleware.
-
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+//! counts read from the store ([`read`]) or, when read moments ago, kept from the
+//! last read ([`Counts`](crate::counts::Counts)), for the dashboard's middleware.
 
 use scheduler_core::ListQuery;
 
 use crate::frame::{Frame, Summary, address, refresh};
 use crate::problem::Problem;
 use crate::shared::Shared;
-
-/// The header's counts as last read, and how long they are shown before they are
-/// read again: four reads of the store on every page would cost more than the page
-/// itself at 100,000 schedules. An action taken through the dashboard forgets them,
-/// so the operator sees its effect at once.
-#[derive(Debug)]
-pub(crate) struct Counts {
-    max_age: Duration,
-    last: Mutex<Option<(Instant, Summary)>>,
-}
-
-impl Counts {
-    pub(crate) fn new(max_age: Duration) -> Self {
-        Self {
-            max_age,
-            last: Mutex::new(None),
-        }
-    }
-
-    /// The counts read less than `max_age` ago.
-    fn fresh(&self) -> Option<Summary> {
-        let last = self.last.lock().ok()?;
-        last.as_ref()
-            .filter(|(at, _)| at.elapsed() < self.max_age)
-            .map(|(_, summary)| *summary)
-    }
-
-    fn keep(&self, summary: Summary) {
-        if let Ok(mut last) = self.last.lock() {
-            *last = Some((Instant::now(), summary));
-        }
-    }
-
-    /// Forgets the counts: the next page reads them again.
-    pub(crate) fn forget(&self) {
-        if let Ok(mut last) = self.last.lock() {
-            *last = None;
-        }
-    }
-}
 
 /// The frame of a `GET` of `path` (the page's path within the dashboard) with
 /// `query`: its refresh (anything but one of the choices is a `400`), its address,

@@ -125,6 +125,7 @@
 mod actions;
 mod audit;
 mod chart;
+mod counts;
 mod csrf;
 mod dashboard;
 mod failures;

@@ -10,8 +10,8 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use scheduler_core::{Controls, JobInfo, Store};
 
+use crate::counts::Counts;
 use crate::csrf::{Csrf, Session};
-use crate::header::Counts;
 use crate::problem::Problem;
 
 /// The most bytes of a reason (`why`) or an actor (`by`) the dashboard records.
