@@ -259,8 +259,33 @@ impl Session {
         sql: &str,
         values: Vec<Value>,
     ) -> Result<Vec<QueryResult>> {
+        self.query_named(operation, sql, values, true).await
+    }
+
+    /// [`Session::query`], the statement planned for its values on every run (an
+    /// unnamed statement, never a cached generic plan): for a statement whose best
+    /// plan depends on them, as a search by part of a name does (a rare part reads
+    /// the trigram index, a common one walks the names in order).
+    pub(crate) async fn query_planned(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+    ) -> Result<Vec<QueryResult>> {
+        self.query_named(operation, sql, values, false).await
+    }
+
+    /// [`Session::query`], prepared and cached (`named`) or not.
+    async fn query_named(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<Value>,
+        named: bool,
+    ) -> Result<Vec<QueryResult>> {
         let rows = match self.pooling {
-            Pooling::Direct => self.autocommit(sql, values).await,
+            Pooling::Direct => self.autocommit(sql, values, named).await,
+            // Unnamed already.
             Pooling::Transaction => self
                 .in_own_transaction(sql, values, Returns::Rows, None)
                 .await
@@ -360,7 +385,7 @@ impl Session {
     ) -> Result<Vec<QueryResult>> {
         let bound = bound.min(self.statement_timeout);
         let rows = match self.bounded_connections {
-            Some(connections) if bound >= connections => self.autocommit(sql, values).await,
+            Some(connections) if bound >= connections => self.autocommit(sql, values, true).await,
             _ => self
                 .in_own_transaction(sql, values, Returns::Rows, Some(bound))
                 .await
@@ -373,37 +398,14 @@ impl Session {
     /// pool the store created, the connection is the [`Spare`]'s when it has one free,
     /// and is kept afterwards when there is room. One whose statement failed in a way
     /// that may leave the session unfit ([`kept_after`]) is closed, kept or pooled.
-    /// [`Session::query`], the statement planned for its values on every run (an
-    /// unnamed statement, never a cached generic plan): for a statement whose best
-    /// plan depends on them, as a search by part of a name does (a rare part reads
-    /// the trigram index, a common one walks the names in order).
-    pub(crate) async fn query_planned(
+    async fn autocommit(
         &self,
-        operation: &'static str,
         sql: &str,
         values: Vec<Value>,
-    ) -> Result<Vec<QueryResult>> {
-        let rows = match self.pooling {
-            Pooling::Direct => {
-                async {
-                    let mut conn = self.take(self.spare.as_ref()).await?.unnamed();
-                    let rows = conn.fetch(sql, values).await;
-                    conn.release();
-                    rows
-                }
-                .await
-            }
-            // Unnamed already.
-            Pooling::Transaction => self
-                .in_own_transaction(sql, values, Returns::Rows, None)
-                .await
-                .map(|(rows, _)| rows),
-        };
-        rows.map_err(|source| self.failed(operation, source))
-    }
-
-    async fn autocommit(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
-        let mut conn = self.take(self.spare.as_ref()).await?;
+        named: bool,
+    ) -> Result<Vec<QueryResult>, DbErr> {
+        let conn = self.take(self.spare.as_ref()).await?;
+        let mut conn = if named { conn } else { conn.unnamed() };
         let rows = conn.fetch(sql, values).await;
         conn.release();
         rows
