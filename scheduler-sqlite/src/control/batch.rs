@@ -12,7 +12,6 @@ use scheduler_core::control::{
 
 use super::rows::rows;
 use crate::batch;
-use crate::error::Result;
 use crate::row::get;
 use crate::store::SqliteStore;
 
@@ -112,11 +111,7 @@ impl SqliteStore {
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "store a batch of dynamic schedules";
         let (_turn, txn) = self.begin_write(OP).await?;
-        let known: Vec<String> = rows(self, &txn, OP, &self.control.handlers, Vec::new())
-            .await?
-            .iter()
-            .map(|r| get(r, "handler", OP))
-            .collect::<Result<_>>()?;
+        let known = self.known_handlers(&txn, OP).await?;
         handlers.check(&known)?;
         let at = self.bump(&txn, OP).await?;
         for chunk in batch_rows.chunks(CHUNK) {

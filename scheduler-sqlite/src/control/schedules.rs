@@ -58,6 +58,20 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// The handlers the registrations name, read in the write's transaction `txn`:
+    /// what a put's handler is checked against.
+    pub(super) async fn known_handlers(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        operation: &'static str,
+    ) -> Result<Vec<String>> {
+        rows(self, txn, operation, &self.control.handlers, Vec::new())
+            .await?
+            .iter()
+            .map(|r| get(r, "handler", operation))
+            .collect()
+    }
+
     /// [`ControlTables::write_schedule`](scheduler_core::control::ControlTables::write_schedule):
     /// the handler checked against the handlers read in the write's transaction.
     pub(super) async fn put_dynamic_schedule(
@@ -69,11 +83,7 @@ impl SqliteStore {
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "store a dynamic schedule";
         let (_turn, txn) = self.begin_write(OP).await?;
-        let known: Vec<String> = rows(self, &txn, OP, &self.control.handlers, Vec::new())
-            .await?
-            .iter()
-            .map(|r| get(r, "handler", OP))
-            .collect::<Result<_>>()?;
+        let known = self.known_handlers(&txn, OP).await?;
         handler.check(&known)?;
         let at = self.bump(&txn, OP).await?;
         let values = vec![
