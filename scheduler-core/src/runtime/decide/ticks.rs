@@ -403,6 +403,38 @@ impl JobTicks {
             (a, b) => a.or(b),
         }
     }
+
+    /// The earliest instant (store clock) at which [`JobTicks::due`] may find this
+    /// job anything to do with any `ahead` up to `most`: before it, `due` changes
+    /// nothing, reports nothing and returns `None`, so a driver may pass the job
+    /// over until then (or until it changes the job otherwise). No earlier than
+    /// [`next_wake`](Self::next_wake) with `most`, and no later than the end of a
+    /// pending tick's window (where `due` drops it as missed). `None`: never.
+    pub(crate) fn look_at(&self, most: TimeDelta) -> Option<DateTime<Utc>> {
+        let at = self.next.map(|(tick, at, window)| {
+            if self.running.is_none() {
+                at - self.early((tick, at, window), most)
+            } else {
+                at
+            }
+        });
+        if self.running.is_some() {
+            return at;
+        }
+        // A tick waiting for the run that ended, or waiting behind no pending tick,
+        // is taken at once; a pending tick at its retry, or dropped at its window's end.
+        let waiting = match &self.pending {
+            _ if self.buffered.is_some() => Some(DateTime::<Utc>::MIN_UTC),
+            Some(p) => Some(p.retry_at.map_or(DateTime::<Utc>::MIN_UTC, |retry| {
+                retry.min(p.tick.at() + p.window)
+            })),
+            None => (!self.backlog.is_empty()).then_some(DateTime::<Utc>::MIN_UTC),
+        };
+        match (at, waiting) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 mod answers;

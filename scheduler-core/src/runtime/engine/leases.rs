@@ -101,11 +101,11 @@ impl Engine {
         if self.sampled.elapsed() >= CLOCK_STALE {
             self.sync_clock().await;
         }
-        let ours: Vec<(usize, LeaseKey)> = self
-            .jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, j)| j.running().filter(|r| !r.lost).map(|r| (i, r.lease.key())))
+        let ours: Vec<(usize, LeaseKey)> = (self.jobs.running().into_iter())
+            .filter_map(|i| {
+                let r = self.jobs[i].running().filter(|r| !r.lost)?;
+                Some((i, r.lease.key()))
+            })
             .collect();
         // Triggered runs that ended but whose end is not recorded yet keep their
         // leases until it is.
@@ -178,7 +178,7 @@ impl Engine {
     /// another instance may take it now.
     pub(super) fn expire_unrenewed(&mut self) {
         let now = self.db_now();
-        for i in 0..self.jobs.len() {
+        for i in self.jobs.running() {
             self.note_expired(i);
             if self.jobs[i].expired_unrenewed(now) {
                 self.lost(i, "the lease expired before it could be renewed");

@@ -1,5 +1,5 @@
 //! The loop's I/O: sleeps, store calls, spawning runs and feeding results back to
-//! each job's [`JobTicks`]. The decisions about ticks live in `ticks.rs`, the store
+//! each job's [`JobTicks`](super::decide::JobTicks). The decisions about ticks live in `ticks.rs`, the store
 //! clock in `store_clock.rs`, logging and counting in `observe.rs`.
 //!
 //! Three kinds of store call, each with its own retry: takes (due ticks, ahead of
@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 mod backfills;
 mod controls;
+mod jobs;
 mod leases;
 mod runs;
 pub(crate) use backfills::{BackfillDoor, BackfillJob, BackfillRequest, Reply, Stopped};
@@ -39,7 +40,7 @@ mod turns;
 use super::Scheduler;
 use super::backoff::Backoff;
 use super::calls::{Gate, Retry};
-use super::decide::{JobTicks, Polling};
+use super::decide::Polling;
 use super::health::Heartbeat;
 use super::store_clock::{Sample, StoreClock};
 use crate::error::{BoxError, Error, StoreFailure};
@@ -131,7 +132,8 @@ struct Outage {
 
 pub(super) struct Engine {
     s: Scheduler,
-    jobs: Vec<JobTicks>,
+    /// The jobs' tick states, indexed by when each next needs the loop.
+    jobs: jobs::Jobs,
     tasks: JoinSet<RunResult>,
     by_task: HashMap<Id, Slot>,
     /// The tasks of the runs the jobs hold, by job.
@@ -193,7 +195,7 @@ impl Engine {
             .saturating_mul(2)
             .clamp(Duration::from_secs(1), Duration::from_secs(30));
         Self {
-            jobs: s.entries.iter().map(|_| JobTicks::default()).collect(),
+            jobs: jobs::Jobs::new(s.entries.len()),
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             runs: runs::RunTable::default(),
@@ -366,10 +368,8 @@ impl Engine {
     }
 
     /// Whether this instance holds a lease it still renews.
-    fn holds_any(&self) -> bool {
-        self.jobs
-            .iter()
-            .any(|j| j.running().is_some_and(|r| !r.lost))
+    fn holds_any(&mut self) -> bool {
+        self.jobs.holds_any()
             || self.ctl.as_ref().is_some_and(|c| !c.to_finish.is_empty())
             || self.backfills_hold_any()
     }
@@ -452,7 +452,7 @@ impl Engine {
         }
     }
 
-    fn next_wake(&self) -> Instant {
+    fn next_wake(&mut self) -> Instant {
         let (now, db_now) = (Instant::now(), self.db_now());
         // At least once a renewal period, even when nothing needs the store: the
         // readiness probe watches the loop turn (a turn that has nothing to do sends
@@ -463,8 +463,10 @@ impl Engine {
         }
         // A lease expiring unrenewed is lost then (a run that needs fencing is
         // cancelled by its own task; the loop records it).
-        for r in self.jobs.iter().filter_map(JobTicks::running) {
-            if !r.lost {
+        for i in self.jobs.running() {
+            if let Some(r) = self.jobs[i].running()
+                && !r.lost
+            {
                 let at = local_instant(r.lease.expires_at, now, db_now);
                 wake = wake.min(at + Duration::from_millis(1));
             }
@@ -488,7 +490,7 @@ impl Engine {
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
-        for at in self.jobs.iter().filter_map(|j| j.next_wake(self.ahead)) {
+        if let Some(at) = self.jobs.next_wake(self.ahead) {
             wake = wake.min(self.job_wake(at, now, db_now));
         }
         if let Some(at) = self.backfills_wake() {

@@ -161,7 +161,7 @@ impl Engine {
         for event in events.drain(..) {
             self.outage.passed_over += self.s.observe.tick_event(&e.name, &event, outage);
         }
-        for command in self.jobs[i].take_commands() {
+        for command in self.jobs.take_commands(i) {
             match command {
                 Command::Release { holder, how } => {
                     let key = LeaseKey {

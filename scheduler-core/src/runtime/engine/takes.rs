@@ -25,9 +25,10 @@ impl Engine {
         let mut events = Vec::new();
         // Only an instance that polls the controls catches up a resume.
         let polls = self.ctl.is_some();
-        for i in 0..self.jobs.len() {
+        let visit = self.jobs.visits(now);
+        for &i in &visit {
             let e = &self.s.entries[i];
-            let job = &mut self.jobs[i];
+            let job = self.jobs.visit_mut(i);
             if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
                 let request = TakeRequest {
                     name: e.lease.clone(),
@@ -43,6 +44,9 @@ impl Engine {
             }
             self.act(i, &mut events);
         }
+        #[cfg(all(debug_assertions, feature = "test-util"))]
+        self.jobs
+            .check_passed_over(&visit, now, self.ahead, |i| &self.s.entries[i].cadence);
         due
     }
 
@@ -106,6 +110,7 @@ impl Engine {
         let round = elapsed.saturating_mul(2) + AHEAD_MARGIN;
         let round = TimeDelta::from_std(round.min(MAX_AHEAD)).unwrap_or(TimeDelta::zero());
         self.ahead = round.max(self.ahead * 3 / 4);
+        self.jobs.taking_ahead(self.ahead);
         if self.sampled.elapsed() >= CLOCK_STALE {
             self.sync_clock().await;
         }

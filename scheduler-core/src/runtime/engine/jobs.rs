@@ -1,0 +1,229 @@
+//! The jobs' tick states, indexed by when each next needs the loop, so that a turn
+//! visits the jobs with something to do instead of every job, and the loop's
+//! wake-up is read off the index instead of computed over every job (at 10,000 jobs
+//! a tick, or a million dynamic schedules, those scans were most of the loop's work).
+//!
+//! A job is indexed by [`JobTicks::look_at`]: the earliest instant its `due` can do
+//! anything with any lead up to the most the loop has taken ticks ahead so far
+//! (at most [`MAX_AHEAD`]; all jobs are indexed again when it grows, which it
+//! stops doing once the rounds of takes settle). Every change goes through
+//! `IndexMut`, which marks the job: a marked job is indexed again before the index
+//! is read, and visited by the next turn whatever its key says (a turn used to
+//! visit every job, so visiting every changed one keeps what a visit did).
+
+use std::collections::BTreeSet;
+use std::ops::{Index, IndexMut};
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::MAX_AHEAD;
+use crate::runtime::decide::JobTicks;
+
+/// Marked: to index again.
+const STALE: u8 = 1;
+/// Marked: to visit at the next turn.
+const TOUCHED: u8 = 2;
+
+#[derive(Debug, Default)]
+pub(super) struct Jobs {
+    ticks: Vec<JobTicks>,
+    /// The most ahead of their fire time ticks have been taken: the lead the keys
+    /// allow for.
+    most_ahead: TimeDelta,
+    /// Each job's key in `by_wake`, as last indexed.
+    keys: Vec<Option<DateTime<Utc>>>,
+    by_wake: BTreeSet<(DateTime<Utc>, usize)>,
+    /// The jobs whose run holds (or held) a lease, as last indexed.
+    running: BTreeSet<usize>,
+    marks: Vec<u8>,
+    stale: Vec<usize>,
+    touched: Vec<usize>,
+}
+
+impl Jobs {
+    pub(super) fn new(count: usize) -> Self {
+        let mut jobs = Self::default();
+        for _ in 0..count {
+            jobs.push(JobTicks::default());
+        }
+        jobs
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ticks.len()
+    }
+
+    pub(super) fn push(&mut self, ticks: JobTicks) {
+        self.ticks.push(ticks);
+        self.keys.push(None);
+        self.marks.push(0);
+        self.mark(self.ticks.len() - 1, STALE | TOUCHED);
+    }
+
+    /// Every job, each marked changed.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut JobTicks> {
+        for i in 0..self.ticks.len() {
+            self.mark(i, STALE | TOUCHED);
+        }
+        self.ticks.iter_mut()
+    }
+
+    /// Job `i` to change in a turn's visit: indexed again, but not visited again
+    /// for it (the visit acts on what it changed).
+    pub(super) fn visit_mut(&mut self, i: usize) -> &mut JobTicks {
+        self.mark(i, STALE);
+        &mut self.ticks[i]
+    }
+
+    /// What job `i`'s decisions ask the driver to do
+    /// ([`JobTicks::take_commands`]): changes nothing the index keeps.
+    pub(super) fn take_commands(&mut self, i: usize) -> Vec<crate::runtime::decide::Command> {
+        self.ticks[i].take_commands()
+    }
+
+    fn mark(&mut self, i: usize, how: u8) {
+        let Some(marks) = self.marks.get_mut(i) else {
+            return;
+        };
+        let new = how & !*marks;
+        *marks |= how;
+        if new & STALE != 0 {
+            self.stale.push(i);
+        }
+        if new & TOUCHED != 0 {
+            self.touched.push(i);
+        }
+    }
+
+    /// Ticks are taken `ahead` of their fire time from now on: when that is more
+    /// than ever before, every job is indexed again.
+    pub(super) fn taking_ahead(&mut self, ahead: TimeDelta) {
+        let max = TimeDelta::from_std(MAX_AHEAD).unwrap_or(TimeDelta::MAX);
+        let ahead = ahead.min(max);
+        if ahead > self.most_ahead {
+            self.most_ahead = ahead;
+            for i in 0..self.ticks.len() {
+                self.mark(i, STALE);
+            }
+        }
+    }
+
+    /// Indexes the jobs changed since they were last indexed.
+    fn refresh(&mut self) {
+        for i in std::mem::take(&mut self.stale) {
+            self.marks[i] &= !STALE;
+            let key = self.ticks[i].look_at(self.most_ahead);
+            if self.keys[i] != key {
+                if let Some(old) = self.keys[i] {
+                    self.by_wake.remove(&(old, i));
+                }
+                if let Some(new) = key {
+                    self.by_wake.insert((new, i));
+                }
+                self.keys[i] = key;
+            }
+            if self.ticks[i].running().is_some() {
+                self.running.insert(i);
+            } else {
+                self.running.remove(&i);
+            }
+        }
+    }
+
+    /// The jobs a turn at `now` (store clock) visits, in job order: those whose
+    /// key has come, and those changed since the last turn.
+    pub(super) fn visits(&mut self, now: DateTime<Utc>) -> Vec<usize> {
+        self.refresh();
+        let mut visit: Vec<usize> = std::mem::take(&mut self.touched);
+        for &i in &visit {
+            self.marks[i] &= !TOUCHED;
+        }
+        visit.extend(
+            self.by_wake
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .map(|(_, i)| *i),
+        );
+        visit.sort_unstable();
+        visit.dedup();
+        visit
+    }
+
+    /// The jobs whose run holds a lease (lost or not), in job order.
+    pub(super) fn running(&mut self) -> Vec<usize> {
+        self.refresh();
+        self.running.iter().copied().collect()
+    }
+
+    /// Whether a job's run holds a lease it still renews.
+    pub(super) fn holds_any(&mut self) -> bool {
+        self.refresh();
+        self.running
+            .iter()
+            .any(|&i| self.ticks[i].running().is_some_and(|r| !r.lost))
+    }
+
+    /// The earliest of the jobs' [`JobTicks::next_wake`] with `ahead` (no more than
+    /// [`taking_ahead`](Self::taking_ahead) was told): read off the index, visiting only the jobs whose key is
+    /// before the earliest found so far.
+    pub(super) fn next_wake(&mut self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
+        self.refresh();
+        let mut best: Option<DateTime<Utc>> = None;
+        for &(key, i) in &self.by_wake {
+            if best.is_some_and(|b| key >= b) {
+                break;
+            }
+            if let Some(at) = self.ticks[i].next_wake(ahead) {
+                best = Some(best.map_or(at, |b| b.min(at)));
+            }
+        }
+        best
+    }
+}
+
+impl Index<usize> for Jobs {
+    type Output = JobTicks;
+
+    fn index(&self, i: usize) -> &JobTicks {
+        &self.ticks[i]
+    }
+}
+
+impl IndexMut<usize> for Jobs {
+    /// Job `i`, marked changed: indexed again, and visited by the next turn.
+    fn index_mut(&mut self, i: usize) -> &mut JobTicks {
+        self.mark(i, STALE | TOUCHED);
+        &mut self.ticks[i]
+    }
+}
+
+#[cfg(all(debug_assertions, feature = "test-util"))]
+impl Jobs {
+    /// Checks that a turn passed over nothing: each job it did not visit has
+    /// nothing `due` (tests and simulations of small clusters only; visiting every
+    /// job each turn is what the index saves).
+    pub(super) fn check_passed_over<'a>(
+        &mut self,
+        visited: &[usize],
+        now: DateTime<Utc>,
+        ahead: TimeDelta,
+        cadence: impl Fn(usize) -> &'a crate::runtime::decide::Cadence,
+    ) {
+        if self.ticks.len() > 64 {
+            return;
+        }
+        for (i, job) in self.ticks.iter_mut().enumerate() {
+            if visited.binary_search(&i).is_ok() {
+                continue;
+            }
+            let before = format!("{job:?}");
+            let mut events = Vec::new();
+            let due = job.due(cadence(i), now, ahead, &mut events);
+            assert!(
+                due.is_none() && events.is_empty() && format!("{job:?}") == before,
+                "job {i} passed over at {now} (ahead {ahead}) had something to do: \
+                 {due:?} {events:?}\nbefore: {before}\nafter: {job:?}"
+            );
+        }
+    }
+}
