@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use scheduler_core::{Controls, JobContext, Outcome, ScheduleRow};
-use support::{builder, mid_second, store};
+use support::{builder, store};
 
 const ROWS: usize = 300;
 
@@ -20,7 +20,15 @@ async fn a_batch_put_runs_each_schedule_once_per_tick() {
     let store = store();
     let ran: Arc<Mutex<BTreeMap<String, Vec<i64>>>> = Arc::default();
     let r = ran.clone();
-    mid_second(&store).await;
+    // The put lands 1.5 s into a 10 s period (at least 500 ms after the start, for
+    // the handler to register at the first poll): its window of 9.5 s then holds one
+    // tick of every 10 s (put at a period's start, the first tick would come after
+    // the window, as it did when the wall clock began 0.5–1.5 s before a period).
+    let into = store.clock().now().timestamp_millis().rem_euclid(10_000);
+    let mut wait = (1_500 - into).rem_euclid(10_000);
+    if wait < 500 {
+        wait += 10_000;
+    }
     let scheduler = builder(&store)
         .control_poll(Some(Duration::from_millis(200)))
         .handler("per-customer", move |ctx: JobContext, args: Arc<str>| {
@@ -44,7 +52,7 @@ async fn a_batch_put_runs_each_schedule_once_per_tick() {
     scheduler
         .run_until(async move {
             // The handler registers at the first poll.
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0))).await;
             let rows: Vec<ScheduleRow> = (0..ROWS)
                 .map(|i| {
                     let mut row =
