@@ -30,6 +30,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -99,12 +100,18 @@ impl Schedule {
     }
 
     pub(crate) fn compile(&self) -> Result<Compiled, ScheduleError> {
+        self.compile_with(&mut CronCache::default())
+    }
+
+    /// [`compile`](Self::compile), a cron expression already compiled in `cache`
+    /// (the same text in the same zone) shared instead of compiled again.
+    pub(crate) fn compile_with(&self, cache: &mut CronCache) -> Result<Compiled, ScheduleError> {
         match &self.kind {
             Kind::Every(period) => Ok(Compiled::Every(Every::new(*period)?)),
             Kind::Cron { expr, tz } => {
-                let cron = CronSchedule::parse(expr, tz)?;
+                let cron = cache.get_or_parse(expr, tz)?;
                 cron.check_fires_after(Utc::now())?;
-                Ok(Compiled::Cron(Box::new(cron)))
+                Ok(Compiled::Cron(cron))
             }
         }
     }
@@ -147,10 +154,39 @@ impl FromStr for Schedule {
 }
 
 /// A checked schedule, ready to compute ticks.
+/// Compiled cron expressions by text and zone, each shared by every schedule that
+/// compiles the same one while any holds it: a million dynamic schedules of a few
+/// thousand distinct expressions (a daily report per customer at one of the day's
+/// minutes) hold each once (a compiled expression is about 1.4 KB).
+#[derive(Debug, Default)]
+pub(crate) struct CronCache {
+    by_text: std::collections::HashMap<(String, String), std::sync::Weak<CronSchedule>>,
+    /// The size at which entries no schedule holds any more are dropped.
+    sweep_at: usize,
+}
+
+impl CronCache {
+    fn get_or_parse(&mut self, expr: &str, tz: &str) -> Result<Arc<CronSchedule>, ScheduleError> {
+        let key = (expr.to_owned(), tz.to_owned());
+        if let Some(cron) = self.by_text.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(cron);
+        }
+        let cron = Arc::new(CronSchedule::parse(expr, tz)?);
+        if self.by_text.len() >= self.sweep_at {
+            self.by_text.retain(|_, cron| cron.strong_count() > 0);
+            self.sweep_at = (self.by_text.len() * 2).max(1024);
+        }
+        self.by_text.insert(key, Arc::downgrade(&cron));
+        Ok(cron)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Compiled {
     Every(Every),
-    Cron(Box<CronSchedule>),
+    /// Shared by the clones a job's entries keep (a compiled cron expression is some
+    /// kilobytes: a million dynamic schedules held two copies each).
+    Cron(Arc<CronSchedule>),
     /// The ticks of `inner` that belong to lease slot `slot` of `slots`
     /// ([`Overlap::Concurrent`](crate::Overlap::Concurrent)).
     Slot {

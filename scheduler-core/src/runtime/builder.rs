@@ -293,6 +293,7 @@ impl SchedulerBuilder {
         let mut names = HashSet::new();
         let mut entries = Vec::with_capacity(self.jobs.len());
         let now = config.clock.now();
+        let mut crons = crate::schedule::CronCache::default();
         for JobBox(job, policy) in self.jobs {
             let name = job.name().to_owned();
             if !names.insert(name.clone()) {
@@ -302,7 +303,14 @@ impl SchedulerBuilder {
             if let Some(missing) = job.state_types().iter().find(|ty| !state.has(ty)) {
                 return Err(state.missing(&name, missing.name()));
             }
-            entries.extend(entries_for(job, policy, &node, &holder_prefix, now)?);
+            entries.extend(entries_for(
+                job,
+                policy,
+                &node,
+                &holder_prefix,
+                now,
+                &mut crons,
+            )?);
         }
         let mut handlers = HashMap::new();
         for HandlerBox(name, handler) in self.handlers {
@@ -370,13 +378,14 @@ pub(crate) fn entries_for(
     node: &str,
     holder_prefix: &Arc<str>,
     now: chrono::DateTime<chrono::Utc>,
+    crons: &mut crate::schedule::CronCache,
 ) -> Result<Vec<Entry>> {
     let name = job.name().to_owned();
     validate_name(&name)?;
     let mut entries = Vec::new();
     let schedule_spec = job.schedule();
     let schedule = schedule_spec
-        .compile()
+        .compile_with(crons)
         .map_err(|source| Error::InvalidSchedule {
             job: name.clone(),
             cause: source,

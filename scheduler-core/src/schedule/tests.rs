@@ -388,3 +388,39 @@ fn a_slot_finds_its_next_tick_wherever_the_schedule_has_one() {
         }
     }
 }
+
+#[test]
+fn a_cron_expression_compiled_again_is_shared_while_held() {
+    let mut cache = CronCache::default();
+    let daily = Schedule::cron("0 30 9 * * *");
+    let cron = |c: Compiled| match c {
+        Compiled::Cron(cron) => cron,
+        other => panic!("not a cron schedule: {other:?}"),
+    };
+    let a = cron(daily.compile_with(&mut cache).expect("compiles"));
+    let b = cron(daily.compile_with(&mut cache).expect("compiles"));
+    assert!(Arc::ptr_eq(&a, &b), "the same text in the same zone is compiled once");
+    let berlin = cron(
+        daily
+            .clone()
+            .in_time_zone("Europe/Berlin")
+            .compile_with(&mut cache)
+            .expect("compiles"),
+    );
+    assert!(!Arc::ptr_eq(&a, &berlin), "another zone is another schedule");
+    assert_ne!(a.next_after(SLOT_ANCHOR), berlin.next_after(SLOT_ANCHOR));
+    // Once no schedule holds it, it is compiled anew (and its entry swept).
+    drop((a, b));
+    let again = cron(daily.compile_with(&mut cache).expect("compiles"));
+    assert_eq!(Arc::strong_count(&again), 1);
+    // A bad expression is still refused, each time.
+    let bad = Schedule::cron("61 * * * * *");
+    assert!(bad.compile_with(&mut cache).is_err());
+    assert!(bad.compile_with(&mut cache).is_err());
+    // Entries nobody holds are dropped as the cache grows.
+    for minute in 0..2_000 {
+        let s = Schedule::cron(format!("0 {} {} * * *", minute % 60, minute / 60 % 24));
+        drop(s.compile_with(&mut cache).expect("compiles"));
+    }
+    assert!(cache.by_text.len() <= 1_440 + 2, "{}", cache.by_text.len());
+}

@@ -79,6 +79,8 @@ pub(super) struct ControlLoop {
     reported: HashMap<String, i64>,
     /// This instance's heartbeat.
     pub(super) beats: Beats,
+    /// The dynamic schedules' cron expressions, each compiled once while in use.
+    pub(super) crons: crate::schedule::CronCache,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -107,6 +109,7 @@ impl ControlLoop {
             ran_here: HashSet::new(),
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
+            crons: crate::schedule::CronCache::default(),
             every,
             next: Instant::now(),
             gate,

@@ -106,7 +106,7 @@ impl Engine {
 
     /// The entries of a dynamic schedule's row, or why this instance cannot run it.
     fn dynamic_entries(
-        &self,
+        &mut self,
         row: &ScheduleRow,
         now: chrono::DateTime<chrono::Utc>,
     ) -> crate::Result<Vec<crate::runtime::Entry>> {
@@ -137,12 +137,18 @@ impl Engine {
         }
         let job = DynamicJob::new(row, Arc::clone(&handler.1))?;
         let policy = job.policy_of();
-        entries_for(
+        let mut crons = self.ctl.as_mut().map(|c| std::mem::take(&mut c.crons));
+        let entries = entries_for(
             Arc::new(job),
             policy,
             &self.s.node,
             &self.s.holder_prefix,
             now,
-        )
+            crons.get_or_insert_default(),
+        );
+        if let (Some(ctl), Some(crons)) = (&mut self.ctl, crons) {
+            ctl.crons = crons;
+        }
+        entries
     }
 }
