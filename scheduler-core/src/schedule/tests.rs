@@ -399,7 +399,10 @@ fn a_cron_expression_compiled_again_is_shared_while_held() {
     };
     let a = cron(daily.compile_with(&mut cache).expect("compiles"));
     let b = cron(daily.compile_with(&mut cache).expect("compiles"));
-    assert!(Arc::ptr_eq(&a, &b), "the same text in the same zone is compiled once");
+    assert!(
+        Arc::ptr_eq(&a, &b),
+        "the same text in the same zone is compiled once"
+    );
     let berlin = cron(
         daily
             .clone()
@@ -407,7 +410,10 @@ fn a_cron_expression_compiled_again_is_shared_while_held() {
             .compile_with(&mut cache)
             .expect("compiles"),
     );
-    assert!(!Arc::ptr_eq(&a, &berlin), "another zone is another schedule");
+    assert!(
+        !Arc::ptr_eq(&a, &berlin),
+        "another zone is another schedule"
+    );
     assert_ne!(a.next_after(SLOT_ANCHOR), berlin.next_after(SLOT_ANCHOR));
     // Once no schedule holds it, it is compiled anew (and its entry swept).
     drop((a, b));

@@ -88,6 +88,10 @@ pub(crate) struct JobTicks {
     leave_after: Option<DateTime<Utc>>,
     /// What the driver is to do, drained by [`take_commands`](Self::take_commands).
     commands: Vec<Command>,
+    /// How long after its fire time an idle job's next tick is asked for: another
+    /// instance is to take it first ([`set_defer`](Self::set_defer)); zero: at once,
+    /// or ahead.
+    defer: TimeDelta,
 }
 
 /// A tick, the instant (store clock) it fires, and its window.
@@ -223,9 +227,13 @@ impl JobTicks {
 
     /// How long before its fire time the idle job's next tick `due` may be taken:
     /// `ahead`, at most half its window, and never before its instant when
-    /// [`not_before_instant`](Self::not_before_instant).
+    /// [`not_before_instant`](Self::not_before_instant); negative (after it) when
+    /// deferred ([`set_defer`](Self::set_defer)).
     fn early(&self, due: Due, ahead: TimeDelta) -> TimeDelta {
         let (tick, at, window) = due;
+        if self.defer > TimeDelta::zero() {
+            return -self.defer.min(window / 2);
+        }
         let early = ahead.min(window / 2).max(TimeDelta::zero());
         if self.not_before_instant {
             early.min(at - tick.at()).max(TimeDelta::zero())
@@ -404,6 +412,22 @@ impl JobTicks {
         }
     }
 
+    /// Asks for an idle job's next ticks `defer` after their fire time (at most
+    /// half their window, so a deferred tick is still taken in time), or, with zero,
+    /// at once or ahead as before: the instance that is to run this job's ticks
+    /// takes them first, and the others take them only if it did not (a spread of
+    /// the work over the instances; whoever takes a tick still wins it only by the
+    /// store's conditional write). Ticks already waiting are asked for at once.
+    pub(crate) fn set_defer(&mut self, defer: TimeDelta) {
+        self.defer = defer.max(TimeDelta::zero());
+    }
+
+    /// How long after their fire time the job's ticks are asked for
+    /// ([`set_defer`](Self::set_defer)).
+    pub(crate) fn defer(&self) -> TimeDelta {
+        self.defer
+    }
+
     /// The earliest instant (store clock) at which [`JobTicks::due`] may find this
     /// job anything to do with any `ahead` up to `most`: before it, `due` changes
     /// nothing, reports nothing and returns `None`, so a driver may pass the job
@@ -413,7 +437,8 @@ impl JobTicks {
     pub(crate) fn look_at(&self, most: TimeDelta) -> Option<DateTime<Utc>> {
         let at = self.next.map(|(tick, at, window)| {
             if self.running.is_none() {
-                at - self.early((tick, at, window), most)
+                // Idle, taken `early` (deferred when negative); else at its instant.
+                at - self.early((tick, at, window), most).max(TimeDelta::zero())
             } else {
                 at
             }

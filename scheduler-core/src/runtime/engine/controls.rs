@@ -24,6 +24,7 @@ use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
 mod beats;
 mod schedules;
+mod spread;
 mod triggers;
 
 pub(super) use beats::Beats;
@@ -81,6 +82,8 @@ pub(super) struct ControlLoop {
     pub(super) beats: Beats,
     /// The dynamic schedules' cron expressions, each compiled once while in use.
     pub(super) crons: crate::schedule::CronCache,
+    /// This instance's place among the live instances, as last read.
+    share: spread::Share,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -90,6 +93,13 @@ struct Dynamic {
 }
 
 impl ControlLoop {
+    /// The entries of the dynamic schedules running here.
+    fn dynamic_entries(&self) -> impl Iterator<Item = usize> + '_ {
+        self.dynamic
+            .values()
+            .flat_map(|d| d.entries.iter().copied())
+    }
+
     pub(super) fn new(
         every: Duration,
         gate: Gate,
@@ -110,6 +120,7 @@ impl ControlLoop {
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
             crons: crate::schedule::CronCache::default(),
+            share: spread::Share::default(),
             every,
             next: Instant::now(),
             gate,

@@ -87,6 +87,23 @@ impl Engine {
                 beats.retry.ok();
                 beats.failing = false;
                 beats.next = (sent + beats.every).max(Instant::now());
+                // After the beat, the live instances, to spread the dynamic schedules
+                // over (a failed read keeps the spread as it was); an instance with
+                // no handler runs none.
+                if self.s.handlers.is_empty() {
+                    return;
+                }
+                let store = self.s.store.clone();
+                let call = async move {
+                    match store.controls() {
+                        Some(c) => c.instances().await,
+                        None => Ok(Vec::new()),
+                    }
+                };
+                match ctl.gate.run("read the live instances", call).await {
+                    Ok(rows) => self.on_instances(&rows),
+                    Err(err) => debug!(error = %err, "reading the live instances failed"),
+                }
             }
             Err(err) => {
                 let delay = beats.retry.failed(beats.every);

@@ -75,6 +75,9 @@ impl Engine {
                         self.jobs.push(ticks);
                         self.s.entries.push(entry);
                     }
+                    for i in first..first + count {
+                        self.spread(i);
+                    }
                     self.s.stats.track(&row.name);
                     info!(schedule = %row.name, handler = %row.handler, every = %row.schedule,
                         "dynamic schedule running");
