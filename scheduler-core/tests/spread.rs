@@ -99,7 +99,9 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
             .map(|(_, t)| *t)
             .collect();
         assert!(
-            ticks.windows(2).all(|w| w[1] - w[0] == chrono::TimeDelta::seconds(5)),
+            ticks
+                .windows(2)
+                .all(|w| w[1] - w[0] == chrono::TimeDelta::seconds(5)),
             "{name} ran every tick: {ticks:?}"
         );
         assert!(ticks.len() >= 10, "{name}: {ticks:?}");
@@ -133,5 +135,8 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
     assert!(after.values().all(|&n| n > 0), "{after:?}");
     // A tick deferred for an owner is at most the deferral late (and a little).
     let latest = ran.iter().map(|r| r.3).max().unwrap_or(0);
-    assert!(latest < 1_000, "the latest run began {latest} ms after its tick");
+    assert!(
+        latest < 1_000,
+        "the latest run began {latest} ms after its tick"
+    );
 }
