@@ -74,8 +74,7 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
                     *s.lock().unwrap() = Some(put.await);
                 })
                 .await;
-            let start = start.lock().unwrap().expect("put");
-            start
+            start.lock().unwrap().expect("put")
         },
         instance(&memory, "node-b", &ran).run_until(sleep(60_500)),
         instance(&memory, "node-c", &ran).run_until(sleep(30_500)),
