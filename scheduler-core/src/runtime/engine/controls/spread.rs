@@ -7,10 +7,10 @@
 //! a killed one's share is late by the deferral until its row expires.
 //!
 //! The live instances are read at each heartbeat (the rows the beats keep,
-//! [`InstanceRow::is_live`]); before the first read, with one live instance, or
-//! with instances that share a node id, nothing is deferred (or some ticks are
-//! deferred on every instance, and taken that much later). Exactly once rests on
-//! the take alone, whoever asks first; jobs registered in code are not spread.
+//! [`InstanceRow::is_live`]); before the first read, or with one live instance,
+//! nothing is deferred; instances that share a node id count as one and share its
+//! part. Exactly once rests on the take alone, whoever asks first; jobs registered
+//! in code are not spread.
 
 use std::time::Duration;
 
