@@ -105,11 +105,11 @@ impl JobTicks {
     /// after now.
     pub(crate) fn start(&mut self, cadence: &Cadence, now: DateTime<Utc>) {
         self.not_before_instant = matches!(cadence.policy.catch_up, CatchUp::All { .. });
-        let window = cadence
+        let next = cadence
             .schedule
             .next_after(now)
-            .map(|t| cadence.window(t))
-            .unwrap_or(TimeDelta::zero());
+            .map(|t| (t, cadence.fire_at(t), cadence.window(t)));
+        let window = next.map_or(TimeDelta::zero(), |(_, _, window)| window);
         self.catch_up_from = self.not_before_instant.then(|| {
             now.checked_sub_signed(window)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC)
@@ -135,7 +135,8 @@ impl JobTicks {
                     .map(|tick| Self::fresh(cadence, tick, tick.at(), cadence.window(tick)));
             }
         }
-        self.advance_from(cadence, now);
+        // What `advance_from(now)` would compute again.
+        self.next = next;
     }
 
     /// Whether a resume's catch-up runs `tick` if a pause covered it, so that the take
