@@ -32,9 +32,15 @@
 //! `DYNAMIC_SCHEDULES_POLL_MS` (the instances' control poll, 5000: the default).
 //! `DYNAMIC_SCHEDULES_LOAD=bulk` stores the rows with the bench's own chunked
 //! `INSERT`s instead of `put_schedule` (a quicker set-up; the report says so).
+//! `DYNAMIC_SCHEDULES_KILL_AT_SECS=N` kills instance 0 (SIGKILL) N seconds into the
+//! window and reports the ticks due after it: each run once, by whom, how late.
 //! An instance's warnings and errors go to a log file whose path is printed.
 //!
-//! `cargo bench -p scheduler-benches --bench dynamic_schedules`
+//! `cargo bench -p scheduler-benches --bench dynamic_schedules`; the million-row
+//! case on three instances, one killed half-way:
+//! `DYNAMIC_SCHEDULES_DAILY=1000000 DYNAMIC_SCHEDULES_MINUTELY=10000
+//! DYNAMIC_SCHEDULES_LOAD=bulk DYNAMIC_SCHEDULES_KILL_AT_SECS=90 cargo bench -p
+//! scheduler-benches --bench dynamic_schedules`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -616,20 +622,27 @@ mod instance {
                 inner: open_store(&url, 4).await,
                 calls: calls.clone(),
             };
-            let runs: Arc<Mutex<Vec<Run>>> = Arc::new(Mutex::new(Vec::with_capacity(65_536)));
-            let handler = |runs: Arc<Mutex<Vec<Run>>>| {
+            // Each run is written as it starts (one unbuffered write): an instance
+            // killed in the window (`DYNAMIC_SCHEDULES_KILL_AT_SECS`) leaves its runs.
+            let file = std::fs::File::create(&records_path).unwrap();
+            let runs: Arc<Mutex<(std::fs::File, usize)>> = Arc::new(Mutex::new((file, 0)));
+            let handler = |runs: Arc<Mutex<(std::fs::File, usize)>>| {
                 move |ctx: scheduler_core::JobContext, _args: Arc<str>| {
                     let runs = runs.clone();
                     async move {
                         let start_us = now_us();
-                        work();
                         if let Some(job) = job_index(ctx.job(), daily) {
-                            runs.lock().unwrap().push(Run {
+                            let r = Run {
                                 job,
                                 tick_us: ctx.tick().at().timestamp_micros(),
                                 start_us,
-                            });
+                            };
+                            let line = format!("{} {} {}\n", r.job, r.tick_us, r.start_us);
+                            let mut runs = runs.lock().unwrap();
+                            runs.0.write_all(line.as_bytes()).unwrap();
+                            runs.1 += 1;
                         }
+                        work();
                         Ok(())
                     }
                 }
@@ -680,16 +693,11 @@ mod instance {
                     .sum();
                 counted.insert(outcome.as_str().to_owned(), total.into());
             }
-            let runs = std::mem::take(&mut *runs.lock().unwrap());
-            let mut out = std::io::BufWriter::new(std::fs::File::create(&records_path).unwrap());
-            for r in &runs {
-                writeln!(out, "{} {} {}", r.job, r.tick_us, r.start_us).unwrap();
-            }
-            out.flush().unwrap();
+            let runs = runs.lock().unwrap().1;
             let line = json!({
                 "stopped_us": stopped_us,
                 "applied": watch.applied.load(Ordering::Relaxed),
-                "runs": runs.len(),
+                "runs": runs,
                 "outcomes": counted,
                 "cpu_s": cpu_secs("self"),
                 "max_rss_kb": status_kb("self", "VmHWM"),
@@ -1058,14 +1066,32 @@ mod coordinator {
             DateTime::from_timestamp_micros(to_us).unwrap(),
             load_average()
         );
+        let kill_at = env_or("DYNAMIC_SCHEDULES_KILL_AT_SECS", 0);
+        let mut killed_us = None;
         while now_us() < to_us {
             if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
                 receive(&mut instances, line);
             }
+            if kill_at > 0
+                && killed_us.is_none()
+                && now_us() >= from_us + i64::try_from(kill_at).unwrap() * 1_000_000
+            {
+                // SIGKILL: no drain, no stopped row; its leases and row expire.
+                instances[0].cpu_window = cpu_secs(&instances[0].pid) - cpu_before[0];
+                instances[0].rss_window_kb = status_kb(&instances[0].pid, "VmHWM");
+                let _ = instances[0].child.kill();
+                let _ = instances[0].child.wait();
+                instances[0].stdin = None;
+                killed_us = Some(now_us());
+                println!("killed instance 0 (SIGKILL) {kill_at} s into the window");
+            }
         }
         mark(&mut instances);
         let load_at_end = load_average();
-        for (inst, before) in instances.iter_mut().zip(&cpu_before) {
+        for (i, (inst, before)) in instances.iter_mut().zip(&cpu_before).enumerate() {
+            if killed_us.is_some() && i == 0 {
+                continue; // measured as it was killed
+            }
             inst.cpu_window = cpu_secs(&inst.pid) - before;
             inst.rss_window_kb = status_kb(&inst.pid, "VmHWM");
         }
@@ -1078,7 +1104,13 @@ mod coordinator {
             drop(inst.stdin.take());
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        while instances.iter().any(|i| i.done.is_none()) && Instant::now() < deadline {
+        let killed = killed_us.is_some();
+        while instances
+            .iter()
+            .enumerate()
+            .any(|(i, inst)| inst.done.is_none() && !(killed && i == 0))
+            && Instant::now() < deadline
+        {
             if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
                 receive(&mut instances, line);
             }
@@ -1104,6 +1136,9 @@ mod coordinator {
             }
         }
         let verdict = judge(&expected, &runs, from_us, to_us, daily);
+        if let Some(killed_us) = killed_us {
+            after_the_kill(&stored, daily, &runs, killed_us, to_us, instances.len());
+        }
         // Ticks due while the instances started: from the first spawn (next whole
         // second) until the last instance was ready (or the window opened).
         let spawned_us = instances
@@ -1160,6 +1195,62 @@ mod coordinator {
                     println!("  {l}");
                 }
             }
+        }
+    }
+
+    /// What became of the ticks due after instance 0 was killed: each run once by
+    /// the others, their share of the runs, and the lateness in the first ten
+    /// seconds after the kill, until 40 s and after that.
+    fn after_the_kill(
+        stored: &[ScheduleRow],
+        daily: u64,
+        runs: &[(u32, i64, i64, usize)],
+        killed_us: i64,
+        to_us: i64,
+        instances: usize,
+    ) {
+        let from_us = (killed_us / 1_000_000 + 1) * 1_000_000;
+        let v = judge(
+            &expected_ticks(stored, daily, from_us, to_us),
+            runs,
+            from_us,
+            to_us,
+            daily,
+        );
+        println!(
+            "after the kill: ticks due {}, ran {}, duplicates {}, missed {}",
+            v.expected,
+            v.ran,
+            v.duplicates,
+            v.missed.len()
+        );
+        let mut by_instance = vec![0usize; instances];
+        // Until the others read the killed instance's row as gone (three heartbeats of
+        // 10 s after its last), its share is asked for 500 ms late; then at once.
+        let mut late: [Vec<f64>; 3] = Default::default();
+        for &(_, tick, start, i) in runs {
+            if tick < from_us || tick >= to_us {
+                continue;
+            }
+            by_instance[i] += 1;
+            let bucket = match tick - from_us {
+                d if d < 10_000_000 => 0,
+                d if d < 40_000_000 => 1,
+                _ => 2,
+            };
+            late[bucket].push((start - tick) as f64 / 1000.0);
+        }
+        println!("after the kill: runs by instance {by_instance:?}");
+        let buckets = ["0-10 s", "10-40 s", "40 s on"];
+        for (what, mut l) in buckets.into_iter().zip(late) {
+            l.sort_by(f64::total_cmp);
+            println!(
+                "after the kill, {what}: lateness p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} runs",
+                quantile(&l, 0.5),
+                quantile(&l, 0.99),
+                l.last().copied().unwrap_or(f64::NAN),
+                l.len()
+            );
         }
     }
 
@@ -1452,6 +1543,17 @@ mod coordinator {
             v.unexpected,
             v.duplicates_all,
         );
+        if let Some((by_role, _)) = &r.window_statements {
+            let total: i64 = by_role
+                .iter()
+                .filter(|(role, _)| role.starts_with("bench_instance_"))
+                .map(|(_, calls)| *calls)
+                .sum();
+            println!(
+                "statements per tick due (all instances, BEGIN/COMMIT included): {:.3}",
+                total as f64 / v.expected.max(1) as f64
+            );
+        }
         for (label, late) in ["all", "daily", "every-minute"].iter().zip(&v.late) {
             println!(
                 "lateness ({label}): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} runs",
