@@ -32,6 +32,9 @@ use scheduler_core::{
 use sea_orm::{QueryResult, Value};
 
 use self::rows::{Stored, all, first, one_row};
+
+/// The rows per statement of [`Controls::schedules`](scheduler_core::Controls::schedules).
+const SCHEDULES_PAGE: u32 = 10_000;
 use crate::error::{Error, describe, sqlstate};
 use crate::row::{get, name_from_row, time};
 use crate::store::PostgresStore;
@@ -301,12 +304,22 @@ impl ControlTables for PostgresStore {
         Ok(first(&rows, OP, record_from)?)
     }
 
+    /// Every schedule, a page of [`SCHEDULES_PAGE`] rows per statement (by name): one
+    /// statement for them all hit the statement bound (2 s) at a million rows. Not a
+    /// snapshot: a row put meanwhile before the page under way is read next time.
     async fn read_schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
-        const OP: &str = "read the dynamic schedules";
-        let rows = self
-            .query(OP, &self.control_sql().schedules, Vec::new())
-            .await?;
-        Ok(all(&rows, OP, schedule_from)?)
+        let mut rows: Vec<ScheduleRow> = Vec::new();
+        loop {
+            let after = rows.last().map(|r| r.name.clone());
+            let page = self
+                .read_schedules_page(after.as_deref(), SCHEDULES_PAGE)
+                .await?;
+            let last = page.len() < SCHEDULES_PAGE as usize;
+            rows.extend(page);
+            if last {
+                return Ok(rows);
+            }
+        }
     }
 
     async fn read_schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {

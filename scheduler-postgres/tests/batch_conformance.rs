@@ -50,6 +50,15 @@ async fn an_empty_batch_writes_nothing() {
     rules::an_empty_batch_writes_nothing(&s[0]).await;
 }
 
+/// Read back in pages of 10,000 (one statement for a million rows hit the 2 s
+/// statement bound).
+#[tokio::test]
+async fn every_schedule_is_read_back() {
+    let db = TestDb::new().await;
+    let s = instances(&db, 1).await;
+    rules::every_schedule_is_read_back(&s[0]).await;
+}
+
 /// A row whose arguments JSON parsers accept but `jsonb` refuses (a `\u0000`
 /// escape) refuses the whole batch in the statement: rolled back, nothing written.
 #[tokio::test]

@@ -52,3 +52,10 @@ async fn an_empty_batch_writes_nothing() {
     let s = instances(&dir.join("leases.db"), 1).await;
     rules::an_empty_batch_writes_nothing(&s[0]).await;
 }
+
+#[tokio::test]
+async fn every_schedule_is_read_back() {
+    let dir = TempDir::new("batch-read-back");
+    let s = instances(&dir.join("leases.db"), 1).await;
+    rules::every_schedule_is_read_back(&s[0]).await;
+}

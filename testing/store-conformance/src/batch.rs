@@ -278,6 +278,31 @@ pub async fn an_empty_batch_writes_nothing(a: &SharedStore) {
     );
 }
 
+/// Every schedule is read back by [`Controls::schedules`], in name order, however
+/// many: 25,001 rows, past the pages a store may read them in (PostgreSQL: 10,000
+/// per statement; one statement for a million hit its statement bound).
+pub async fn every_schedule_is_read_back(a: &SharedStore) {
+    let c = controls(a);
+    register(c, "many").await;
+    let put: Vec<ScheduleRow> = rows("many", "many", 25_001);
+    c.put_schedules(&put, "ops", "many rows")
+        .await
+        .expect("put")
+        .expect("recorded");
+    let names: Vec<String> = c
+        .schedules()
+        .await
+        .expect("schedules")
+        .into_iter()
+        .filter(|row| row.name.starts_with("many-"))
+        .map(|row| row.name)
+        .collect();
+    let mut expected: Vec<String> = put.into_iter().map(|row| row.name).collect();
+    expected.sort();
+    assert_eq!(names.len(), expected.len(), "every row, once");
+    assert!(names == expected, "in name order");
+}
+
 /// Every rule, on one store (`stores[0]` writes; the last plays another instance).
 pub async fn all(stores: &[SharedStore]) {
     let (a, b) = (&stores[0], &stores[stores.len() - 1]);
@@ -285,4 +310,5 @@ pub async fn all(stores: &[SharedStore]) {
     a_bad_row_refuses_the_batch(a).await;
     a_batch_replaces_existing_rows(a).await;
     an_empty_batch_writes_nothing(a).await;
+    every_schedule_is_read_back(a).await;
 }
