@@ -19,9 +19,18 @@ use crate::runtime::entries_for;
 const APPLY_CHUNK: usize = 2_000;
 
 /// A turn applies up to one row per this many jobs it runs already (when more than
-/// [`APPLY_CHUNK`]): a turn scans every job, so a fixed chunk made a first poll of
-/// a million rows take 500 turns, each scanning up to a million jobs.
+/// [`APPLY_CHUNK`]): a fixed chunk made a first poll of a million rows take 500
+/// turns, each (before the jobs were indexed) scanning up to a million jobs.
 const APPLY_SHARE: usize = 8;
+
+/// How long a turn applies rows once it applied [`APPLY_CHUNK`] (on tokio's clock,
+/// checked every [`APPLY_CHECK`] rows): the loop's other work (ticks of the rows
+/// applied already) waits no longer than this for the rest (a share of 375,000 rows
+/// per turn at three million held ticks back 37 s).
+const APPLY_BUDGET: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How many rows are applied between two looks at the clock.
+const APPLY_CHECK: usize = 256;
 
 impl Engine {
     /// Adds, changes and drops dynamic schedules as their rows say.
@@ -33,19 +42,28 @@ impl Engine {
     }
 
     /// Applies up to [`APPLY_CHUNK`] of the rows read and not yet applied, or one
-    /// per [`APPLY_SHARE`] jobs already running if more: a first poll of 100,000 rows
-    /// is applied over many turns of the loop, which renews, takes and releases in
-    /// between, each turn's share growing with the jobs its scans visit.
+    /// per [`APPLY_SHARE`] jobs already running if more, for at most
+    /// [`APPLY_BUDGET`] past the first [`APPLY_CHUNK`]: a first poll of a million
+    /// rows is applied over many turns of the loop, which renews, takes and
+    /// releases in between.
     pub(in crate::runtime::engine) fn apply_some_schedules(&mut self) {
-        let Some(ctl) = &mut self.ctl else {
+        if self.ctl.as_ref().is_none_or(|ctl| ctl.rows.is_empty()) {
             return;
-        };
+        }
         let chunk = APPLY_CHUNK.max(self.jobs.len() / APPLY_SHARE);
-        let take = ctl.rows.len().min(chunk);
-        let rows: Vec<ScheduleRow> = ctl.rows.drain(..take).collect();
+        let began = tokio::time::Instant::now();
         let now = self.db_now();
-        for row in rows {
+        for applied in 0..chunk {
+            if applied >= APPLY_CHUNK
+                && applied % APPLY_CHECK == 0
+                && began.elapsed() >= APPLY_BUDGET
+            {
+                return;
+            }
             let Some(ctl) = &mut self.ctl else {
+                return;
+            };
+            let Some(row) = ctl.rows.pop_front() else {
                 return;
             };
             let running = ctl.dynamic.get(&row.name).map(|d| d.version);
