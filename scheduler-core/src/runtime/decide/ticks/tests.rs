@@ -107,6 +107,36 @@ fn ran_the_latest_tick_at_start_then_each_tick_once() {
     assert!(ev.is_empty(), "{ev:?}");
 }
 
+/// A job another instance owns asks for its next tick only its deferral after the
+/// tick's instant, never ahead, and `look_at` never passes that over; at most half
+/// the window; undeferred, it asks ahead again.
+#[test]
+fn a_deferred_tick_is_asked_for_after_its_instant() {
+    let (mut j, c, mut ev) = started();
+    let (tick, holder) = j.due(&c, ms(1_000_500), Z, &mut ev).unwrap();
+    j.on_won(lease(tick, holder), ms(1_000_510), &mut ev);
+    assert!(j.on_finished().is_some());
+    let ahead = TimeDelta::milliseconds(300);
+    j.set_defer(TimeDelta::milliseconds(500));
+    assert_eq!(j.next_wake(ahead), Some(ms(1_010_500)));
+    let look = j.look_at(ahead).unwrap();
+    assert!(look <= ms(1_010_500), "{look}");
+    assert!(j.due(&c, ms(1_009_800), ahead, &mut ev).is_none(), "not ahead");
+    assert!(j.due(&c, ms(1_010_499), ahead, &mut ev).is_none(), "not before");
+    let (tick, _) = j.due(&c, ms(1_010_500), ahead, &mut ev).unwrap();
+    assert_eq!(tick, Tick::new(at(1010)));
+    // A deferral past half the window waits half the window (5 s of 10).
+    let mut k = JobTicks::default();
+    k.start(&c, ms(1_000_500));
+    k.set_defer(TimeDelta::seconds(60));
+    k.pending = None;
+    assert_eq!(k.next_wake(Z), Some(at(1015)));
+    // No longer deferred: ahead again.
+    k.set_defer(Z);
+    assert_eq!(k.next_wake(ahead), Some(ms(1_009_700)));
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
 #[test]
 fn a_take_answered_after_the_window_closed_runs_nothing() {
     let (mut j, c, mut ev) = started();
