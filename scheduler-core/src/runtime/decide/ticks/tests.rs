@@ -121,8 +121,14 @@ fn a_deferred_tick_is_asked_for_after_its_instant() {
     assert_eq!(j.next_wake(ahead), Some(ms(1_010_500)));
     let look = j.look_at(ahead).unwrap();
     assert!(look <= ms(1_010_500), "{look}");
-    assert!(j.due(&c, ms(1_009_800), ahead, &mut ev).is_none(), "not ahead");
-    assert!(j.due(&c, ms(1_010_499), ahead, &mut ev).is_none(), "not before");
+    assert!(
+        j.due(&c, ms(1_009_800), ahead, &mut ev).is_none(),
+        "not ahead"
+    );
+    assert!(
+        j.due(&c, ms(1_010_499), ahead, &mut ev).is_none(),
+        "not before"
+    );
     let (tick, _) = j.due(&c, ms(1_010_500), ahead, &mut ev).unwrap();
     assert_eq!(tick, Tick::new(at(1010)));
     // A deferral past half the window waits half the window (5 s of 10).
