@@ -1,6 +1,7 @@
 //! Dynamic schedules spread over the live instances: three instances on one store
-//! each run about a third of the schedules' ticks, every tick once; when one stops,
-//! the other two take its share, still every tick once.
+//! each run about a third of the schedules' ticks, every tick once and on time (a
+//! fourth, without their handler, owns none); when one stops, the other two take
+//! its share, still every tick once.
 //!
 //! On the in-memory store, on paused tokio time.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -21,6 +22,16 @@ const SCHEDULES: usize = 90;
 type Ran = Arc<Mutex<Vec<(String, DateTime<Utc>, &'static str, i64)>>>;
 
 fn instance(memory: &Arc<MemoryStore>, node: &'static str, ran: &Ran) -> Scheduler {
+    instance_of(memory, node, "work", ran)
+}
+
+/// An instance that registers only `handler`.
+fn instance_of(
+    memory: &Arc<MemoryStore>,
+    node: &'static str,
+    handler: &str,
+    ran: &Ran,
+) -> Scheduler {
     let ran = ran.clone();
     let clock = memory.clone();
     Scheduler::builder(memory.clone())
@@ -28,7 +39,7 @@ fn instance(memory: &Arc<MemoryStore>, node: &'static str, ran: &Ran) -> Schedul
         .lease_ttl(Duration::from_secs(4))
         .control_poll(Some(Duration::from_millis(200)))
         .heartbeat(Duration::from_secs(2))
-        .handler("work", move |ctx: JobContext, _args: Arc<str>| {
+        .handler(handler, move |ctx: JobContext, _args: Arc<str>| {
             let (ran, clock) = (ran.clone(), clock.clone());
             async move {
                 let now = clock.now().await.expect("clock");
@@ -65,7 +76,8 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
         sleep(60_000).await;
         start
     };
-    let (start, (), ()) = tokio::join!(
+    // node-d runs another handler only: it owns none of these schedules.
+    let (start, (), (), ()) = tokio::join!(
         async {
             let start = Arc::new(Mutex::new(None));
             let s = start.clone();
@@ -78,6 +90,7 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
         },
         instance(&memory, "node-b", &ran).run_until(sleep(60_500)),
         instance(&memory, "node-c", &ran).run_until(sleep(30_500)),
+        instance_of(&memory, "node-d", "other", &ran).run_until(sleep(60_500)),
     );
     let ran = ran.lock().unwrap().clone();
 
@@ -118,6 +131,15 @@ async fn three_instances_share_the_ticks_and_two_take_over_when_one_stops() {
         }
         count
     };
+    // On time while all run: no schedule is owned by an instance without its
+    // handler (node-d), whose ticks everyone would then ask for late.
+    let on_time = ran
+        .iter()
+        .filter(|r| (5..28).contains(&(r.1 - start).num_seconds()))
+        .map(|r| r.3)
+        .max()
+        .unwrap_or(0);
+    assert!(on_time < 400, "a run began {on_time} ms after its tick");
     let together = share(5, 28);
     let total: usize = together.values().sum();
     assert_eq!(together.len(), 3, "{together:?}");

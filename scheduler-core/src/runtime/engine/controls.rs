@@ -82,7 +82,8 @@ pub(super) struct ControlLoop {
     pub(super) beats: Beats,
     /// The dynamic schedules' cron expressions, each compiled once while in use.
     pub(super) crons: crate::schedule::CronCache,
-    /// This instance's place among the live instances, as last read.
+    /// This instance's place among the live instances that run each handler, as
+    /// last read.
     share: spread::Share,
 }
 
@@ -90,14 +91,17 @@ pub(super) struct ControlLoop {
 struct Dynamic {
     version: i64,
     entries: Vec<usize>,
+    /// The row's handler: its ticks are spread over the instances that run it.
+    handler: Arc<str>,
 }
 
 impl ControlLoop {
-    /// The entries of the dynamic schedules running here.
-    fn dynamic_entries(&self) -> impl Iterator<Item = usize> + '_ {
+    /// The entries of the dynamic schedules running here, with their handler.
+    fn dynamic_entries(&self) -> Vec<(usize, Arc<str>)> {
         self.dynamic
             .values()
-            .flat_map(|d| d.entries.iter().copied())
+            .flat_map(|d| d.entries.iter().map(|&i| (i, Arc::clone(&d.handler))))
+            .collect()
     }
 
     pub(super) fn new(

@@ -94,7 +94,7 @@ impl Engine {
                         self.s.entries.push(entry);
                     }
                     for i in first..first + count {
-                        self.spread(i);
+                        self.spread(i, &row.handler);
                     }
                     self.s.stats.track(&row.name);
                     info!(schedule = %row.name, handler = %row.handler, every = %row.schedule,
@@ -108,6 +108,7 @@ impl Engine {
                             Dynamic {
                                 version: row.version,
                                 entries: (first..first + count).collect(),
+                                handler: row.handler.as_str().into(),
                             },
                         );
                     }
