@@ -1,11 +1,11 @@
 //! The dynamic schedules spread over the live instances. Each cluster-scoped
 //! schedule has one instance that asks for its ticks at their instant (its owner:
 //! the schedule's name hashed over the node ids, sorted, of the live instances
-//! that registered its handler); the others
-//! ask [`SPREAD_DEFER`] later (at most half the tick's window). When the owner took
-//! and ran the tick, their take is refused as any loser's is; when the owner is gone
-//! or late, one of them takes it then. So every instance runs about its share, and
-//! a killed one's share is late by the deferral until its row expires.
+//! that registered its handler); the others ask [`SPREAD_DEFER`] later (at most
+//! half the tick's window). When the owner took and ran the tick, their take is
+//! refused as any loser's is; when the owner is gone or late, one of them takes it
+//! then. So every instance runs about its share, and a killed one's share is late
+//! by the deferral until its row expires.
 //!
 //! The live instances are read at each heartbeat (the rows the beats keep,
 //! [`InstanceRow::is_live`]); before the first read, or with one live instance,
