@@ -304,7 +304,7 @@ impl ControlTables for PostgresStore {
         Ok(first(&rows, OP, record_from)?)
     }
 
-    /// Every schedule, a page of [`SCHEDULES_PAGE`] rows per statement (by name): one
+    /// Every schedule, a page of 10,000 rows per statement (by name): one
     /// statement for them all hit the statement bound (2 s) at a million rows. Not a
     /// snapshot: a row put meanwhile before the page under way is read next time.
     async fn read_schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
