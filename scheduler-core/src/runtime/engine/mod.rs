@@ -1,6 +1,7 @@
 //! The loop's I/O: sleeps, store calls, spawning runs and feeding results back to
-//! each job's [`JobTicks`](super::decide::JobTicks). The decisions about ticks live in `ticks.rs`, the store
-//! clock in `store_clock.rs`, logging and counting in `observe.rs`.
+//! each job's [`JobTicks`](super::decide::JobTicks). The decisions about ticks live
+//! in `ticks.rs`, the store clock in `store_clock.rs`, logging and counting in
+//! `observe.rs`; which jobs a turn visits in `jobs.rs`.
 //!
 //! Three kinds of store call, each with its own retry: takes (due ticks, ahead of
 //! their instant in one call of up to [`TAKE_MOST`] names, or, with less time left,

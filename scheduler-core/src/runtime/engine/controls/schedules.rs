@@ -159,18 +159,19 @@ impl Engine {
         }
         let job = DynamicJob::new(row, Arc::clone(&handler.1))?;
         let policy = job.policy_of();
-        let mut crons = self.ctl.as_mut().map(|c| std::mem::take(&mut c.crons));
-        let entries = entries_for(
+        let mut alone = crate::schedule::CronCache::default();
+        let crons = match self.ctl.as_mut() {
+            Some(ctl) => &mut ctl.crons,
+            None => &mut alone,
+        };
+        let node = &self.s.node;
+        entries_for(
             Arc::new(job),
             policy,
-            &self.s.node,
+            node,
             &self.s.holder_prefix,
             now,
-            crons.get_or_insert_default(),
-        );
-        if let (Some(ctl), Some(crons)) = (&mut self.ctl, crons) {
-            ctl.crons = crons;
-        }
-        entries
+            crons,
+        )
     }
 }
