@@ -34,6 +34,9 @@
 //! `INSERT`s instead of `put_schedule` (a quicker set-up; the report says so).
 //! `DYNAMIC_SCHEDULES_KILL_AT_SECS=N` kills instance 0 (SIGKILL) N seconds into the
 //! window and reports the ticks due after it: each run once, by whom, how late.
+//! `DYNAMIC_SCHEDULES_STORE=sqlite` runs the instances on one SQLite file instead
+//! (the rows stored with `put_schedules` under `bulk`; no statement or transaction
+//! counts, which are PostgreSQL's statistics).
 //! An instance's warnings and errors go to a log file whose path is printed.
 //!
 //! `cargo bench -p scheduler-benches --bench dynamic_schedules`; the million-row
@@ -58,6 +61,7 @@ use scheduler_core::{
     TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl,
 };
 use scheduler_postgres::{PostgresOptions, PostgresStore};
+use scheduler_sqlite::{SqliteOptions, SqliteStore};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use serde_json::{Value, json};
 
@@ -186,8 +190,17 @@ fn main() {
 /// through it: the instance's own view of what it sends.
 #[derive(Debug)]
 struct Metered {
-    inner: PostgresStore,
+    inner: Box<dyn Store>,
     calls: Arc<Calls>,
+}
+
+impl Metered {
+    /// The inner store's controls (both stores have them).
+    fn c(&self) -> &dyn Controls {
+        self.inner
+            .controls()
+            .expect("the bench's stores have controls")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -273,7 +286,7 @@ impl Store for Metered {
 impl Controls for Metered {
     async fn pause(&self, req: &ControlRequest) -> scheduler_core::Result<ControlRecord> {
         add(&self.calls.other_controls, 1);
-        self.inner.pause(req).await
+        self.c().pause(req).await
     }
 
     async fn resume(
@@ -282,17 +295,17 @@ impl Controls for Metered {
         catch_up: bool,
     ) -> scheduler_core::Result<ControlRecord> {
         add(&self.calls.other_controls, 1);
-        self.inner.resume(req, catch_up).await
+        self.c().resume(req, catch_up).await
     }
 
     async fn trigger(&self, req: &ControlRequest) -> scheduler_core::Result<Trigger> {
         add(&self.calls.other_controls, 1);
-        self.inner.trigger(req).await
+        self.c().trigger(req).await
     }
 
     async fn trigger_status(&self, id: TriggerId) -> scheduler_core::Result<Option<Trigger>> {
         add(&self.calls.other_controls, 1);
-        self.inner.trigger_status(id).await
+        self.c().trigger_status(id).await
     }
 
     async fn claim_trigger(
@@ -303,7 +316,7 @@ impl Controls for Metered {
         ttl: Ttl,
     ) -> scheduler_core::Result<Option<Lease>> {
         add(&self.calls.other_controls, 1);
-        self.inner.claim_trigger(id, lease, holder, ttl).await
+        self.c().claim_trigger(id, lease, holder, ttl).await
     }
 
     async fn finish_trigger(
@@ -314,7 +327,7 @@ impl Controls for Metered {
         error: Option<&str>,
     ) -> scheduler_core::Result<bool> {
         add(&self.calls.other_controls, 1);
-        self.inner.finish_trigger(id, holder, outcome, error).await
+        self.c().finish_trigger(id, holder, outcome, error).await
     }
 
     async fn control_history(
@@ -323,13 +336,13 @@ impl Controls for Metered {
         page: Page,
     ) -> scheduler_core::Result<Vec<ControlRecord>> {
         add(&self.calls.other_controls, 1);
-        self.inner.control_history(job, page).await
+        self.c().control_history(job, page).await
     }
 
     async fn poll(&self, since: Option<i64>) -> scheduler_core::Result<Option<ControlState>> {
         add(&self.calls.polls, 1);
         let start = now_us();
-        let state = self.inner.poll(since).await?;
+        let state = self.c().poll(since).await?;
         if let Some(state) = &state {
             let mut first = self.calls.first_poll.lock().unwrap();
             if first.is_none() {
@@ -341,17 +354,17 @@ impl Controls for Metered {
 
     async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
         add(&self.calls.other_controls, 1);
-        self.inner.paused().await
+        self.c().paused().await
     }
 
     async fn open_triggers(&self) -> scheduler_core::Result<Vec<Trigger>> {
         add(&self.calls.other_controls, 1);
-        self.inner.open_triggers().await
+        self.c().open_triggers().await
     }
 
     async fn schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.schedule(name).await
+        self.c().schedule(name).await
     }
 
     async fn schedules_page(
@@ -360,7 +373,7 @@ impl Controls for Metered {
         limit: u32,
     ) -> scheduler_core::Result<Vec<ScheduleRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.schedules_page(after, limit).await
+        self.c().schedules_page(after, limit).await
     }
 
     async fn put_schedule(
@@ -370,7 +383,7 @@ impl Controls for Metered {
         why: &str,
     ) -> scheduler_core::Result<ControlRecord> {
         add(&self.calls.other_controls, 1);
-        self.inner.put_schedule(row, by, why).await
+        self.c().put_schedule(row, by, why).await
     }
 
     async fn put_schedules(
@@ -380,7 +393,7 @@ impl Controls for Metered {
         why: &str,
     ) -> scheduler_core::Result<Option<ControlRecord>> {
         add(&self.calls.other_controls, 1);
-        self.inner.put_schedules(rows, by, why).await
+        self.c().put_schedules(rows, by, why).await
     }
 
     async fn remove_schedule(
@@ -390,57 +403,57 @@ impl Controls for Metered {
         why: &str,
     ) -> scheduler_core::Result<Option<ControlRecord>> {
         add(&self.calls.other_controls, 1);
-        self.inner.remove_schedule(name, by, why).await
+        self.c().remove_schedule(name, by, why).await
     }
 
     async fn schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.schedules().await
+        self.c().schedules().await
     }
 
     async fn register_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
         add(&self.calls.other_controls, 1);
-        self.inner.register_handlers(node, names).await
+        self.c().register_handlers(node, names).await
     }
 
     async fn handlers(&self) -> scheduler_core::Result<Vec<String>> {
         add(&self.calls.other_controls, 1);
-        self.inner.handlers().await
+        self.c().handlers().await
     }
 
     async fn register_jobs(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {
         add(&self.calls.other_controls, 1);
-        self.inner.register_jobs(node, names).await
+        self.c().register_jobs(node, names).await
     }
 
     async fn jobs(&self) -> scheduler_core::Result<Vec<String>> {
         add(&self.calls.other_controls, 1);
-        self.inner.jobs().await
+        self.c().jobs().await
     }
 
     async fn heartbeat(&self, beat: &scheduler_core::Heartbeat) -> scheduler_core::Result<()> {
         add(&self.calls.other_controls, 1);
-        self.inner.heartbeat(beat).await
+        self.c().heartbeat(beat).await
     }
 
     async fn stopped(&self, node: &str) -> scheduler_core::Result<()> {
         add(&self.calls.other_controls, 1);
-        self.inner.stopped(node).await
+        self.c().stopped(node).await
     }
 
     async fn instances(&self) -> scheduler_core::Result<Vec<scheduler_core::InstanceRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.instances().await
+        self.c().instances().await
     }
 
     async fn leases(&self) -> scheduler_core::Result<Vec<LeaseRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.leases().await
+        self.c().leases().await
     }
 
     async fn runs(&self, job: Option<&str>, page: Page) -> scheduler_core::Result<Vec<RunRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.runs(job, page).await
+        self.c().runs(job, page).await
     }
 
     async fn leases_listing(
@@ -448,38 +461,51 @@ impl Controls for Metered {
         q: &scheduler_core::ListQuery,
     ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::LeaseRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.leases_listing(q).await
+        self.c().leases_listing(q).await
     }
     async fn schedules_listing(
         &self,
         q: &scheduler_core::ListQuery,
     ) -> scheduler_core::Result<scheduler_core::Listing<scheduler_core::ScheduleRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.schedules_listing(q).await
+        self.c().schedules_listing(q).await
     }
     async fn runs_where(
         &self,
         q: &scheduler_core::RunQuery,
     ) -> scheduler_core::Result<Vec<scheduler_core::RunRow>> {
         add(&self.calls.other_controls, 1);
-        self.inner.runs_where(q).await
+        self.c().runs_where(q).await
     }
     async fn failing_jobs(&self) -> scheduler_core::Result<Vec<String>> {
         add(&self.calls.other_controls, 1);
-        self.inner.failing_jobs().await
+        self.c().failing_jobs().await
     }
 
     fn watch(&self) -> Option<tokio::sync::watch::Receiver<scheduler_core::ControlSignal>> {
-        self.inner.watch()
+        self.c().watch()
     }
 }
 
-/// The store on a pool of its own (so each lease statement is one round trip).
-async fn open_store(url: &str, connections: u32) -> PostgresStore {
-    PostgresStore::connect(url, PostgresOptions::default().max_connections(connections))
-        .await
-        .unwrap()
+/// The store on a pool of its own (so each lease statement is one round trip):
+/// PostgreSQL's at a URL, or SQLite's at a `sqlite:` file path.
+async fn open_store(url: &str, connections: u32) -> Box<dyn Store> {
+    match url.strip_prefix(SQLITE) {
+        Some(path) => Box::new(
+            SqliteStore::open(path, SqliteOptions::default().max_connections(connections))
+                .await
+                .unwrap(),
+        ),
+        None => Box::new(
+            PostgresStore::connect(url, PostgresOptions::default().max_connections(connections))
+                .await
+                .unwrap(),
+        ),
+    }
 }
+
+/// How the bench names an SQLite database file in its URLs.
+const SQLITE: &str = "sqlite:";
 
 /// One instance: an OS process of its own.
 mod instance {
@@ -906,21 +932,52 @@ mod coordinator {
         );
 
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let db = rt.block_on(database(count));
-        let conn = rt.block_on(Database::connect(&db.url)).unwrap();
+        let dir = std::env::temp_dir().join(format!("dynamic_schedules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sqlite = std::env::var("DYNAMIC_SCHEDULES_STORE").is_ok_and(|v| v == "sqlite");
+        let db = if sqlite {
+            let path = dir.join("schedules.db");
+            println!("store: SQLite, {}", path.display());
+            Db {
+                url: format!("{SQLITE}{}", path.display()),
+                role_urls: None,
+                stat_statements: false,
+                _server: None,
+            }
+        } else {
+            rt.block_on(database(count))
+        };
+        // PostgreSQL's statistics, read over a connection of the bench's own.
+        let pg = (!sqlite).then(|| rt.block_on(Database::connect(&db.url)).unwrap());
+        let conn = || pg.as_ref().expect("PostgreSQL only");
 
         // The rows, through the API.
         let loader = rt.block_on(open_store(&db.url, u32::try_from(put_tasks).unwrap()));
-        rt.block_on(loader.register_handlers("bench-loader", &[REPORT.into(), MINUTE.into()]))
-            .unwrap();
+        rt.block_on(
+            loader
+                .controls()
+                .unwrap()
+                .register_handlers("bench-loader", &[REPORT.into(), MINUTE.into()]),
+        )
+        .unwrap();
         let all_rows = Arc::new(rows(daily, minutely));
         let loader = Arc::new(loader);
         let began = Instant::now();
         let load = if bulk {
-            rt.block_on(bulk_load(&conn, &all_rows));
-            format!(
-                "the bench's own bulk INSERT (DYNAMIC_SCHEDULES_LOAD=bulk, not the API: rows checked with ScheduleRow::check, {BULK_CHUNK} per statement)"
-            )
+            if sqlite {
+                rt.block_on(async {
+                    for chunk in all_rows.chunks(BULK_CHUNK) {
+                        let c = loader.controls().unwrap();
+                        c.put_schedules(chunk, "bench", "").await.unwrap();
+                    }
+                });
+                format!("put_schedules, {BULK_CHUNK} rows per call (DYNAMIC_SCHEDULES_LOAD=bulk)")
+            } else {
+                rt.block_on(bulk_load(conn(), &all_rows));
+                format!(
+                    "the bench's own bulk INSERT (DYNAMIC_SCHEDULES_LOAD=bulk, not the API: rows checked with ScheduleRow::check, {BULK_CHUNK} per statement)"
+                )
+            }
         } else {
             let next = Arc::new(AtomicUsize::new(0));
             rt.block_on(async {
@@ -931,7 +988,12 @@ mod coordinator {
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some(row) = rows.get(i) else { break };
-                            loader.put_schedule(row, "bench", "").await.unwrap();
+                            loader
+                                .controls()
+                                .unwrap()
+                                .put_schedule(row, "bench", "")
+                                .await
+                                .unwrap();
                         }
                     });
                 }
@@ -948,18 +1010,16 @@ mod coordinator {
             total as f64 / put_time.as_secs_f64()
         );
         let began = Instant::now();
-        let stored = rt.block_on(loader.schedules()).unwrap();
+        let stored = rt.block_on(loader.controls().unwrap().schedules()).unwrap();
         let read_time = began.elapsed();
         assert_eq!(stored.len() as u64, total, "rows stored");
         drop(loader);
 
         // The instances.
         if db.stat_statements {
-            rt.block_on(execute(&conn, "SELECT pg_stat_statements_reset()"))
+            rt.block_on(execute(conn(), "SELECT pg_stat_statements_reset()"))
                 .unwrap();
         }
-        let dir = std::env::temp_dir().join(format!("dynamic_schedules-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
         let mut instances: Vec<Instance> = (0..count)
             .map(|i| {
@@ -1037,7 +1097,9 @@ mod coordinator {
                 startup_limit.as_secs()
             );
         }
-        let startup_statements = db.stat_statements.then(|| rt.block_on(statements(&conn)).0);
+        let startup_statements = db
+            .stat_statements
+            .then(|| rt.block_on(statements(conn())).0);
 
         // The window: from the next whole second.
         let opened = Utc::now();
@@ -1047,10 +1109,10 @@ mod coordinator {
             u64::try_from(from_us - now_us()).unwrap_or(0),
         ));
         if db.stat_statements {
-            rt.block_on(execute(&conn, "SELECT pg_stat_statements_reset()"))
+            rt.block_on(execute(conn(), "SELECT pg_stat_statements_reset()"))
                 .unwrap();
         }
-        let commits_before = rt.block_on(xact_commit(&conn));
+        let commits_before = pg.as_ref().map(|c| rt.block_on(xact_commit(c)));
         let cpu_before: Vec<f64> = instances.iter().map(|i| cpu_secs(&i.pid)).collect();
         let mark = |instances: &mut Vec<Instance>| {
             for inst in instances {
@@ -1095,8 +1157,11 @@ mod coordinator {
             inst.cpu_window = cpu_secs(&inst.pid) - before;
             inst.rss_window_kb = status_kb(&inst.pid, "VmHWM");
         }
-        let window_statements = db.stat_statements.then(|| rt.block_on(statements(&conn)));
-        let commits = rt.block_on(xact_commit(&conn)) - commits_before;
+        let window_statements = db.stat_statements.then(|| rt.block_on(statements(conn())));
+        let commits = pg
+            .as_ref()
+            .zip(commits_before)
+            .map(|(c, before)| rt.block_on(xact_commit(c)) - before);
 
         // Let the window's last ticks start, then stop the instances gracefully.
         std::thread::sleep(GRACE);
@@ -1427,7 +1492,8 @@ mod coordinator {
         instances: &'a [Instance],
         startup_statements: Option<HashMap<String, i64>>,
         window_statements: Option<Statements>,
-        commits: i64,
+        /// Transactions committed over the window (PostgreSQL only).
+        commits: Option<i64>,
         verdict: Verdict,
         /// The ticks due while the instances started, and how long that was (s).
         startup: (Verdict, f64),
@@ -1516,11 +1582,12 @@ mod coordinator {
             let text: Vec<String> = roles.iter().map(|(k, n)| format!("{k} {n}")).collect();
             println!("statements during start-up: {}", text.join(", "));
         }
-        println!(
-            "transactions committed in the database over the window (pg_stat_database.xact_commit): {} ({:.1}/s)",
-            r.commits,
-            r.commits as f64 / secs
-        );
+        if let Some(commits) = r.commits {
+            println!(
+                "transactions committed in the database over the window (pg_stat_database.xact_commit): {commits} ({:.1}/s)",
+                commits as f64 / secs
+            );
+        }
         if let Some((_, top)) = &r.window_statements {
             println!("the instances' statements over the window, most frequent first:");
             for (calls, ms, query) in top {
