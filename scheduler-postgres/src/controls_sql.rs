@@ -86,8 +86,6 @@ pub(crate) struct ControlSql {
     pub(crate) open_triggers: String,
     /// `$1` since: the schedules changed after that version, removed ones included.
     pub(crate) changed_schedules: String,
-    /// Every schedule not removed, by name.
-    pub(crate) schedules: String,
     /// `$1` name: the schedule, unless removed (the primary key).
     pub(crate) schedule: String,
     /// `$1` after (a name; `''`: from the first), `$2` limit: a page of the schedules
@@ -329,8 +327,6 @@ impl ControlSql {
             format!("SELECT {TRIGGER} FROM {triggers} WHERE state <> 'done' ORDER BY id");
         let changed_schedules =
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE version > $1 ORDER BY name");
-        let all_schedules =
-            format!("SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name");
         let one_schedule =
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = $1 AND NOT removed");
         let schedules_page = format!(
@@ -443,7 +439,6 @@ impl ControlSql {
             resumed,
             open_triggers,
             changed_schedules,
-            schedules: all_schedules,
             schedule: one_schedule,
             schedules_page,
             put_schedule,

@@ -50,7 +50,6 @@ pub(crate) struct ControlSql {
     pub(crate) resumed: String,
     pub(crate) open_triggers: String,
     pub(crate) changed_schedules: String,
-    pub(crate) schedules: String,
     /// `?1` name: the schedule, unless removed (the primary key).
     pub(crate) schedule: String,
     /// `?1` after (a name; `''`: from the first), `?2` limit: a page of the schedules
@@ -211,9 +210,6 @@ impl ControlSql {
             ),
             changed_schedules: format!(
                 "SELECT {SCHEDULE} FROM {schedules} WHERE version > ?1 ORDER BY name"
-            ),
-            schedules: format!(
-                "SELECT {SCHEDULE} FROM {schedules} WHERE NOT removed ORDER BY name"
             ),
             schedule: format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = ?1 AND NOT removed"),
             schedules_page: format!(

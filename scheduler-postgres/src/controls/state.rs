@@ -1,9 +1,10 @@
 //! The control state a poll reads, in one snapshot, and the registered handlers.
 
-use scheduler_core::ControlState;
 use scheduler_core::control::stored::{pause_from, resume_from, schedule_from, trigger_from};
+use scheduler_core::{ControlState, ScheduleRow};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
+use super::SCHEDULES_PAGE;
 use super::rows::{all, one_row};
 use crate::error::{Error, Result};
 use crate::row::get;
@@ -12,7 +13,8 @@ use crate::store::PostgresStore;
 impl PostgresStore {
     /// Reads the whole control state in one `REPEATABLE READ` snapshot: the version,
     /// every pause, the resumes and the schedules changed after `since` (removed ones
-    /// included; for `None`, every schedule not removed), the open triggers.
+    /// included; for `None`, every schedule not removed, a page of `SCHEDULES_PAGE` at
+    /// a time), the open triggers.
     pub(super) async fn control_state(&self, since: Option<i64>) -> Result<ControlState> {
         const OP: &str = "read the controls";
         let fail = |cause| Error::statement(OP, cause);
@@ -33,17 +35,35 @@ impl PostgresStore {
             .map_err(fail)?;
         let triggers = read(&sql.open_triggers, Vec::new()).await.map_err(fail)?;
         let schedules = match since {
-            Some(since) => read(&sql.changed_schedules, vec![since.into()]).await,
-            None => read(&sql.schedules, Vec::new()).await,
-        }
-        .map_err(fail)?;
+            Some(since) => {
+                let found = read(&sql.changed_schedules, vec![since.into()])
+                    .await
+                    .map_err(fail)?;
+                all(&found, OP, schedule_from)?
+            }
+            // A page at a time, each decoded before the next is read: a million
+            // rows are never held twice (raw and decoded).
+            None => {
+                let mut decoded: Vec<ScheduleRow> = Vec::new();
+                loop {
+                    // Every name sorts after `''` (a name is never empty).
+                    let after = decoded.last().map(|r| r.name.clone()).unwrap_or_default();
+                    let values = vec![after.into(), i64::from(SCHEDULES_PAGE).into()];
+                    let page = read(&sql.schedules_page, values).await.map_err(fail)?;
+                    decoded.extend(all(&page, OP, schedule_from)?);
+                    if page.len() < SCHEDULES_PAGE as usize {
+                        break decoded;
+                    }
+                }
+            }
+        };
         txn.commit().await.map_err(fail)?;
         Ok(ControlState {
             version,
             paused: all(&paused, OP, pause_from)?,
             resumed: all(&resumed, OP, resume_from)?,
             triggers: all(&triggers, OP, trigger_from)?,
-            schedules: all(&schedules, OP, schedule_from)?,
+            schedules,
         })
     }
 

@@ -297,9 +297,10 @@ impl ControlTables for SqliteStore {
         let schedules = match since {
             Some(since) => {
                 let values = vec![since.into()];
-                rows(self, &txn, OP, &self.control.changed_schedules, values).await?
+                let found = rows(self, &txn, OP, &self.control.changed_schedules, values).await?;
+                all(&found, OP, schedule_from)?
             }
-            None => rows(self, &txn, OP, &self.control.schedules, Vec::new()).await?,
+            None => schedules::every_schedule(self, &txn, OP).await?,
         };
         txn.commit()
             .await
@@ -309,7 +310,7 @@ impl ControlTables for SqliteStore {
             paused: all(&paused, OP, pause_from)?,
             resumed: all(&resumed, OP, resume_from)?,
             triggers: all(&triggers, OP, trigger_from)?,
-            schedules: all(&schedules, OP, schedule_from)?,
+            schedules,
         })
     }
 
@@ -364,8 +365,7 @@ impl ControlTables for SqliteStore {
 
     async fn read_schedules(&self) -> scheduler_core::Result<Vec<ScheduleRow>> {
         const OP: &str = "read the dynamic schedules";
-        let found = rows(self, &self.db, OP, &self.control.schedules, Vec::new()).await?;
-        Ok(all(&found, OP, schedule_from)?)
+        Ok(schedules::every_schedule(self, &self.db, OP).await?)
     }
 
     async fn read_schedule(&self, name: &str) -> scheduler_core::Result<Option<ScheduleRow>> {

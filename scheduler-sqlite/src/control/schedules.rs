@@ -4,11 +4,43 @@
 use scheduler_core::control::stored::schedule_from;
 use scheduler_core::control::{ControlAction, ControlRecord, HandlerCheck, ScheduleRow};
 
-use super::rows::{Stored, flag, one, rows};
+use super::rows::{Stored, all, flag, one, rows};
 use crate::batch;
 use crate::error::Result;
 use crate::row::get;
 use crate::store::SqliteStore;
+
+/// The rows per statement when every schedule is read: each page's raw rows are
+/// decoded before the next is read, so a million rows are never held twice (raw,
+/// about 850 bytes a row, and decoded).
+const SCHEDULES_PAGE: u32 = 10_000;
+
+/// Every schedule not removed, in name order, read a page at a time on `conn` (the
+/// pool, or the poll's transaction: then one snapshot).
+pub(super) async fn every_schedule(
+    store: &SqliteStore,
+    conn: &impl sea_orm::ConnectionTrait,
+    operation: &'static str,
+) -> Result<Vec<ScheduleRow>> {
+    let mut decoded: Vec<ScheduleRow> = Vec::new();
+    loop {
+        // Every name sorts after `''` (a name is never empty).
+        let after = decoded.last().map(|r| r.name.clone()).unwrap_or_default();
+        let values = vec![after.into(), i64::from(SCHEDULES_PAGE).into()];
+        let page = rows(
+            store,
+            conn,
+            operation,
+            &store.control.schedules_page,
+            values,
+        )
+        .await?;
+        decoded.extend(all(&page, operation, schedule_from)?);
+        if page.len() < SCHEDULES_PAGE as usize {
+            return Ok(decoded);
+        }
+    }
+}
 
 /// What a schedule's audit row keeps of it: the row as JSON (its arguments are JSON
 /// already, checked before).

@@ -64,8 +64,10 @@ pub(crate) struct JobTicks {
     /// The next tick not yet due, the instant (store clock) it fires, and its window
     /// (computed once: a cron schedule walks its calendar for it).
     next: Option<Due>,
-    pending: Option<Pending>,
-    running: Option<Running>,
+    /// Boxed, as is `running`: a job's ticks are mostly idle, and a million dynamic
+    /// schedules each hold one of these.
+    pending: Option<Box<Pending>>,
+    running: Option<Box<Running>>,
     /// Ticks waiting to be caught up after `pending`, oldest first
     /// ([`CatchUp::All`]).
     backlog: VecDeque<Due>,
@@ -196,8 +198,13 @@ impl JobTicks {
         }
     }
 
-    fn fresh(cadence: &Cadence, tick: Tick, fire_at: DateTime<Utc>, window: TimeDelta) -> Pending {
-        Pending {
+    fn fresh(
+        cadence: &Cadence,
+        tick: Tick,
+        fire_at: DateTime<Utc>,
+        window: TimeDelta,
+    ) -> Box<Pending> {
+        Box::new(Pending {
             tick,
             fire_at,
             window,
@@ -207,11 +214,11 @@ impl JobTicks {
             retry_at: None,
             cancel_asked: false,
             held_elsewhere: false,
-        }
+        })
     }
 
     /// Drops the pending tick, reporting its holder if a take of it went unanswered.
-    fn drop_pending(&mut self, events: &mut Vec<TickEvent>) -> Option<Pending> {
+    fn drop_pending(&mut self, events: &mut Vec<TickEvent>) -> Option<Box<Pending>> {
         let old = self.pending.take()?;
         if old.unanswered {
             events.push(TickEvent::Abandoned {

@@ -10,6 +10,7 @@
 //! control read between changes. Otherwise the timer applies.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,10 +57,11 @@ pub(super) struct ControlLoop {
     /// The backoff of recording them after a failure.
     pub(super) finish_retry: Retry,
     /// The dynamic schedules running here, by name.
-    dynamic: HashMap<String, Dynamic>,
-    /// The live entries of each job, by name (slot 0 first): what triggers,
-    /// resumes and name clashes look up, without a scan of every entry.
-    by_name: HashMap<Arc<str>, Vec<usize>>,
+    dynamic: HashMap<Arc<str>, Dynamic>,
+    /// The live entries of each job, by name (slot 0 first; a job's entries are
+    /// consecutive): what triggers, resumes and name clashes look up, without a scan
+    /// of every entry. A range, not a list: a million dynamic schedules each have one.
+    by_name: HashMap<Arc<str>, Range<usize>>,
     /// Triggers this instance ran: never claimed again here, even when recording
     /// their end took longer than their lease (another instance may then take it
     /// over, as it would a vanished holder's).
@@ -90,7 +92,7 @@ pub(super) struct ControlLoop {
 /// A dynamic schedule running here: its row's version and its entries.
 struct Dynamic {
     version: i64,
-    entries: Vec<usize>,
+    entries: Range<usize>,
     /// The row's handler: its ticks are spread over the instances that run it.
     handler: Arc<str>,
 }
@@ -100,7 +102,7 @@ impl ControlLoop {
     fn dynamic_entries(&self) -> Vec<(usize, Arc<str>)> {
         self.dynamic
             .values()
-            .flat_map(|d| d.entries.iter().map(|&i| (i, Arc::clone(&d.handler))))
+            .flat_map(|d| d.entries.clone().map(|i| (i, Arc::clone(&d.handler))))
             .collect()
     }
 
@@ -112,9 +114,12 @@ impl ControlLoop {
         no_handlers: bool,
         beats: Beats,
     ) -> Self {
-        let mut by_name: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        let mut by_name: HashMap<Arc<str>, Range<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
-            by_name.entry(Arc::clone(&e.name)).or_default().push(i);
+            let slots = by_name.entry(Arc::clone(&e.name)).or_insert(i..i);
+            // `build()` lays a job's slots out one after the other.
+            debug_assert_eq!(slots.end, i, "{} has entries apart", e.name);
+            slots.end = i + 1;
         }
         let mut job_names: Vec<String> = by_name.keys().map(|name| name.to_string()).collect();
         job_names.sort();
@@ -354,7 +359,6 @@ impl Engine {
         self.ctl
             .as_ref()
             .and_then(|c| c.by_name.get(job))
-            .cloned()
-            .unwrap_or_default()
+            .map_or_else(Vec::new, |slots| slots.clone().collect())
     }
 }

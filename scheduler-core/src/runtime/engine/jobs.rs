@@ -53,6 +53,15 @@ impl Jobs {
         self.ticks.len()
     }
 
+    /// Room for `more` jobs pushed next.
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.ticks.reserve(more);
+        self.keys.reserve(more);
+        self.marks.reserve(more);
+        self.stale.reserve(more);
+        self.touched.reserve(more);
+    }
+
     pub(super) fn push(&mut self, ticks: JobTicks) {
         self.ticks.push(ticks);
         self.keys.push(None);

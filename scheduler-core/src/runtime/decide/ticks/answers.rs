@@ -48,7 +48,7 @@ impl JobTicks {
         }
         let took_over = pending.as_ref().is_some_and(|p| p.held_elsewhere);
         let started = pending.map_or(now, |p| p.fire_at.max(now));
-        self.running = Some(Running::new(lease, started, None));
+        self.running = Some(Box::new(Running::new(lease, started, None)));
         Won::Run { took_over }
     }
 
@@ -118,7 +118,7 @@ impl JobTicks {
         if self.running.is_some() {
             return false;
         }
-        self.running = Some(Running::new(lease, now, Some(trigger)));
+        self.running = Some(Box::new(Running::new(lease, now, Some(trigger))));
         true
     }
 

@@ -71,7 +71,11 @@ impl JobTicks {
         match self.running.take() {
             Some(run) => {
                 let end = run_end(ended, &run, draining, false);
-                AttemptEnd::Ended { lost, run, end }
+                AttemptEnd::Ended {
+                    lost,
+                    run: *run,
+                    end,
+                }
             }
             None => AttemptEnd::Gone,
         }
@@ -79,7 +83,7 @@ impl JobTicks {
 
     /// The run this job holds, if any.
     pub(crate) fn running(&self) -> Option<&Running> {
-        self.running.as_ref()
+        self.running.as_deref()
     }
 
     /// The driver cancelled the run (a shutdown): it is not retried.

@@ -13,7 +13,7 @@ use crate::schedule::Schedule;
 impl JobTicks {
     /// The run ended, whatever its end: it no longer holds the job.
     fn on_finished(&mut self) -> Option<Running> {
-        self.running.take()
+        self.running.take().map(|run| *run)
     }
 }
 

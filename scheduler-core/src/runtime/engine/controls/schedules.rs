@@ -36,7 +36,20 @@ impl Engine {
     /// Adds, changes and drops dynamic schedules as their rows say.
     pub(in crate::runtime::engine) fn apply_schedules(&mut self, rows: Vec<ScheduleRow>) {
         if let Some(ctl) = &mut self.ctl {
-            ctl.rows.extend(rows);
+            if ctl.rows.is_empty() {
+                // Taken as it is: a first poll's million rows are not copied.
+                ctl.rows = rows.into();
+            } else {
+                ctl.rows.extend(rows);
+            }
+            // Room for every row read at once (each has one entry or more): the
+            // tables do not double past what they need, nor hold the old and the
+            // new table at once (at a million rows, hundreds of MB either way).
+            let incoming = ctl.rows.len();
+            ctl.dynamic.reserve(incoming);
+            ctl.by_name.reserve(incoming);
+            self.jobs.reserve(incoming);
+            self.s.entries.reserve(incoming);
         }
         self.apply_some_schedules();
     }
@@ -64,14 +77,16 @@ impl Engine {
                 return;
             };
             let Some(row) = ctl.rows.pop_front() else {
+                // The rows' room (a first poll's, the largest) is given back.
+                ctl.rows = std::collections::VecDeque::new();
                 return;
             };
-            let running = ctl.dynamic.get(&row.name).map(|d| d.version);
+            let running = ctl.dynamic.get(row.name.as_str()).map(|d| d.version);
             if on_schedule_row(running, &row) == RowAction::Keep {
                 continue;
             }
             // Drop what runs of the old row: a run under way ends as it would.
-            if let Some(old) = ctl.dynamic.remove(&row.name) {
+            if let Some(old) = ctl.dynamic.remove(row.name.as_str()) {
                 ctl.by_name.remove(row.name.as_str());
                 for i in old.entries {
                     let mut events = Vec::new();
@@ -99,15 +114,20 @@ impl Engine {
                     self.s.stats.track(&row.name);
                     info!(schedule = %row.name, handler = %row.handler, every = %row.schedule,
                         "dynamic schedule running");
+                    // The entries' own name, not another copy of it.
+                    let name: Arc<str> = self
+                        .s
+                        .entries
+                        .get(first)
+                        .map_or_else(|| row.name.as_str().into(), |e| Arc::clone(&e.name));
                     if let Some(ctl) = &mut self.ctl {
                         ctl.reported.remove(&row.name);
-                        let name: Arc<str> = row.name.as_str().into();
-                        ctl.by_name.insert(name, (first..first + count).collect());
+                        ctl.by_name.insert(Arc::clone(&name), first..first + count);
                         ctl.dynamic.insert(
-                            row.name.clone(),
+                            name,
                             Dynamic {
                                 version: row.version,
-                                entries: (first..first + count).collect(),
+                                entries: first..first + count,
                                 handler: row.handler.as_str().into(),
                             },
                         );
