@@ -278,9 +278,10 @@ pub async fn an_empty_batch_writes_nothing(a: &SharedStore) {
     );
 }
 
-/// Every schedule is read back by [`Controls::schedules`], in name order, however
-/// many: 25,001 rows, past the pages a store may read them in (PostgreSQL: 10,000
-/// per statement; one statement for a million hit its statement bound).
+/// Every schedule is read back by [`Controls::schedules`] and by a first poll, in
+/// name order, however many: 25,001 rows, past the pages the SQL stores read them in
+/// (10,000 per statement; one statement for a million hit PostgreSQL's statement
+/// bound, and held every raw row at once).
 pub async fn every_schedule_is_read_back(a: &SharedStore) {
     let c = controls(a);
     register(c, "many").await;
@@ -301,6 +302,20 @@ pub async fn every_schedule_is_read_back(a: &SharedStore) {
     expected.sort();
     assert_eq!(names.len(), expected.len(), "every row, once");
     assert!(names == expected, "in name order");
+    // A first poll reads them all too (in pages, in one snapshot).
+    let state = c
+        .poll(None)
+        .await
+        .expect("poll")
+        .expect("a first poll reads");
+    let polled: Vec<String> = state
+        .schedules
+        .into_iter()
+        .filter(|row| row.name.starts_with("many-"))
+        .map(|row| row.name)
+        .collect();
+    assert_eq!(polled.len(), expected.len(), "every row polled, once");
+    assert!(polled == expected, "polled in name order");
 }
 
 /// Every rule, on one store (`stores[0]` writes; the last plays another instance).
