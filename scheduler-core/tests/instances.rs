@@ -37,6 +37,7 @@ fn faulty(memory: &Arc<scheduler_core::MemoryStore>, failing: bool) -> Arc<Fault
         early: AtomicU32::new(0),
         failing_heartbeats: AtomicBool::new(failing),
         beats: AtomicU32::new(0),
+        first_poll_takes: Duration::ZERO,
     })
 }
 

@@ -48,21 +48,35 @@ impl Gate {
         T: Send + 'static,
         Fut: Future<Output = crate::Result<T>> + Send + 'static,
     {
+        self.run_within(operation, self.limit, call).await
+    }
+
+    /// As [`run`](Self::run), waiting up to `limit` instead of the gate's (and
+    /// keeping the gate up to twice that).
+    pub(super) async fn run_within<T, Fut>(
+        &self,
+        operation: &'static str,
+        limit: Duration,
+        call: Fut,
+    ) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = crate::Result<T>> + Send + 'static,
+    {
         let started = Instant::now();
-        let permit = tokio::time::timeout(self.limit, self.permit.clone().acquire_owned())
+        let permit = tokio::time::timeout(limit, self.permit.clone().acquire_owned())
             .await
             .ok()
             .and_then(Result::ok);
         let result = match permit {
             Some(permit) => {
-                let wait = self.limit.saturating_sub(started.elapsed());
-                self.spawn(operation, permit, call, wait).await
+                let wait = limit.saturating_sub(started.elapsed());
+                self.spawn(operation, permit, call, wait, limit).await
             }
             None => Err(Error::store_as(
                 StoreFailure::Unreachable,
                 format!(
-                    "an earlier store call has not answered yet; {operation} waited {:?} for it",
-                    self.limit
+                    "an earlier store call has not answered yet; {operation} waited {limit:?} for it"
                 ),
             )),
         };
@@ -71,13 +85,24 @@ impl Gate {
         result
     }
 
-    /// How long an unanswered call may keep the gate: twice the limit, and at least
-    /// 10 s, longer than a store's own server-side bound on a statement (the
-    /// PostgreSQL store's default is 2 s), so a call held up by a lock ends on the
-    /// server and returns its connection before another is sent. Only a call that
-    /// gets no answer at all (a connection cut without a close) is dropped.
-    fn hard_limit(&self) -> Duration {
-        self.limit.saturating_mul(2).max(Duration::from_secs(10))
+    /// The gate's own bound on a call.
+    pub(super) fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// A gate of its own (its own permit) with the same bound: for calls of another
+    /// kind, which one of this gate's kind in flight must not hold up.
+    pub(super) fn sibling(&self) -> Self {
+        Self::new(self.limit, self.observe.clone())
+    }
+
+    /// How long an unanswered call waited for up to `limit` may keep the gate: twice
+    /// that, and at least 10 s, longer than a store's own server-side bound on a
+    /// statement (the PostgreSQL store's default is 2 s), so a call held up by a lock
+    /// ends on the server and returns its connection before another is sent. Only a
+    /// call that gets no answer at all (a connection cut without a close) is dropped.
+    fn hard_limit(limit: Duration) -> Duration {
+        limit.saturating_mul(2).max(Duration::from_secs(10))
     }
 
     /// Runs `call` if no other call of this gate is in flight; `None` otherwise.
@@ -92,7 +117,9 @@ impl Gate {
     {
         let permit = self.permit.clone().try_acquire_owned().ok()?;
         let started = Instant::now();
-        let result = self.spawn(operation, permit, call, self.limit).await;
+        let result = self
+            .spawn(operation, permit, call, self.limit, self.limit)
+            .await;
         self.observe
             .store_call(operation, started.elapsed(), result.is_ok());
         Some(result)
@@ -104,12 +131,13 @@ impl Gate {
         permit: OwnedSemaphorePermit,
         call: Fut,
         wait: Duration,
+        limit: Duration,
     ) -> crate::Result<T>
     where
         T: Send + 'static,
         Fut: Future<Output = crate::Result<T>> + Send + 'static,
     {
-        let (limit, hard) = (self.limit, self.hard_limit());
+        let hard = Self::hard_limit(limit);
         let mut task = tokio::spawn(async move {
             let _permit = permit;
             tokio::time::timeout(hard, call).await

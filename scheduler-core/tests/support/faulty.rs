@@ -23,6 +23,9 @@ pub(crate) struct Faulty {
     pub(crate) failing_heartbeats: AtomicBool,
     /// Heartbeats asked for, failed or not.
     pub(crate) beats: AtomicU32,
+    /// How long a first poll (`poll(None)`, every row read) takes to answer: a
+    /// store holding millions of schedules.
+    pub(crate) first_poll_takes: Duration,
 }
 
 #[scheduler_core::async_trait]
@@ -89,6 +92,9 @@ impl Controls for Faulty {
         &self,
         since: Option<i64>,
     ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
+        if since.is_none() {
+            tokio::time::sleep(self.first_poll_takes).await;
+        }
         self.inner.poll(since).await
     }
     async fn put_schedule(

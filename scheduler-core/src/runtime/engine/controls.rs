@@ -24,6 +24,7 @@ use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
 mod beats;
+mod polls;
 mod schedules;
 mod spread;
 mod triggers;
@@ -82,6 +83,8 @@ pub(super) struct ControlLoop {
     reported: HashMap<String, i64>,
     /// This instance's heartbeat.
     pub(super) beats: Beats,
+    /// The poll under way, off the loop.
+    pub(super) polls: polls::Polls,
     /// The dynamic schedules' cron expressions, each compiled once while in use.
     pub(super) crons: crate::schedule::CronCache,
     /// This instance's place among the live instances that run each handler, as
@@ -132,6 +135,7 @@ impl ControlLoop {
             share: spread::Share::default(),
             every,
             next: Instant::now(),
+            polls: polls::Polls::new(gate.sibling()),
             gate,
             watch: None,
             seen: None,
@@ -155,6 +159,13 @@ impl ControlLoop {
     /// the last poll began, never while its live watch announced none (and nothing
     /// else needs a poll), else at the timer's next poll.
     pub(super) fn poll_at(&self) -> Option<Instant> {
+        // One poll at a time; its answer at once.
+        if self.polls.answered() {
+            return Some(Instant::now());
+        }
+        if self.polls.busy() {
+            return None;
+        }
         let quiet = !self.failed && self.registered && self.waiting.is_empty();
         // A watch whose store dropped it announces nothing more, live or not.
         let signal = self.watch.as_ref().filter(|w| w.has_changed().is_ok());
@@ -168,8 +179,16 @@ impl ControlLoop {
 }
 
 impl Engine {
-    /// Polls the controls when due, claims the triggers waiting, records the ends of
-    /// triggered runs.
+    /// Applies the answer of the poll under way, if it came, and claims the triggers
+    /// waiting: first in a turn, before its takes, as if the poll had been read then.
+    pub(super) async fn poll_answered(&mut self) {
+        if self.finish_poll() == Some(true) {
+            self.claim_triggers().await;
+        }
+    }
+
+    /// Starts a poll of the controls when due (its answer is applied at a later turn),
+    /// records the heartbeat and the ends of triggered runs.
     pub(super) async fn controls_turn(&mut self) {
         let Some(ctl) = &self.ctl else {
             return;
@@ -178,22 +197,21 @@ impl Engine {
         // the loop waits on the store once per poll at most.
         if !ctl.rows.is_empty() {
             self.apply_some_schedules();
-        } else if ctl.poll_at().is_some_and(|at| Instant::now() >= at) && self.poll_controls().await
-        {
-            self.claim_triggers().await;
+        } else if !ctl.polls.busy() && ctl.poll_at().is_some_and(|at| Instant::now() >= at) {
+            self.register().await;
+            self.start_poll();
         }
         self.heartbeat_turn().await;
         self.finish_triggers().await;
     }
 
-    /// Polls the controls; `false` when the poll failed.
-    async fn poll_controls(&mut self) -> bool {
+    /// Registers this instance's jobs and handlers, unless done; the timer's next
+    /// poll from now.
+    async fn register(&mut self) {
         let Some(ctl) = &mut self.ctl else {
-            return false;
+            return;
         };
         ctl.next = Instant::now() + ctl.every;
-        // Announced from here on: seen by this poll, or moving the count again.
-        let changes = ctl.watch.as_mut().map(|w| w.borrow_and_update().changes);
         let gate = ctl.gate.clone();
         if !ctl.registered {
             let mut names: Vec<String> = self.s.handlers.keys().cloned().collect();
@@ -220,21 +238,15 @@ impl Engine {
                 }
             }
         }
-        let since = ctl.version;
-        let store = self.s.store.clone();
-        let call = async move {
-            match store.controls() {
-                Some(c) => c.poll(since).await,
-                None => Ok(None),
-            }
-        };
-        let polled = gate.run("poll controls", call).await;
-        if let Some(ctl) = &mut self.ctl {
-            ctl.failed = polled.is_err();
-            if polled.is_ok() {
-                ctl.seen = changes;
-            }
-        }
+    }
+
+    /// Applies a poll's answer (read from version `since`); `false` when the poll
+    /// failed.
+    fn on_polled(
+        &mut self,
+        polled: crate::Result<Option<ControlState>>,
+        since: Option<i64>,
+    ) -> bool {
         match polled {
             Ok(None) => true,
             // The store's version went back (a restore, a recreated table): read

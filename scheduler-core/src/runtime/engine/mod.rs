@@ -408,6 +408,7 @@ impl Engine {
     /// ended (at once if a take follows, else once the linger is over), take due
     /// ticks, notice leases that expired unrenewed.
     async fn turn(&mut self) {
+        self.poll_answered().await;
         if Instant::now() >= self.next_renew && self.holds_any() {
             self.renew().await;
         }

@@ -223,6 +223,13 @@ impl Engine {
                         }
                         break;
                     }
+                    // A control poll's answer (read off the loop), to apply.
+                    () = async {
+                        match self.ctl.as_mut() {
+                            Some(ctl) => ctl.polls.next_answer().await,
+                            None => std::future::pending().await,
+                        }
+                    } => break,
                     changed = async {
                         match announced.as_mut() {
                             Some(watch) => watch.changed().await.is_ok(),
