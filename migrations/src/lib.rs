@@ -182,6 +182,11 @@ pub const MIGRATIONS: &[Migration] = &[
         postgres: postgres::index_schedules,
         sqlite: sqlite::index_schedules,
     },
+    Migration {
+        name: "m20261205_000007_next_tick",
+        postgres: postgres::add_next_tick,
+        sqlite: sqlite::add_next_tick,
+    },
 ];
 
 #[cfg(test)]

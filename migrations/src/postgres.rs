@@ -284,6 +284,25 @@ pub(crate) fn index_schedules(table: &TableName) -> Vec<String> {
     ]
 }
 
+/// Gives each dynamic schedule its bound, `next_tick`: no tick of the row before it
+/// is still undecided (`scheduler_core::control::due`). Rows stored before it read
+/// as the epoch (due); the index serves the read of the rows due by an instant, in
+/// `(next_tick, name)` order.
+pub(crate) fn add_next_tick(table: &TableName) -> Vec<String> {
+    let schedules = table.with_suffix("_schedules");
+    let due = table.index_name("_schedules", "_due");
+    vec![
+        format!(
+            "ALTER TABLE {schedules} ADD COLUMN IF NOT EXISTS next_tick timestamptz NOT NULL \
+             DEFAULT 'epoch'"
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {due} ON {schedules} (next_tick, name) \
+             WHERE enabled AND NOT removed"
+        ),
+    ]
+}
+
 /// The history table's newest column: a table without it is brought up to date by
 /// running [`create_history`] again.
 pub const HISTORY_NEWEST_COLUMN: &str = "attempt";

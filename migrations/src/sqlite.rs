@@ -187,6 +187,20 @@ pub(crate) fn index_schedules(table: &TableName) -> Vec<String> {
     )]
 }
 
+/// Gives each dynamic schedule its bound, `next_tick` (integer microseconds), as
+/// [`crate::postgres`] does: rows stored before it read as the epoch (0: due).
+pub(crate) fn add_next_tick(table: &TableName) -> Vec<String> {
+    let schedules = table.with_suffix("_schedules");
+    let due = table.index_name("_schedules", "_due");
+    vec![
+        format!("ALTER TABLE {schedules} ADD COLUMN next_tick INTEGER NOT NULL DEFAULT 0"),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {due} ON {schedules} (next_tick, name) \
+             WHERE enabled = 1 AND removed = 0"
+        ),
+    ]
+}
+
 /// Creates the run history table and its indexes when they are missing: the
 /// PostgreSQL history ([`postgres::create_history`](crate::postgres::create_history))
 /// with SQLite's types — times (`tick`, `started`, `finished`) are integer

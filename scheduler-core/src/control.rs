@@ -29,6 +29,7 @@
 
 mod batch;
 mod dashboard;
+pub mod due;
 mod instances;
 mod limits;
 pub mod listing;
@@ -41,16 +42,18 @@ mod tables;
 use std::fmt;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
-pub use self::batch::{HandlersCheck, batch_detail};
+pub use self::batch::{HandlerCheck, HandlersCheck, batch_detail};
 pub use self::dashboard::{LeaseRow, Page, RunRow};
+pub use self::due::{Advance, DueCursor, DueSchedule, TickBounds};
 pub use self::instances::{EXPIRY_BEATS, Heartbeat, InstanceRow};
 pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why, trigger_action};
 pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
 pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
-pub use self::tables::{ControlTables, HandlerCheck};
+pub use self::tables::ControlTables;
 use crate::error::Result;
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
 use crate::outcome::Outcome;
@@ -253,6 +256,44 @@ pub trait Controls: Send + Sync + fmt::Debug {
             .await?
             .into_iter()
             .find(|row| row.name == name && !row.removed))
+    }
+
+    /// The dynamic schedules due by `until`, for an instance that runs `handlers`:
+    /// enabled, not removed, of one of `handlers`, whose bound
+    /// ([`DueSchedule::next_tick`]: no tick of the row before it is still undecided,
+    /// see [`due`]) is no later than `until`, ordered by `(next_tick, name)`: the
+    /// first `limit` after `after` (`None`: from the first). To read the next page,
+    /// pass the last row's [`DueSchedule::cursor`].
+    ///
+    /// The default (a store that keeps no bounds) reads every schedule
+    /// ([`schedules`](Self::schedules)) and answers each with the epoch as its
+    /// bound: always due, which is never late.
+    async fn due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<DueSchedule>> {
+        let _ = until;
+        Ok(due::every_row_due(
+            self.schedules().await?,
+            handlers,
+            after,
+            limit,
+        ))
+    }
+
+    /// Moves bounds forward, in one statement: each [`Advance`] sets its row's bound
+    /// to its `next_tick` when the row is still at the advance's `version` (a put or
+    /// removal made since wins) and its bound is earlier (bounds only move forward,
+    /// whoever advances them). Returns how many rows moved. An advance is not a
+    /// control: no version bump, no audit record, no poll woken.
+    ///
+    /// The default (a store that keeps no bounds) moves none.
+    async fn advance_schedules(&self, advances: &[Advance]) -> Result<u64> {
+        let _ = advances;
+        Ok(0)
     }
 
     /// A page of the dynamic schedules, by name: the first `limit` whose name sorts

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::{HandlerCheck, ScheduleRow};
+use super::ScheduleRow;
 use crate::error::{Error, Result};
 
 /// How many rows' names a batch's audit record names.
@@ -85,6 +85,36 @@ pub fn batch_detail(rows: &[ScheduleRow]) -> String {
         detail.push_str(&format!(" and {more} more"));
     }
     detail
+}
+
+/// The rule a dynamic schedule's handler keeps: some running instance registered
+/// it. Handed to [`ControlTables::write_schedule`](super::ControlTables::write_schedule), which reads the handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct HandlerCheck<'a> {
+    pub(crate) row: &'a ScheduleRow,
+}
+
+impl HandlerCheck<'_> {
+    /// Whether the row's handler is among `known`, the handlers registered.
+    ///
+    /// # Errors
+    /// [`Error::UnknownHandler`], listing the ones registered.
+    pub fn check(&self, known: &[String]) -> Result<()> {
+        if known.contains(&self.row.handler) {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = known.iter().map(String::as_str).collect();
+        known.sort_unstable();
+        known.dedup();
+        Err(Error::UnknownHandler {
+            handler: self.row.handler.clone(),
+            known: if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            },
+        })
+    }
 }
 
 #[cfg(test)]

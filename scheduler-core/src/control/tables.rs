@@ -6,16 +6,17 @@
 
 mod checks;
 
-use std::collections::HashSet;
 use std::fmt;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use self::checks::{
-    check_by_why, check_by_why_texts, check_list_query, check_request, check_row,
-    check_row_names_and_texts, checked_names,
+    check_by_why, check_by_why_texts, check_list_query, check_request, check_row, check_rows,
+    checked_names,
 };
-use super::batch::{HandlersCheck, check_unique, in_batch};
+use super::batch::{HandlerCheck, HandlersCheck, check_unique, in_batch};
+use super::due::{Advance, DueCursor, DueSchedule};
 use super::listing::{self, ListQuery, Listing, RunQuery};
 use super::{
     ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Heartbeat, InstanceRow,
@@ -182,6 +183,26 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         limit: u32,
     ) -> Result<Vec<ScheduleRow>>;
 
+    /// [`Controls::due_schedules`], the cursor checked. The default, as
+    /// [`Controls`]' own, answers every row with the epoch: always due.
+    async fn read_due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<DueSchedule>> {
+        let _ = until;
+        let rows = self.read_schedules().await?;
+        Ok(super::due::every_row_due(rows, handlers, after, limit))
+    }
+
+    /// [`Controls::advance_schedules`], not empty. The default moves none.
+    async fn write_advances(&self, advances: &[Advance]) -> Result<u64> {
+        let _ = advances;
+        Ok(0)
+    }
+
     /// [`Controls::register_handlers`]: `names` checked as names, sorted, without
     /// duplicates (possibly empty).
     async fn write_handlers(&self, node: &str, names: &[String]) -> Result<()>;
@@ -298,36 +319,6 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     }
 }
 
-/// The rule a dynamic schedule's handler keeps: some running instance registered
-/// it. Handed to [`ControlTables::write_schedule`], which reads the handlers.
-#[derive(Debug, Clone, Copy)]
-pub struct HandlerCheck<'a> {
-    pub(super) row: &'a ScheduleRow,
-}
-
-impl HandlerCheck<'_> {
-    /// Whether the row's handler is among `known`, the handlers registered.
-    ///
-    /// # Errors
-    /// [`Error::UnknownHandler`], listing the ones registered.
-    pub fn check(&self, known: &[String]) -> Result<()> {
-        if known.contains(&self.row.handler) {
-            return Ok(());
-        }
-        let mut known: Vec<&str> = known.iter().map(String::as_str).collect();
-        known.sort_unstable();
-        known.dedup();
-        Err(Error::UnknownHandler {
-            handler: self.row.handler.clone(),
-            known: if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            },
-        })
-    }
-}
-
 #[async_trait]
 impl<T: ControlTables> Controls for T {
     async fn pause(&self, req: &ControlRequest) -> Result<ControlRecord> {
@@ -414,23 +405,7 @@ impl<T: ControlTables> Controls for T {
         super::check_by_why(by, why)?;
         check_by_why_texts(self, "", by, why)?;
         check_unique(rows)?;
-        // A schedule, zone and policy checked once are not parsed again (rows per
-        // customer share them): the rest of the row is checked every time.
-        let mut checked: HashSet<(&str, Option<&str>, &str)> = HashSet::new();
-        for (index, row) in rows.iter().enumerate() {
-            let key = (
-                row.schedule.as_str(),
-                row.zone.as_deref(),
-                row.policy.as_str(),
-            );
-            let result = if checked.contains(&key) {
-                check_row_names_and_texts(self, row)
-            } else {
-                check_row(self, row)
-            };
-            result.map_err(|cause| in_batch(index, row, cause))?;
-            checked.insert(key);
-        }
+        check_rows(self, rows)?;
         self.check_args_batch(rows).await?;
         self.write_schedules(rows, by, why, &HandlersCheck { rows })
             .await
@@ -462,6 +437,26 @@ impl<T: ControlTables> Controls for T {
             self.check_text("the name to page after", after)?;
         }
         self.read_schedules_page(after, limit).await
+    }
+
+    async fn due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<DueSchedule>> {
+        if let Some(after) = after {
+            self.check_text("the name to page after", &after.name)?;
+        }
+        self.read_due_schedules(handlers, until, after, limit).await
+    }
+
+    async fn advance_schedules(&self, advances: &[Advance]) -> Result<u64> {
+        if advances.is_empty() {
+            return Ok(0);
+        }
+        self.write_advances(advances).await
     }
 
     async fn register_handlers(&self, node: &str, names: &[String]) -> Result<()> {

@@ -2,6 +2,7 @@
 //! The tables are here; the [`Controls`](crate::Controls) impl on them is in
 //! `operations`.
 
+mod due;
 mod operations;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,8 @@ pub(super) struct Tables {
     audit: Vec<ControlRecord>,
     triggers: Vec<TriggerRow>,
     schedules: BTreeMap<String, ScheduleRow>,
+    /// Each dynamic schedule's bound, by name (`crate::control::due`).
+    bounds: BTreeMap<String, DateTime<Utc>>,
     handlers: BTreeMap<(String, String), DateTime<Utc>>,
     /// The jobs each node runs, by (job, node).
     jobs: BTreeMap<(String, String), DateTime<Utc>>,
@@ -49,6 +52,7 @@ impl Default for Tables {
             audit: Vec::new(),
             triggers: Vec::new(),
             schedules: BTreeMap::new(),
+            bounds: BTreeMap::new(),
             handlers: BTreeMap::new(),
             jobs: BTreeMap::new(),
             instances: BTreeMap::new(),

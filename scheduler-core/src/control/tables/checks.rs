@@ -2,7 +2,10 @@
 //! request's names and texts, a schedule row (with the store's minimum period) and
 //! its texts, a list's query, and the names an instance registers.
 
+use std::collections::HashSet;
+
 use super::ControlTables;
+use crate::control::batch::in_batch;
 use crate::control::{ControlRequest, Cursor, ListQuery, ScheduleRow};
 use crate::error::Result;
 use crate::lease::LeaseName;
@@ -107,6 +110,31 @@ pub(super) fn recent_runs<T: ControlTables + ?Sized>(tables: &T, jobs: &[String]
     crate::control::listing::check_recent(jobs)?;
     for job in jobs {
         tables.check_text("the job", job)?;
+    }
+    Ok(())
+}
+
+/// Checks every row of a batch ([`check_row`]), naming the first refused one
+/// ([`in_batch`]). A schedule, zone and policy checked once are not parsed again
+/// (rows per customer share them): the rest of the row is checked every time.
+pub(super) fn check_rows<T: ControlTables + ?Sized>(
+    tables: &T,
+    rows: &[ScheduleRow],
+) -> Result<()> {
+    let mut checked: HashSet<(&str, Option<&str>, &str)> = HashSet::new();
+    for (index, row) in rows.iter().enumerate() {
+        let key = (
+            row.schedule.as_str(),
+            row.zone.as_deref(),
+            row.policy.as_str(),
+        );
+        let result = if checked.contains(&key) {
+            check_row_names_and_texts(tables, row)
+        } else {
+            check_row(tables, row)
+        };
+        result.map_err(|cause| in_batch(index, row, cause))?;
+        checked.insert(key);
     }
     Ok(())
 }

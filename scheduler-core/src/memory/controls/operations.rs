@@ -4,15 +4,16 @@
 use std::ops::Bound;
 
 use async_trait::async_trait;
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
 
 use super::{ControlRow, TriggerRow, node_key, none_if_empty};
 use crate::control::listing::{self, ListQuery, Listing, RunQuery};
 use crate::control::{
-    ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, ControlTables,
-    HandlerCheck, HandlersCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause, Resume, RunRow,
-    ScheduleRow, Trigger, TriggerId, TriggerState,
+    Advance, ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState,
+    ControlTables, HandlerCheck, HandlersCheck, Heartbeat, InstanceRow, LeaseRow, Page, Pause,
+    Resume, RunRow, ScheduleRow, Trigger, TriggerId, TriggerState,
 };
+use crate::control::{DueCursor, DueSchedule, TickBounds};
 use crate::error::{Error, Result};
 use crate::lease::{FencingToken, Holder, Lease, LeaseName, Tick, Ttl};
 use crate::memory::{MemoryStore, Row, delta, lease};
@@ -330,6 +331,7 @@ impl ControlTables for MemoryStore {
             removed: false,
             ..row.clone()
         };
+        t.bound_put(row, &mut TickBounds::new(now));
         t.schedules.insert(row.name.clone(), stored);
         Ok(record)
     }
@@ -353,7 +355,9 @@ impl ControlTables for MemoryStore {
         let detail = crate::control::batch_detail(rows);
         let record = t.record(now, &req, ControlAction::SchedulePut, detail);
         let version = t.version;
+        let mut bounds = TickBounds::new(now);
         for row in rows {
+            t.bound_put(row, &mut bounds);
             let stored = ScheduleRow {
                 version,
                 updated_at: Some(now),
@@ -396,6 +400,22 @@ impl ControlTables for MemoryStore {
             .filter(|s| !s.removed)
             .cloned()
             .collect())
+    }
+
+    async fn read_due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<DueSchedule>> {
+        self.call()?;
+        Ok(self.tables().due(handlers, until, after, limit))
+    }
+
+    async fn write_advances(&self, advances: &[Advance]) -> Result<u64> {
+        self.call()?;
+        Ok(self.tables().advance(advances))
     }
 
     async fn read_schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {

@@ -1,0 +1,62 @@
+//! The memory store's bounds of dynamic schedules ([`crate::control::due`]): kept
+//! beside the rows, by name, written by a put and moved by an advance.
+
+use chrono::{DateTime, Utc};
+
+use super::Tables;
+use crate::control::{Advance, DueCursor, DueSchedule, ScheduleRow, TickBounds};
+
+impl Tables {
+    /// Stores `row`'s bound as a put at `now` writes it.
+    pub(super) fn bound_put(&mut self, row: &ScheduleRow, bounds: &mut TickBounds) {
+        self.bounds.insert(row.name.clone(), bounds.bound(row));
+    }
+
+    /// The rows due by `until`, as [`crate::Controls::due_schedules`] reads them.
+    pub(super) fn due(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Vec<DueSchedule> {
+        let mut due: Vec<DueSchedule> = self
+            .schedules
+            .values()
+            .filter(|row| row.enabled && !row.removed && handlers.contains(&row.handler))
+            .map(|row| DueSchedule {
+                row: row.clone(),
+                next_tick: self
+                    .bounds
+                    .get(&row.name)
+                    .copied()
+                    .unwrap_or(DateTime::UNIX_EPOCH),
+            })
+            .filter(|due| due.next_tick <= until)
+            .filter(|due| after.is_none_or(|after| due.cursor() > *after))
+            .collect();
+        due.sort_by_key(DueSchedule::cursor);
+        due.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        due
+    }
+
+    /// Moves the bounds `advances` allow ([`crate::Controls::advance_schedules`]).
+    pub(super) fn advance(&mut self, advances: &[Advance]) -> u64 {
+        let mut moved = 0;
+        for advance in advances {
+            let current = self.schedules.get(&advance.name).map(|row| row.version);
+            if current != Some(advance.version) {
+                continue;
+            }
+            let bound = self
+                .bounds
+                .entry(advance.name.clone())
+                .or_insert(DateTime::UNIX_EPOCH);
+            if *bound < advance.next_tick {
+                *bound = advance.next_tick;
+                moved += 1;
+            }
+        }
+        moved
+    }
+}
