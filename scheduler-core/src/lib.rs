@@ -50,6 +50,7 @@ mod shutdown;
 pub mod store;
 
 pub use clock::LocalClock;
+pub use control::{Advance, DueCursor, DueSchedule, TickBounds};
 pub use control::{
     ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Cursor,
     LeaseRow, ListQuery, Listing, Page, Pause, Resume, RunQuery, RunRow, ScheduleRow, Trigger,

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 
 pub mod batch;
 pub mod controls;
+pub mod due;
 pub mod instances;
 pub mod limits;
 pub mod listing;

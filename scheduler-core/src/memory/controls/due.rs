@@ -1,6 +1,8 @@
 //! The memory store's bounds of dynamic schedules ([`crate::control::due`]): kept
 //! beside the rows, by name, written by a put and moved by an advance.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 
 use super::Tables;
@@ -40,9 +42,10 @@ impl Tables {
         due
     }
 
-    /// Moves the bounds `advances` allow ([`crate::Controls::advance_schedules`]).
+    /// Moves the bounds `advances` allow ([`crate::Controls::advance_schedules`]);
+    /// how many rows moved (a row advanced twice in one call counts once).
     pub(super) fn advance(&mut self, advances: &[Advance]) -> u64 {
-        let mut moved = 0;
+        let mut moved = BTreeSet::new();
         for advance in advances {
             let current = self.schedules.get(&advance.name).map(|row| row.version);
             if current != Some(advance.version) {
@@ -54,9 +57,9 @@ impl Tables {
                 .or_insert(DateTime::UNIX_EPOCH);
             if *bound < advance.next_tick {
                 *bound = advance.next_tick;
-                moved += 1;
+                moved.insert(advance.name.as_str());
             }
         }
-        moved
+        u64::try_from(moved.len()).unwrap_or(u64::MAX)
     }
 }
