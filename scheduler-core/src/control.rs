@@ -164,6 +164,23 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// when nothing changed: one cheap read.
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>>;
 
+    /// As [`poll`](Self::poll), but a read from scratch (`since` `None`) leaves the
+    /// dynamic schedules out: the first read of an instance that loads its schedules
+    /// as they come due ([`due_schedules`](Self::due_schedules)). A read since a
+    /// version returns the schedules changed since, as [`poll`](Self::poll) does.
+    ///
+    /// The default polls and drops them (every schedule read all the same); the
+    /// stores leave them unread.
+    async fn poll_without_schedules(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        let mut state = self.poll(since).await?;
+        if since.is_none()
+            && let Some(state) = &mut state
+        {
+            state.schedules = Vec::new();
+        }
+        Ok(state)
+    }
+
     /// Every pause in force, by job and node ([`ControlState::paused`] without the
     /// rest of a poll).
     ///

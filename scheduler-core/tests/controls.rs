@@ -444,6 +444,7 @@ async fn a_triggered_run_is_recorded_done_before_its_lease_is_released() {
         failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
+        due_rows: std::sync::atomic::AtomicU64::new(0),
     });
     let mut hourly = Probe::new("hourly", &memory, &log);
     hourly.every = Duration::from_secs(3_600);

@@ -38,6 +38,7 @@ fn faulty(memory: &Arc<scheduler_core::MemoryStore>, failing: bool) -> Arc<Fault
         failing_heartbeats: AtomicBool::new(failing),
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
+        due_rows: std::sync::atomic::AtomicU64::new(0),
     })
 }
 

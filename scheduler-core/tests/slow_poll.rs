@@ -28,6 +28,7 @@ fn slow(memory: &Arc<scheduler_core::MemoryStore>, first_poll_takes: Duration) -
         failing_heartbeats: AtomicBool::new(false),
         beats: AtomicU32::new(0),
         first_poll_takes,
+        due_rows: std::sync::atomic::AtomicU64::new(0),
     })
 }
 

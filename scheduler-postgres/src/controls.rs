@@ -10,9 +10,11 @@
 //!
 //! The rows are decoded in `rows`; the poll's snapshot read is in `state`; a
 //! trigger, a short transaction that reads the job's pauses under the version row's
-//! lock, in `trigger`; a batch of schedules put at once, in `batch`.
+//! lock, in `trigger`; a batch of schedules put at once, in `batch`; the schedules'
+//! bounds (the rows due by an instant, an advance), in `due`.
 
 mod batch;
+mod due;
 mod instances;
 mod listing;
 mod rows;
@@ -20,10 +22,14 @@ mod state;
 mod trigger;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use scheduler_core::control::stored::{
     lease_row_from, pause_from, record_from, run_from, schedule_from, trigger_from,
 };
-use scheduler_core::control::{ControlTables, HandlerCheck, HandlersCheck, Heartbeat, InstanceRow};
+use scheduler_core::control::{
+    Advance, ControlTables, DueCursor, DueSchedule, HandlerCheck, HandlersCheck, Heartbeat,
+    InstanceRow, TickBounds,
+};
 use scheduler_core::{
     ControlRecord, ControlRequest, ControlState, FencingToken, Holder, Lease, LeaseName, LeaseRow,
     ListQuery, Listing, Outcome, Page, Pause, RunQuery, RunRow, ScheduleRow, Tick, Trigger,
@@ -214,7 +220,11 @@ impl ControlTables for PostgresStore {
     }
 
     async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(since).await?)
+        Ok(self.control_state(since, true).await?)
+    }
+
+    async fn read_state_without_schedules(&self) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(None, false).await?)
     }
 
     async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {
@@ -253,6 +263,7 @@ impl ControlTables for PostgresStore {
             row.enabled.into(),
             by.to_owned().into(),
             why.to_owned().into(),
+            TickBounds::new(Utc::now()).bound(row).into(),
         ];
         let rows = match self
             .query(OP, &self.control_sql().put_schedule, values)
@@ -347,6 +358,20 @@ impl ControlTables for PostgresStore {
             .query(OP, &self.control_sql().schedules_page, values)
             .await?;
         Ok(all(&rows, OP, schedule_from)?)
+    }
+
+    async fn read_due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<DueSchedule>> {
+        Ok(self.due_rows(handlers, until, after, limit).await?)
+    }
+
+    async fn write_advances(&self, advances: &[Advance]) -> scheduler_core::Result<u64> {
+        Ok(self.advance_rows(advances).await?)
     }
 
     async fn write_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {

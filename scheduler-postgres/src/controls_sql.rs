@@ -19,7 +19,9 @@
 
 use scheduler_migrations::{HistoryTable, TableName};
 
+mod due;
 mod instances;
+pub(crate) use due::DueSql;
 pub(crate) use instances::InstanceSql;
 
 /// The columns of an audit row, as every control returns its record.
@@ -91,8 +93,8 @@ pub(crate) struct ControlSql {
     /// `$1` after (a name; `''`: from the first), `$2` limit: a page of the schedules
     /// not removed, by name (the primary key, read from `$1` on).
     pub(crate) schedules_page: String,
-    /// `$1` name … `$8` enabled, `$9` by, `$10` why: the audit row (its detail the
-    /// schedule's text).
+    /// `$1` name … `$8` enabled, `$9` by, `$10` why, `$11` the row's bound
+    /// (`next_tick`): the audit row (its detail the schedule's text).
     pub(crate) put_schedule: String,
     /// `$1` name, `$2` by, `$3` why: the audit row, if there was a schedule.
     pub(crate) remove_schedule: String,
@@ -100,8 +102,9 @@ pub(crate) struct ControlSql {
     /// in its transaction (`crate::controls::batch`).
     pub(crate) bump: String,
     /// `$1` names, `$2` handlers, `$3` schedules, `$4` zones (`''`: none), `$5`
-    /// scopes, `$6` policies, `$7` arguments (text, cast to `jsonb`), `$8` enabled
-    /// (arrays, one element a row), `$9` the version, `$10` by: a chunk of a batch put.
+    /// scopes, `$6` policies, `$7` arguments (text, cast to `jsonb`), `$8` enabled,
+    /// `$9` bounds (`next_tick`) (arrays, one element a row), `$10` the version,
+    /// `$11` by: a chunk of a batch put.
     pub(crate) put_schedules: String,
     /// `$1` job, `$2` by, `$3` why, `$4` detail: a batch put's audit row.
     pub(crate) audit_schedules: String,
@@ -121,6 +124,8 @@ pub(crate) struct ControlSql {
     pub(crate) job_runs: String,
     /// The instances' heartbeats.
     pub(crate) instances: InstanceSql,
+    /// The dynamic schedules' bounds: the due read and the advance.
+    pub(crate) due: DueSql,
 }
 
 /// The columns of a trigger row.
@@ -338,15 +343,17 @@ impl ControlSql {
                UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify} \
              ), s AS ( \
                INSERT INTO {schedules} AS s (name, handler, schedule, zone, scope, policy, args, \
-                                            enabled, removed, version, updated_at, actor) \
-               SELECT $1, $2, $3, $4::text, $5, $6, $7::jsonb, $8, false, v.version, now(), $9 \
+                                            enabled, removed, version, updated_at, actor, \
+                                            next_tick) \
+               SELECT $1, $2, $3, $4::text, $5, $6, $7::jsonb, $8, false, v.version, now(), $9, \
+                      $11::timestamptz \
                FROM v \
                ON CONFLICT (name) DO UPDATE \
                  SET handler = excluded.handler, schedule = excluded.schedule, \
                      zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
                      args = excluded.args, enabled = excluded.enabled, removed = false, \
                      version = excluded.version, updated_at = excluded.updated_at, \
-                     actor = excluded.actor \
+                     actor = excluded.actor, next_tick = excluded.next_tick \
                RETURNING s.name \
              ), a AS ( \
                INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
@@ -380,18 +387,24 @@ impl ControlSql {
         let bump = format!(
             "UPDATE {version} SET version = version + 1 WHERE id = 1 RETURNING version, {notify}"
         );
+        // A chunk's rows in name order, the order an advance locks rows in
+        // (`DueSql::advance`): a chunk and an advance never wait on each other in a
+        // cycle (a batch of several chunks still may, across them).
         let put_schedules = format!(
             "INSERT INTO {schedules} AS s (name, handler, schedule, zone, scope, policy, args, \
-                                          enabled, removed, version, updated_at, actor) \
-             SELECT n, h, sc, NULLIF(z, ''), sp, p, a::jsonb, e, false, $9, now(), $10 \
+                                          enabled, removed, version, updated_at, actor, \
+                                          next_tick) \
+             SELECT n, h, sc, NULLIF(z, ''), sp, p, a::jsonb, e, false, $10, now(), $11, nt \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-                         $7::text[], $8::boolean[]) AS u(n, h, sc, z, sp, p, a, e) \
+                         $7::text[], $8::boolean[], $9::timestamptz[]) \
+               AS u(n, h, sc, z, sp, p, a, e, nt) \
+             ORDER BY n \
              ON CONFLICT (name) DO UPDATE \
                SET handler = excluded.handler, schedule = excluded.schedule, \
                    zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
                    args = excluded.args, enabled = excluded.enabled, removed = false, \
                    version = excluded.version, updated_at = excluded.updated_at, \
-                   actor = excluded.actor"
+                   actor = excluded.actor, next_tick = excluded.next_tick"
         );
         let audit_schedules = format!(
             "INSERT INTO {audit} (at, job, node, action, actor, why, detail) \
@@ -454,6 +467,7 @@ impl ControlSql {
             runs: runs_all,
             job_runs,
             instances: InstanceSql::new(table),
+            due: DueSql::new(table),
         }
     }
 }

@@ -27,9 +27,18 @@
 //! while nothing changed. Like the lease statements, all of them work behind
 //! PgBouncer's transaction pooling.
 //!
+//! Each dynamic schedule also carries its bound, `next_tick` (migration
+//! `m20261205_000007_next_tick`), written by every put: an instance reads the rows
+//! due by an instant from a partial index on `(next_tick, name)`
+//! ([`Controls::due_schedules`]) and moves their bounds forward with one `UPDATE` of
+//! that column ([`Controls::advance_schedules`]; `UPDATE` on `<table>_schedules`),
+//! which is not a control: no version bump, no audit row.
+//!
 //! [`Store::controls`]: scheduler_core::Store::controls
 //! [`Taken::paused`]: scheduler_core::Taken::paused
 //! [`Controls::poll`]: scheduler_core::Controls::poll
+//! [`Controls::due_schedules`]: scheduler_core::Controls::due_schedules
+//! [`Controls::advance_schedules`]: scheduler_core::Controls::advance_schedules
 //!
 //! # Your own pool
 //!

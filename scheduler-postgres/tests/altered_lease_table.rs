@@ -330,7 +330,8 @@ async fn a_table_dropped_under_an_open_store_is_a_clear_error() {
         format!(
             "migration setup failed: the bookkeeping table scheduler_leases_migrations records \
              {CREATE_LEASES}, m20261201_000002_cancel_requests, m20261202_000003_controls, \
-             m20261204_000004_jobs, m20261204_000005_instances, m20261205_000006_schedule_indexes as applied, but the lease table scheduler_leases does not exist; was it dropped by hand? \
+             m20261204_000004_jobs, m20261204_000005_instances, m20261205_000006_schedule_indexes, \
+             m20261205_000007_next_tick as applied, but the lease table scheduler_leases does not exist; was it dropped by hand? \
              delete the rows of scheduler_leases_migrations (DELETE FROM scheduler_leases_migrations) to have the \
              migrations create it again"
         )

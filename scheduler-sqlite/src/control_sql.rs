@@ -8,7 +8,9 @@ use scheduler_migrations::{HistoryTable, TableName};
 
 use crate::sql::NOW;
 
+mod due;
 mod instances;
+pub(crate) use due::DueSql;
 pub(crate) use instances::InstanceSql;
 
 /// The columns a trigger is read with.
@@ -55,8 +57,11 @@ pub(crate) struct ControlSql {
     /// `?1` after (a name; `''`: from the first), `?2` limit: a page of the schedules
     /// not removed, by name (the primary key, read from `?1` on).
     pub(crate) schedules_page: String,
+    /// `?1`…`?8` the row (name, handler, schedule, zone, scope, policy, args,
+    /// enabled), `?9` version, `?10` actor, `?11` now, `?12` its bound (`next_tick`).
     pub(crate) put_schedule: String,
-    /// `?1` rows as `[[name, handler, schedule, zone, scope, policy, args, enabled],…]`
+    /// `?1` rows as
+    /// `[[name, handler, schedule, zone, scope, policy, args, enabled, next_tick],…]`
     /// (`crate::control::batch`), `?2` version, `?3` now, `?4` actor: a chunk of a
     /// batch put.
     pub(crate) put_schedules: String,
@@ -79,6 +84,8 @@ pub(crate) struct ControlSql {
     pub(crate) history_name: String,
     /// The instances' heartbeats.
     pub(crate) instances: InstanceSql,
+    /// The dynamic schedules' bounds.
+    pub(crate) due: DueSql,
 }
 
 impl ControlSql {
@@ -219,14 +226,14 @@ impl ControlSql {
             put_schedule: format!(
                 "INSERT INTO {schedules} \
                    (name, handler, schedule, zone, scope, policy, args, enabled, removed, version, \
-                    updated_at, actor) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?11, ?10) \
+                    updated_at, actor, next_tick) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?11, ?10, ?12) \
                  ON CONFLICT (name) DO UPDATE \
                    SET handler = excluded.handler, schedule = excluded.schedule, \
                        zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
                        args = excluded.args, enabled = excluded.enabled, removed = 0, \
                        version = excluded.version, updated_at = excluded.updated_at, \
-                       actor = excluded.actor \
+                       actor = excluded.actor, next_tick = excluded.next_tick \
                  RETURNING {SCHEDULE}"
             ),
             // The row stays as a tombstone, so that polling instances drop it.
@@ -237,16 +244,16 @@ impl ControlSql {
             put_schedules: format!(
                 "INSERT INTO {schedules} \
                    (name, handler, schedule, zone, scope, policy, args, enabled, removed, version, \
-                    updated_at, actor) \
+                    updated_at, actor, next_tick) \
                  SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
-                        value ->> 5, value ->> 6, value ->> 7, 0, ?2, ?3, ?4 \
+                        value ->> 5, value ->> 6, value ->> 7, 0, ?2, ?3, ?4, value ->> 8 \
                  FROM json_each(?1) WHERE true \
                  ON CONFLICT (name) DO UPDATE \
                    SET handler = excluded.handler, schedule = excluded.schedule, \
                        zone = excluded.zone, scope = excluded.scope, policy = excluded.policy, \
                        args = excluded.args, enabled = excluded.enabled, removed = 0, \
                        version = excluded.version, updated_at = excluded.updated_at, \
-                       actor = excluded.actor"
+                       actor = excluded.actor, next_tick = excluded.next_tick"
             ),
             first_bad_args: "SELECT CAST(key AS INTEGER) AS idx FROM json_each(?1) \
                              WHERE NOT json_valid(value) ORDER BY key LIMIT 1"
@@ -289,6 +296,7 @@ impl ControlSql {
             ),
             history_name: history.table().to_owned(),
             instances: instances::InstanceSql::new(table),
+            due: DueSql::new(table),
         }
     }
 }

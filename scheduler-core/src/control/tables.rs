@@ -93,6 +93,14 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// everything), read in one snapshot.
     async fn read_state(&self, since: Option<i64>) -> Result<ControlState>;
 
+    /// [`read_state`](Self::read_state) from scratch without the dynamic schedules
+    /// ([`Controls::poll_without_schedules`]). The default reads them and drops them.
+    async fn read_state_without_schedules(&self) -> Result<ControlState> {
+        let mut state = self.read_state(None).await?;
+        state.schedules = Vec::new();
+        Ok(state)
+    }
+
     /// [`Controls::paused`].
     async fn read_paused(&self) -> Result<Vec<Pause>>;
 
@@ -278,10 +286,10 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// [`Controls::recent_runs`], the names checked. The default reads
     /// [`read_runs`](Self::read_runs) once per job.
     async fn read_recent_runs(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
-        let mut found = Vec::new();
+        let (mut found, before) = (Vec::new(), None);
         for job in jobs {
             let page = Page {
-                before: None,
+                before,
                 limit: per_job,
             };
             found.extend(self.read_runs(Some(job), page).await?);
@@ -296,16 +304,12 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
         Self: Sized,
     {
         let mut failing = Vec::new();
+        let latest_only = Page {
+            before: None,
+            limit: 1,
+        };
         for job in Controls::known_jobs(self).await? {
-            let latest = self
-                .read_runs(
-                    Some(&job),
-                    Page {
-                        before: None,
-                        limit: 1,
-                    },
-                )
-                .await?;
+            let latest = self.read_runs(Some(&job), latest_only).await?;
             if latest.first().is_some_and(|run| run.outcome.is_failure()) {
                 failing.push(job);
             }
@@ -374,6 +378,13 @@ impl<T: ControlTables> Controls for T {
             return Ok(None);
         }
         Ok(Some(self.read_state(since).await?))
+    }
+
+    async fn poll_without_schedules(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        match since {
+            Some(_) => self.poll(since).await,
+            None => Ok(Some(self.read_state_without_schedules().await?)),
+        }
     }
 
     async fn paused(&self) -> Result<Vec<Pause>> {

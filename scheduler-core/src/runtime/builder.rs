@@ -52,6 +52,7 @@ pub(crate) struct Config {
     pub(crate) control_poll: Option<Duration>,
     pub(crate) heartbeat: Duration,
     pub(crate) app_version: Option<String>,
+    pub(crate) schedules_when_due: bool,
 }
 
 /// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
@@ -69,6 +70,8 @@ pub(crate) struct Settings {
     pub(crate) heartbeat: Duration,
     /// The version each heartbeat says this instance runs.
     pub(crate) version: Arc<str>,
+    /// Dynamic schedules are loaded as they come due, not all at start-up.
+    pub(crate) schedules_when_due: bool,
 }
 
 /// How often the store's controls are polled unless the builder says otherwise.
@@ -96,6 +99,7 @@ impl Default for Config {
             control_poll: Some(DEFAULT_CONTROL_POLL),
             heartbeat: DEFAULT_HEARTBEAT,
             app_version: None,
+            schedules_when_due: false,
         }
     }
 }
@@ -151,6 +155,29 @@ impl SchedulerBuilder {
     /// ([`Store::controls`]) are never polled.
     pub fn control_poll(mut self, every: Option<Duration>) -> Self {
         self.config.control_poll = every.map(|d| d.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// Loads the dynamic schedules as they come due instead of all at start-up
+    /// (default `false`: every instance reads and holds every row of its handlers).
+    ///
+    /// Each row of the store keeps a bound, its `next_tick`: no tick of the row
+    /// before it is still undecided ([`Controls::due_schedules`](crate::Controls::due_schedules)). With this on, the
+    /// first poll reads no schedule; at every poll the instance reads the rows of its
+    /// handlers due within the look-ahead (three poll intervals, at least 30 s) that
+    /// it does not run yet, and runs them from their bound on (no tick before it: the
+    /// instances decided those). The rows it runs in the cluster scope have their
+    /// bound moved forward as their ticks are decided
+    /// ([`Controls::advance_schedules`](crate::Controls::advance_schedules)), so an instance started later reads only
+    /// the rows due soon: start-up reads one window, not every row.
+    ///
+    /// A triggered row not loaded here is read by name and loaded to run the trigger.
+    /// Not yet: rows are not let go once loaded (memory grows with the rows that came
+    /// due since start-up), node-scoped rows' bounds stay where their put left them
+    /// (always due), and a resume with catch-up of a row that no live instance has
+    /// loaded catches up nothing.
+    pub fn load_schedules_when_due(mut self, on: bool) -> Self {
+        self.config.schedules_when_due = on;
         self
     }
 
@@ -282,6 +309,7 @@ impl SchedulerBuilder {
             control_poll: config.control_poll,
             heartbeat: config.heartbeat,
             version,
+            schedules_when_due: config.schedules_when_due,
         };
         let node = match config.node.take() {
             Some(node) => node,

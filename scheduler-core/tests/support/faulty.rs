@@ -26,6 +26,8 @@ pub(crate) struct Faulty {
     /// How long a first poll (`poll(None)`, every row read) takes to answer: a
     /// store holding millions of schedules.
     pub(crate) first_poll_takes: Duration,
+    /// Rows the due reads returned.
+    pub(crate) due_rows: std::sync::atomic::AtomicU64,
 }
 
 #[scheduler_core::async_trait]
@@ -96,6 +98,32 @@ impl Controls for Faulty {
             tokio::time::sleep(self.first_poll_takes).await;
         }
         self.inner.poll(since).await
+    }
+    async fn poll_without_schedules(
+        &self,
+        since: Option<i64>,
+    ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
+        self.inner.poll_without_schedules(since).await
+    }
+    async fn due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&scheduler_core::DueCursor>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<scheduler_core::DueSchedule>> {
+        let due = self
+            .inner
+            .due_schedules(handlers, until, after, limit)
+            .await?;
+        self.due_rows.fetch_add(due.len() as u64, Ordering::SeqCst);
+        Ok(due)
+    }
+    async fn advance_schedules(
+        &self,
+        advances: &[scheduler_core::Advance],
+    ) -> scheduler_core::Result<u64> {
+        self.inner.advance_schedules(advances).await
     }
     async fn put_schedule(
         &self,

@@ -4,14 +4,16 @@
 //! first lock, so two controls never wait on each other in a cycle; the bump is
 //! announced at commit), the handlers read and checked, the rows written in chunks
 //! (`INSERT … SELECT FROM unnest(…) ON CONFLICT (name) DO UPDATE`, each chunk's
-//! columns bound as arrays), then the one audit row.
+//! columns bound as arrays, each row's bound among them: [`TickBounds`], one for
+//! the batch, so each schedule and zone is computed once), then the one audit row.
 //!
 //! The arguments are checked as JSON before anything is sent (`serde_json`, naming
 //! the row); the few texts `jsonb` still refuses (a `\u0000` escape) refuse the
 //! batch in the statement, rolled back, without naming the row.
 
+use chrono::{DateTime, Utc};
 use scheduler_core::control::stored::record_from;
-use scheduler_core::control::{HandlersCheck, batch_detail};
+use scheduler_core::control::{HandlersCheck, TickBounds, batch_detail};
 use scheduler_core::{ControlRecord, ScheduleRow};
 use sea_orm::Value;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement};
@@ -25,8 +27,14 @@ use crate::store::PostgresStore;
 /// Rows per statement: 10,000 rows, a few megabytes of parameters.
 const CHUNK: usize = 10_000;
 
-/// A chunk's columns, as the eight arrays `put_schedules` binds.
-fn chunk_values(chunk: &[ScheduleRow], version: i64, by: &str) -> Vec<Value> {
+/// A chunk's columns, as the nine arrays `put_schedules` binds (the last the rows'
+/// bounds, from `bounds`), then the version and the actor.
+fn chunk_values(
+    chunk: &[ScheduleRow],
+    bounds: &mut TickBounds,
+    version: i64,
+    by: &str,
+) -> Vec<Value> {
     let column = |f: &dyn Fn(&ScheduleRow) -> String| -> Value {
         chunk.iter().map(f).collect::<Vec<String>>().into()
     };
@@ -42,6 +50,11 @@ fn chunk_values(chunk: &[ScheduleRow], version: i64, by: &str) -> Vec<Value> {
             .iter()
             .map(|r| r.enabled)
             .collect::<Vec<bool>>()
+            .into(),
+        chunk
+            .iter()
+            .map(|r| bounds.bound(r))
+            .collect::<Vec<DateTime<Utc>>>()
             .into(),
         version.into(),
         by.to_owned().into(),
@@ -118,10 +131,10 @@ impl PostgresStore {
             .collect::<crate::error::Result<Vec<String>>>()?;
         // A refusal drops the transaction: rolled back, nothing written.
         handlers.check(&known)?;
+        let mut bounds = TickBounds::new(Utc::now());
         for chunk in rows.chunks(CHUNK) {
-            run(&txn, &sql.put_schedules, chunk_values(chunk, version, by))
-                .await
-                .map_err(fail)?;
+            let values = chunk_values(chunk, &mut bounds, version, by);
+            run(&txn, &sql.put_schedules, values).await.map_err(fail)?;
         }
         let first = rows.first().map(|row| row.name.clone()).unwrap_or_default();
         let values = vec![

@@ -14,8 +14,13 @@ impl PostgresStore {
     /// Reads the whole control state in one `REPEATABLE READ` snapshot: the version,
     /// every pause, the resumes and the schedules changed after `since` (removed ones
     /// included; for `None`, every schedule not removed, a page of `SCHEDULES_PAGE` at
-    /// a time), the open triggers.
-    pub(super) async fn control_state(&self, since: Option<i64>) -> Result<ControlState> {
+    /// a time, unless not `with_schedules`: an instance that loads them as they come
+    /// due reads them apart), the open triggers.
+    pub(super) async fn control_state(
+        &self,
+        since: Option<i64>,
+        with_schedules: bool,
+    ) -> Result<ControlState> {
         const OP: &str = "read the controls";
         let fail = |cause| Error::statement(OP, cause);
         let sql = self.control_sql();
@@ -41,6 +46,7 @@ impl PostgresStore {
                     .map_err(fail)?;
                 all(&found, OP, schedule_from)?
             }
+            None if !with_schedules => Vec::new(),
             // A page at a time, each decoded before the next is read: a million
             // rows are never held twice (raw and decoded).
             None => {

@@ -2,10 +2,13 @@
 //! ([`Controls::put_schedules`](scheduler_core::Controls::put_schedules)): one
 //! `BEGIN IMMEDIATE` transaction that reads the handlers, bumps the version once,
 //! writes the rows in chunks (each chunk one statement, its rows one bound JSON
-//! parameter unpacked by `json_each`) and appends one audit row.
+//! parameter unpacked by `json_each`), each with its bound (`next_tick`, one
+//! [`TickBounds`] for the batch), and appends one audit row.
 
 use std::fmt::Write as _;
 
+use chrono::Utc;
+use scheduler_core::TickBounds;
 use scheduler_core::control::{
     ControlAction, ControlRecord, HandlersCheck, ScheduleRow, batch_detail,
 };
@@ -18,9 +21,10 @@ use crate::store::SqliteStore;
 /// Rows per statement: a chunk's JSON stays a few megabytes.
 const CHUNK: usize = 10_000;
 
-/// `[[name, handler, schedule, zone, scope, policy, args, enabled],…]`, the
-/// arguments as a JSON string (stored as given).
-fn chunk_json(chunk: &[ScheduleRow]) -> String {
+/// `[[name, handler, schedule, zone, scope, policy, args, enabled, next_tick],…]`,
+/// the arguments as a JSON string (stored as given), `next_tick` the row's bound
+/// from `bounds` in microseconds.
+fn chunk_json(chunk: &[ScheduleRow], bounds: &mut TickBounds) -> String {
     let mut out = String::with_capacity(2 + chunk.len() * 160);
     out.push('[');
     for (i, row) in chunk.iter().enumerate() {
@@ -42,8 +46,9 @@ fn chunk_json(chunk: &[ScheduleRow]) -> String {
         batch::string(&mut out, &row.policy);
         out.push(',');
         batch::string(&mut out, &row.args);
+        let next_tick = bounds.bound(row).timestamp_micros();
         // Writing to a String cannot fail.
-        let _ = write!(out, ",{}]", u8::from(row.enabled));
+        let _ = write!(out, ",{},{next_tick}]", u8::from(row.enabled));
     }
     out.push(']');
     out
@@ -110,13 +115,16 @@ impl SqliteStore {
         handlers: &HandlersCheck<'_>,
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "store a batch of dynamic schedules";
+        // The writer's clock read before the write waits its turn: an earlier clock
+        // only makes a bound earlier, never late.
+        let mut bounds = TickBounds::new(Utc::now());
         let (_turn, txn) = self.begin_write(OP).await?;
         let known = self.known_handlers(&txn, OP).await?;
         handlers.check(&known)?;
         let at = self.bump(&txn, OP).await?;
         for chunk in batch_rows.chunks(CHUNK) {
             let values = vec![
-                chunk_json(chunk).into(),
+                chunk_json(chunk, &mut bounds).into(),
                 at.version.into(),
                 at.now.into(),
                 by.to_owned().into(),
@@ -156,9 +164,13 @@ mod tests {
         let mut row = ScheduleRow::new("r\"1", "h", "every 30s");
         row.args = r#"{"a":1}"#.to_owned();
         row.enabled = false;
+        let Some(now) = chrono::DateTime::from_timestamp(1_000_040, 500) else {
+            panic!("time");
+        };
+        // The first tick after the clock less the margin (999 980.0000005 s): 999 990 s.
         assert_eq!(
-            chunk_json(&[row]),
-            r#"[["r\"1","h","every 30s",null,"cluster","","{\"a\":1}",0]]"#
+            chunk_json(&[row], &mut TickBounds::new(now)),
+            r#"[["r\"1","h","every 30s",null,"cluster","","{\"a\":1}",0,999990000000]]"#
         );
     }
 }

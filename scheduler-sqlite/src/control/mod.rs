@@ -10,18 +10,22 @@
 //!
 //! The statements are in `sql`; running them and decoding their rows in `rows`; the
 //! version bump and audit row every control writes in `audit`; the dynamic
-//! schedules' writes in `schedules`, a batch of them in `batch`.
+//! schedules' writes in `schedules`, a batch of them in `batch`, their bounds (the
+//! due read and the advance) in `due`; a poll's read of them all in `state`.
 
 mod audit;
 mod batch;
+mod due;
 mod instances;
 mod listing;
 mod rows;
 mod schedules;
+mod state;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use scheduler_core::control::stored::{
-    lease_row_from, pause_from, record_from, resume_from, run_from, schedule_from, trigger_from,
+    lease_row_from, pause_from, record_from, run_from, schedule_from, trigger_from,
 };
 use scheduler_core::control::{
     ControlAction, ControlRecord, ControlRequest, ControlState, ControlTables, HandlerCheck,
@@ -29,9 +33,10 @@ use scheduler_core::control::{
     TriggerId, trigger_action,
 };
 use scheduler_core::{
-    FencingToken, Holder, Lease, LeaseName, ListQuery, Listing, Outcome, RunQuery, Tick, Ttl,
+    Advance, DueCursor, DueSchedule, FencingToken, Holder, Lease, LeaseName, ListQuery, Listing,
+    Outcome, RunQuery, Tick, Ttl,
 };
-use sea_orm::{TransactionTrait, Value};
+use sea_orm::Value;
 
 use self::rows::{Stored, all, first, one, rows};
 use crate::error::Result;
@@ -279,39 +284,11 @@ impl ControlTables for SqliteStore {
 
     /// Every part read in one transaction, so they agree with the version.
     async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
-        const OP: &str = "poll the controls";
-        let txn = self
-            .db
-            .begin()
-            .await
-            .map_err(|source| self.origin.statement_error(OP, source))?;
-        let version = get(
-            &one(self, &txn, OP, &self.control.version, Vec::new()).await?,
-            "version",
-            OP,
-        )?;
-        let after = since.unwrap_or(i64::MIN);
-        let paused = rows(self, &txn, OP, &self.control.paused, Vec::new()).await?;
-        let resumed = rows(self, &txn, OP, &self.control.resumed, vec![after.into()]).await?;
-        let triggers = rows(self, &txn, OP, &self.control.open_triggers, Vec::new()).await?;
-        let schedules = match since {
-            Some(since) => {
-                let values = vec![since.into()];
-                let found = rows(self, &txn, OP, &self.control.changed_schedules, values).await?;
-                all(&found, OP, schedule_from)?
-            }
-            None => schedules::every_schedule(self, &txn, OP).await?,
-        };
-        txn.commit()
-            .await
-            .map_err(|source| self.origin.statement_error(OP, source))?;
-        Ok(ControlState {
-            version,
-            paused: all(&paused, OP, pause_from)?,
-            resumed: all(&resumed, OP, resume_from)?,
-            triggers: all(&triggers, OP, trigger_from)?,
-            schedules,
-        })
+        Ok(self.control_state(since, true).await?)
+    }
+
+    async fn read_state_without_schedules(&self) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(None, false).await?)
     }
 
     async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {
@@ -394,6 +371,20 @@ impl ControlTables for SqliteStore {
         ];
         let found = rows(self, &self.db, OP, &self.control.schedules_page, values).await?;
         Ok(all(&found, OP, schedule_from)?)
+    }
+
+    async fn read_due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<DueSchedule>> {
+        Ok(self.due(handlers, until, after, limit).await?)
+    }
+
+    async fn write_advances(&self, advances: &[Advance]) -> scheduler_core::Result<u64> {
+        Ok(self.advance(advances).await?)
     }
 
     async fn write_handlers(&self, node: &str, names: &[String]) -> scheduler_core::Result<()> {

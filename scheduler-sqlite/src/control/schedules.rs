@@ -1,6 +1,9 @@
 //! Writing dynamic schedules: `put_schedule` and `remove_schedule`, each with its
-//! audit row, which keeps the schedule as JSON.
+//! audit row, which keeps the schedule as JSON. A put writes the row's bound
+//! ([`TickBounds`]) too.
 
+use chrono::Utc;
+use scheduler_core::TickBounds;
 use scheduler_core::control::stored::schedule_from;
 use scheduler_core::control::{ControlAction, ControlRecord, HandlerCheck, ScheduleRow};
 
@@ -105,7 +108,9 @@ impl SqliteStore {
     }
 
     /// [`ControlTables::write_schedule`](scheduler_core::control::ControlTables::write_schedule):
-    /// the handler checked against the handlers read in the write's transaction.
+    /// the handler checked against the handlers read in the write's transaction, the
+    /// bound from the writer's clock read before the write waits its turn (an earlier
+    /// clock only makes it earlier, never late).
     pub(super) async fn put_dynamic_schedule(
         &self,
         row: &ScheduleRow,
@@ -114,6 +119,7 @@ impl SqliteStore {
         handler: &HandlerCheck<'_>,
     ) -> scheduler_core::Result<ControlRecord> {
         const OP: &str = "store a dynamic schedule";
+        let next_tick = TickBounds::new(Utc::now()).bound(row).timestamp_micros();
         let (_turn, txn) = self.begin_write(OP).await?;
         let known = self.known_handlers(&txn, OP).await?;
         handler.check(&known)?;
@@ -130,6 +136,7 @@ impl SqliteStore {
             at.version.into(),
             by.to_owned().into(),
             at.now.into(),
+            next_tick.into(),
         ];
         rows(self, &txn, OP, &self.control.put_schedule, values).await?;
         let record = self

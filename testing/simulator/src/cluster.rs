@@ -29,6 +29,9 @@ pub(crate) struct Setup {
     pub(crate) dynamic: Vec<Spec>,
     /// Whether operators backfill (each instance keeps a backfiller).
     pub(crate) backfills: bool,
+    /// Which instances load their dynamic schedules as they come due
+    /// (`SchedulerBuilder::load_schedules_when_due`); none when empty.
+    pub(crate) when_due: Vec<bool>,
 }
 
 /// One instance: its node, its current incarnation's faults and task.
@@ -119,6 +122,7 @@ impl Cluster {
             .lease_ttl(self.setup.ttl)
             .clock(LocalClock::starting_at(self.now() + skew))
             .control_poll(self.setup.control_poll)
+            .load_schedules_when_due(self.setup.when_due.get(i).copied().unwrap_or(false))
             .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
             .shutdown_grace(Duration::from_secs(2));
         let body = Arc::new(Body {

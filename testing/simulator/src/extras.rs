@@ -84,3 +84,20 @@ pub(crate) fn draw(
     }
     (dynamic, out)
 }
+
+/// What the draw of which instances load their dynamic schedules as they come due
+/// is drawn from, beside the seed (a stream of its own: the rest of a seed is drawn
+/// as before).
+const WHEN_DUE_STREAM: u64 = 0x0077_6865_6e64_7565;
+
+/// Which of `instances` load their dynamic schedules as they come due: each with
+/// even odds, so a seed's cluster has all, none or some of them (a fleet mid-way
+/// through turning it on).
+/// `SIM_NO_WHEN_DUE` set: none (to tell a defect of that mode from another).
+pub(crate) fn when_due(seed: u64, instances: usize) -> Vec<bool> {
+    if std::env::var_os("SIM_NO_WHEN_DUE").is_some() {
+        return Vec::new();
+    }
+    let mut rng = StdRng::seed_from_u64(seed ^ WHEN_DUE_STREAM);
+    (0..instances).map(|_| rng.random_bool(0.5)).collect()
+}

@@ -238,6 +238,7 @@ fn setup(seed: u64, rng: &mut StdRng) -> Setup {
         jobs,
         dynamic: Vec::new(),
         backfills: false,
+        when_due: Vec::new(),
     }
 }
 
@@ -298,6 +299,7 @@ pub fn simulate(seed: u64, options: Options) -> Report {
             extras::draw(seed, setup.nodes.len(), setup.jobs.len(), options.chaos);
         setup.dynamic = dynamic;
         setup.backfills = true;
+        setup.when_due = extras::when_due(seed, setup.nodes.len());
         script.extend(extras);
         script.sort_by_key(|(at, _)| *at);
     }
@@ -335,6 +337,7 @@ pub fn healthy(
             .collect(),
         dynamic: Vec::new(),
         backfills: false,
+        when_due: Vec::new(),
     };
     let rng = StdRng::seed_from_u64(seed);
     on_paused_time(seed, run(setup, Vec::new(), options, rng))

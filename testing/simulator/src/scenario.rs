@@ -110,6 +110,7 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
         jobs: scenario.jobs.into_iter().map(|j| j.spec).collect(),
         dynamic: scenario.dynamic.into_iter().map(|j| j.spec).collect(),
         backfills: true,
+        when_due: Vec::new(),
     };
     let mut script: Vec<(u64, Action)> = scenario
         .script

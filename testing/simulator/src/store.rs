@@ -10,10 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use scheduler_core::{
-    ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Error, Holder, Lease,
-    LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result, RunRow,
-    ScheduleRow, Store, TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl,
+    Advance, ControlRecord, ControlRequest, ControlSignal, ControlState, Controls, Error, Holder,
+    Lease, LeaseKey, LeaseName, LeaseRow, MemoryStore, Outcome, Page, Release, Renewed, Result,
+    RunRow, ScheduleRow, Store, TakeRequest, Taken, Tick, Trigger, TriggerId, Ttl,
 };
+use scheduler_core::{DueCursor, DueSchedule};
 use tokio::sync::watch;
 
 use crate::world::World;
@@ -273,6 +274,35 @@ impl Controls for SimStore {
         self.send().await?;
         let state = self.inner.poll(since).await;
         self.answer(state).await
+    }
+    async fn poll_without_schedules(&self, since: Option<i64>) -> Result<Option<ControlState>> {
+        self.send().await?;
+        let state = self.inner.poll_without_schedules(since).await;
+        self.answer(state).await
+    }
+    async fn due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<DueSchedule>> {
+        self.send().await?;
+        let due = self
+            .inner
+            .due_schedules(handlers, until, after, limit)
+            .await;
+        self.answer(due).await
+    }
+    async fn advance_schedules(&self, advances: &[Advance]) -> Result<u64> {
+        self.send().await?;
+        let moved = self.inner.advance_schedules(advances).await;
+        self.answer(moved).await
+    }
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.send().await?;
+        let row = self.inner.schedule(name).await;
+        self.answer(row).await
     }
     async fn put_schedule(&self, row: &ScheduleRow, by: &str, why: &str) -> Result<ControlRecord> {
         self.inner.put_schedule(row, by, why).await

@@ -355,8 +355,59 @@ pub async fn an_advance_moves_forward_only_at_the_version_read(store: &SharedSto
     );
 }
 
+/// A poll from scratch without the schedules reads everything else a poll does
+/// (the version, the pauses, the resumes, the open triggers) and no schedule; a
+/// poll since a version still returns the schedules changed since.
+pub async fn a_poll_without_schedules_reads_the_rest(store: &SharedStore) {
+    let c = controls(store);
+    let h = "due-poll-h";
+    register(c, &[h]).await;
+    c.put_schedule(
+        &ScheduleRow::new("due-poll-x", h, "every 1m"),
+        "ops",
+        "poll",
+    )
+    .await
+    .expect("put");
+    c.pause(&scheduler_core::ControlRequest::new("due-poll-x", "ops").why("hold"))
+        .await
+        .expect("pause");
+    let full = c.poll(None).await.expect("poll").expect("answers");
+    let bare = c
+        .poll_without_schedules(None)
+        .await
+        .expect("poll")
+        .expect("a read from scratch always answers");
+    assert!(!full.schedules.is_empty());
+    assert!(bare.schedules.is_empty(), "{:?}", bare.schedules);
+    assert_eq!(bare.version, full.version);
+    assert_eq!(bare.paused, full.paused);
+    assert_eq!(bare.resumed, full.resumed);
+    assert_eq!(bare.triggers, full.triggers);
+    let since = full.version;
+    assert_eq!(
+        c.poll_without_schedules(Some(since)).await.expect("poll"),
+        None
+    );
+    c.put_schedule(
+        &ScheduleRow::new("due-poll-y", h, "every 2m"),
+        "ops",
+        "poll",
+    )
+    .await
+    .expect("put");
+    let changed = c
+        .poll_without_schedules(Some(since))
+        .await
+        .expect("poll")
+        .expect("changed");
+    let names: Vec<&str> = changed.schedules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["due-poll-y"]);
+}
+
 /// Every rule, on one store.
 pub async fn all(store: &SharedStore) {
+    a_poll_without_schedules_reads_the_rest(store).await;
     a_put_bounds_each_row_no_later_than_its_first_tick(store).await;
     the_due_read_filters_orders_and_pages(store).await;
     an_advance_moves_forward_only_at_the_version_read(store).await;

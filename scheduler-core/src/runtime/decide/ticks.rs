@@ -177,6 +177,26 @@ impl JobTicks {
         }
     }
 
+    /// Drops the ticks start-up would catch up from `since` to `until`: a pause that
+    /// ended without catch-up dropped them (a row started in the poll that read the
+    /// resume, or after it, would otherwise run the latest of them live: the pause
+    /// no longer refuses its take).
+    pub(crate) fn drop_within(
+        &mut self,
+        cadence: &Cadence,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) {
+        let within = |tick: &Tick| since <= tick.at() && tick.at() <= until;
+        self.backlog.retain(|(tick, _, _)| !within(tick));
+        if self.pending.as_ref().is_some_and(|p| within(&p.tick)) {
+            self.pending = self
+                .backlog
+                .pop_front()
+                .map(|(tick, at, window)| Self::fresh(cadence, tick, at, window));
+        }
+    }
+
     /// Starts the schedule of a dynamic schedule's row changed at `changed`: as
     /// [`start`](Self::start), but no tick from before the change is caught up (a
     /// schedule added at noon does not run its 9 o'clock tick).
@@ -418,6 +438,22 @@ impl JobTicks {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The earliest tick this job has still to decide: the one it tries to take,
+    /// the first waiting behind it or behind the run, or the next not yet due.
+    /// Every tick before it was taken (here or elsewhere), refused, skipped or
+    /// dropped as its policy says. `None`: no tick is left.
+    pub(crate) fn first_undecided(&self) -> Option<DateTime<Utc>> {
+        [
+            self.pending.as_ref().map(|p| p.tick.at()),
+            self.backlog.front().map(|(tick, _, _)| tick.at()),
+            self.buffered.map(|(tick, _, _)| tick.at()),
+            self.next.map(|(tick, _, _)| tick.at()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Asks for an idle job's next ticks `defer` after their fire time (at most

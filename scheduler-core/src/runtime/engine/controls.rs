@@ -14,6 +14,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -28,6 +29,7 @@ mod polls;
 mod schedules;
 mod spread;
 mod triggers;
+mod window;
 
 pub(super) use beats::Beats;
 
@@ -78,6 +80,8 @@ pub(super) struct ControlLoop {
     job_names: Vec<String>,
     /// Dynamic schedule rows read and not yet applied, oldest first.
     pub(super) rows: std::collections::VecDeque<ScheduleRow>,
+    /// Rows loaded as they come due, if so.
+    window: Option<window::Window>,
     /// Rows this instance cannot run, by name, with the version reported (logged
     /// once per version).
     reported: HashMap<String, i64>,
@@ -90,6 +94,10 @@ pub(super) struct ControlLoop {
     /// This instance's place among the live instances that run each handler, as
     /// last read.
     share: spread::Share,
+    /// The last pause of each job (everywhere, or on this node) that ended without
+    /// catch-up, as read: a dynamic schedule's row started since catches up none of
+    /// the ticks it dropped.
+    dropped: HashMap<String, (DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -98,6 +106,10 @@ struct Dynamic {
     entries: Range<usize>,
     /// The row's handler: its ticks are spread over the instances that run it.
     handler: Arc<str>,
+    /// Whether its bound is moved forward from here ([`window::advances`]).
+    cluster: bool,
+    /// Its bound as the store was last told (or as read), when known.
+    advanced: Option<DateTime<Utc>>,
 }
 
 impl ControlLoop {
@@ -116,6 +128,7 @@ impl ControlLoop {
         entries: &[crate::runtime::Entry],
         no_handlers: bool,
         beats: Beats,
+        when_due: bool,
     ) -> Self {
         let mut by_name: HashMap<Arc<str>, Range<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -131,6 +144,8 @@ impl ControlLoop {
             ran_here: HashSet::new(),
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
+            window: when_due.then(|| window::Window::new(every)),
+            dropped: HashMap::new(),
             crons: crate::schedule::CronCache::default(),
             share: spread::Share::default(),
             every,
@@ -166,7 +181,9 @@ impl ControlLoop {
         if self.polls.busy() {
             return None;
         }
-        let quiet = !self.failed && self.registered && self.waiting.is_empty();
+        // Rows loaded as they come due are read on the timer.
+        let quiet =
+            !self.failed && self.registered && self.waiting.is_empty() && self.window.is_none();
         // A watch whose store dropped it announces nothing more, live or not.
         let signal = self.watch.as_ref().filter(|w| w.has_changed().is_ok());
         match signal.map(|w| *w.borrow()) {
@@ -280,7 +297,20 @@ impl Engine {
         if let Some(ctl) = &mut self.ctl {
             ctl.version = Some(state.version);
         }
-        self.apply_schedules(state.schedules);
+        // Before any row starts: its start-up catches up none of the ticks these
+        // dropped.
+        for resume in &state.resumed {
+            if !resume.catch_up
+                && resume.node.as_deref().is_none_or(|n| n == &*self.s.node)
+                && let Some(ctl) = &mut self.ctl
+            {
+                let window = (resume.paused_since, resume.resumed_at);
+                ctl.dropped.insert(resume.job.clone(), window);
+            }
+        }
+        let mut changed = state.schedules;
+        changed.retain(|row| self.applies_change(row));
+        self.apply_schedules(changed);
         // The first read returns every resume ever made. Start-up applied the
         // catch-up policy to those before it, except that under `CatchUp::All` it
         // left the ticks a pause ended by a catch-up covered to that catch-up (which
@@ -320,18 +350,20 @@ impl Engine {
                 }
             }
         }
-        let waiting: Vec<Trigger> = state
-            .triggers
-            .into_iter()
-            .filter(|t| t.node.as_deref().is_none_or(|n| n == &*self.s.node))
+        let mut waiting: Vec<Trigger> = Vec::new();
+        for t in state.triggers {
             // While rows are still being applied, a trigger of a dynamic schedule
-            // not applied yet is kept (claimed once its entries exist).
-            .filter(|t| {
-                !self.entries_of(&t.job).is_empty()
+            // not applied yet is kept (claimed once its entries exist); so is one
+            // whose row is to be loaded.
+            if t.node.as_deref().is_none_or(|n| n == &*self.s.node)
+                && (!self.entries_of(&t.job).is_empty()
                     || self.ctl.as_ref().is_some_and(|c| !c.rows.is_empty())
-            })
-            .filter(|t| !self.runs_trigger(t))
-            .collect();
+                    || self.waits_for_row(&t))
+                && !self.runs_trigger(&t)
+            {
+                waiting.push(t);
+            }
+        }
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
         }

@@ -239,6 +239,7 @@ impl Engine {
                             s.settings.version.clone(),
                             Retry::new(s.settings.retry_base, s.settings.retry_cap),
                         ),
+                        s.settings.schedules_when_due,
                     )
                 }),
             backfills: std::collections::BTreeMap::new(),

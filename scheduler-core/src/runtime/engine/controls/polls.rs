@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::window::WindowRows;
 use crate::control::ControlState;
 use crate::runtime::calls::Gate;
 use crate::runtime::engine::Engine;
@@ -22,9 +23,10 @@ use crate::runtime::engine::Engine;
 /// The most a poll's bound grows to, as a multiple of the gate's.
 const MAX_GROWTH: u32 = 64;
 
-/// A poll's answer, and whether it failed for taking longer than its bound.
+/// A poll's answer (with the rows read as due, when rows are loaded so), and
+/// whether it failed for taking longer than its bound.
 pub(in crate::runtime::engine) struct Polled {
-    answer: crate::Result<Option<ControlState>>,
+    answer: crate::Result<(Option<ControlState>, Option<WindowRows>)>,
     slow: bool,
 }
 
@@ -95,6 +97,7 @@ impl Polls {
 impl Engine {
     /// Starts a poll of the controls from the last version read.
     pub(in crate::runtime::engine) fn start_poll(&mut self) {
+        let window = self.window_read();
         let Some(ctl) = &mut self.ctl else {
             return;
         };
@@ -112,9 +115,15 @@ impl Engine {
         tokio::spawn(async move {
             let started = Instant::now();
             let call = async move {
-                match store.controls() {
-                    Some(c) => c.poll(since).await,
-                    None => Ok(None),
+                let Some(c) = store.controls() else {
+                    return Ok((None, None));
+                };
+                match window {
+                    None => Ok((c.poll(since).await?, None)),
+                    Some(window) => {
+                        let state = c.poll_without_schedules(since).await?;
+                        Ok((state, Some(window.read(c).await?)))
+                    }
                 }
             };
             let answer = gate.run_within("poll controls", limit, call).await;
@@ -145,6 +154,14 @@ impl Engine {
         if polled.answer.is_ok() {
             ctl.seen = changes;
         }
-        Some(self.on_polled(polled.answer, since))
+        let (answer, rows) = match polled.answer {
+            Ok((state, rows)) => (Ok(state), rows),
+            Err(err) => (Err(err), None),
+        };
+        let ok = self.on_polled(answer, since);
+        if ok && let Some(rows) = rows {
+            self.apply_window(rows);
+        }
+        Some(ok)
     }
 }

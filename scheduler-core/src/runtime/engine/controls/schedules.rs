@@ -81,6 +81,7 @@ impl Engine {
                 ctl.rows = std::collections::VecDeque::new();
                 return;
             };
+            let bound = ctl.window.as_mut().and_then(|w| w.bound_of(&row.name));
             let running = ctl.dynamic.get(row.name.as_str()).map(|d| d.version);
             if on_schedule_row(running, &row) == RowAction::Keep {
                 continue;
@@ -102,9 +103,21 @@ impl Engine {
                 Ok(entries) => {
                     let first = self.s.entries.len();
                     let count = entries.len();
+                    // No tick before the row's bound: the instances decided those.
+                    let after = bound.map(|b| b - chrono::TimeDelta::microseconds(1));
+                    let changed = row.updated_at.max(after);
+                    let cluster = entries.iter().all(|e| super::window::advances(e.scope));
+                    let dropped = self
+                        .ctl
+                        .as_ref()
+                        .and_then(|c| c.dropped.get(&row.name))
+                        .copied();
                     for entry in entries {
                         let mut ticks = JobTicks::default();
-                        ticks.start_after(&entry.cadence, row.updated_at, now);
+                        ticks.start_after(&entry.cadence, changed, now);
+                        if let Some((since, until)) = dropped {
+                            ticks.drop_within(&entry.cadence, since, until);
+                        }
                         self.jobs.push(ticks);
                         self.s.entries.push(entry);
                     }
@@ -129,6 +142,8 @@ impl Engine {
                                 version: row.version,
                                 entries: first..first + count,
                                 handler: row.handler.as_str().into(),
+                                cluster,
+                                advanced: bound,
                             },
                         );
                     }

@@ -1,0 +1,229 @@
+//! Dynamic schedules loaded as they come due
+//! ([`SchedulerBuilder::load_schedules_when_due`](crate::SchedulerBuilder::load_schedules_when_due)):
+//! each poll also moves forward the bounds of the rows run here
+//! ([`Controls::advance_schedules`]), reads the rows of this instance's handlers
+//! due within the look-ahead ([`Controls::due_schedules`]) and the rows of
+//! triggers not loaded here, by name; the loop loads those it does not run yet,
+//! from their bound on.
+//!
+//! A bound is a lower bound: a row loaded too early costs a refused take, never a
+//! tick. A row must be loaded before its tick (one loaded after it starts under its
+//! catch-up policy), so the look-ahead is three poll intervals, at least
+//! [`MIN_AHEAD`].
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tracing::debug;
+
+use super::super::Engine;
+use crate::control::{Advance, Controls, DueCursor, DueSchedule, ScheduleRow, Trigger};
+use crate::job::Scope;
+
+/// Rows read per due read statement.
+const DUE_PAGE: u32 = 10_000;
+
+/// The least look-ahead of the due reads.
+const MIN_AHEAD: Duration = Duration::from_secs(30);
+
+/// The loop's side of loading rows as they come due.
+#[derive(Debug, Default)]
+pub(in crate::runtime::engine) struct Window {
+    /// How far ahead of now the due reads look.
+    ahead: Duration,
+    /// Rows to read by name at the next poll: jobs of triggers not loaded here.
+    to_load: BTreeSet<String>,
+    /// Rows read by name that this instance does not run (another handler's, or
+    /// gone): their triggers are left to others.
+    not_here: HashSet<String>,
+    /// The bounds of the rows read as due and queued, by name.
+    bounds: HashMap<String, DateTime<Utc>>,
+}
+
+impl Window {
+    pub(in crate::runtime::engine) fn new(poll_every: Duration) -> Self {
+        Self {
+            ahead: poll_every.saturating_mul(3).max(MIN_AHEAD),
+            ..Self::default()
+        }
+    }
+
+    /// The bound row `name` was read with as due, if it was (once: it is loaded).
+    pub(in crate::runtime::engine) fn bound_of(&mut self, name: &str) -> Option<DateTime<Utc>> {
+        self.bounds.remove(name)
+    }
+}
+
+/// What a poll reads besides the controls, off the loop.
+pub(in crate::runtime::engine) struct WindowRead {
+    advances: Vec<Advance>,
+    handlers: Vec<String>,
+    until: DateTime<Utc>,
+    by_name: Vec<String>,
+}
+
+/// Its answer: the rows due, and the rows of triggers read by name (with the names
+/// asked, found or not).
+#[derive(Default)]
+pub(in crate::runtime::engine) struct WindowRows {
+    due: Vec<DueSchedule>,
+    by_name: Vec<(String, Option<ScheduleRow>)>,
+}
+
+impl WindowRead {
+    /// Sends the advances (a failure is harmless: the bounds stay earlier), then
+    /// reads the rows due and the rows asked for by name.
+    pub(in crate::runtime::engine) async fn read(
+        self,
+        c: &dyn Controls,
+    ) -> crate::Result<WindowRows> {
+        if !self.advances.is_empty() {
+            match c.advance_schedules(&self.advances).await {
+                Ok(moved) => debug!(
+                    asked = self.advances.len(),
+                    moved, "schedule bounds advanced"
+                ),
+                Err(err) => {
+                    debug!(error = %err, "advancing schedule bounds failed; they stay earlier")
+                }
+            }
+        }
+        let mut rows = WindowRows::default();
+        let mut after: Option<DueCursor> = None;
+        loop {
+            let page = c
+                .due_schedules(&self.handlers, self.until, after.as_ref(), DUE_PAGE)
+                .await?;
+            let full = page.len() == DUE_PAGE as usize;
+            after = page.last().map(DueSchedule::cursor);
+            rows.due.extend(page);
+            if !full || after.is_none() {
+                break;
+            }
+        }
+        for name in self.by_name {
+            let row = c.schedule(&name).await?;
+            rows.by_name.push((name, row));
+        }
+        Ok(rows)
+    }
+}
+
+impl Engine {
+    /// What the poll about to start reads besides the controls: `None` unless rows
+    /// are loaded as they come due. Computes the advances of the rows run here in
+    /// the cluster scope: each to the earliest tick its entries have still to
+    /// decide, when that moved past what the store was last told.
+    pub(in crate::runtime::engine) fn window_read(&mut self) -> Option<WindowRead> {
+        let until = self.db_now();
+        let mut handlers: Vec<String> = self.s.handlers.keys().cloned().collect();
+        handlers.sort();
+        let ctl = self.ctl.as_mut()?;
+        let window = ctl.window.as_mut()?;
+        let until = until + TimeDelta::from_std(window.ahead).unwrap_or(TimeDelta::zero());
+        let by_name = std::mem::take(&mut window.to_load).into_iter().collect();
+        let mut advances = Vec::new();
+        for (name, d) in &mut ctl.dynamic {
+            if !d.cluster {
+                continue;
+            }
+            let undecided = d
+                .entries
+                .clone()
+                .filter_map(|i| self.jobs[i].first_undecided())
+                .min();
+            if let Some(at) = undecided
+                && d.advanced.is_none_or(|was| at > was)
+            {
+                d.advanced = Some(at);
+                advances.push(Advance {
+                    name: name.to_string(),
+                    version: d.version,
+                    next_tick: at,
+                });
+            }
+        }
+        Some(WindowRead {
+            advances,
+            handlers,
+            until,
+            by_name,
+        })
+    }
+
+    /// Whether a changed row read by a poll is applied here: always, unless rows
+    /// are loaded as they come due, where only rows run here are (the others are
+    /// left to the due reads: their put wrote their bound; a trigger of one is
+    /// this instance's again if its handler is).
+    pub(in crate::runtime::engine) fn applies_change(&mut self, row: &ScheduleRow) -> bool {
+        let Some(ctl) = self.ctl.as_mut() else {
+            return true;
+        };
+        let Some(window) = ctl.window.as_mut() else {
+            return true;
+        };
+        // Changed: its triggers may be this instance's now.
+        window.not_here.remove(&row.name);
+        ctl.dynamic.contains_key(row.name.as_str())
+    }
+
+    /// Queues the rows due and the rows read by name that do not run here yet, each
+    /// with its bound (a row read by name: none, it starts after its change).
+    pub(in crate::runtime::engine) fn apply_window(&mut self, rows: WindowRows) {
+        let handlers = &self.s.handlers;
+        let Some(ctl) = self.ctl.as_mut() else {
+            return;
+        };
+        let Some(window) = ctl.window.as_mut() else {
+            return;
+        };
+        let mut load = Vec::new();
+        for due in rows.due {
+            if !ctl.dynamic.contains_key(due.row.name.as_str()) {
+                window.bounds.insert(due.row.name.clone(), due.next_tick);
+                load.push(due.row);
+            }
+        }
+        for (name, row) in rows.by_name {
+            match row {
+                Some(row) if handlers.contains_key(&row.handler) => {
+                    if !ctl.dynamic.contains_key(name.as_str())
+                        && !window.bounds.contains_key(&name)
+                    {
+                        load.push(row);
+                    }
+                }
+                _ => {
+                    window.not_here.insert(name);
+                }
+            }
+        }
+        ctl.rows.extend(load);
+        self.apply_some_schedules();
+    }
+
+    /// Whether trigger `t` waits here for its row to load: rows are loaded as they
+    /// come due, its job is no job of this instance yet, and its row is not known
+    /// to be another's. Its row is read by name at the next poll.
+    pub(in crate::runtime::engine) fn waits_for_row(&mut self, t: &Trigger) -> bool {
+        let code = self.ctl.as_ref().is_some_and(|c| {
+            c.job_names.binary_search(&t.job).is_ok() || c.dynamic.contains_key(t.job.as_str())
+        });
+        let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) else {
+            return false;
+        };
+        if code || window.not_here.contains(&t.job) {
+            return false;
+        }
+        window.to_load.insert(t.job.clone());
+        true
+    }
+}
+
+/// Whether entries of scope `scope` have their row's bound moved forward: a
+/// node-scoped row's ticks are each node's to decide, so one node cannot move its
+/// bound past a tick another has not run.
+pub(in crate::runtime::engine) fn advances(scope: Scope) -> bool {
+    scope == Scope::Cluster
+}

@@ -1,0 +1,263 @@
+//! Dynamic schedules loaded as they come due
+//! ([`SchedulerBuilder::load_schedules_when_due`]): an instance reads only the rows
+//! due within its look-ahead, runs them from their bound on, moves the bounds of
+//! the rows it runs forward, and loads a row that is not due when it is triggered.
+//!
+//! On the in-memory store, on paused tokio time.
+//!
+//! [`SchedulerBuilder::load_schedules_when_due`]: scheduler_core::SchedulerBuilder::load_schedules_when_due
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
+use scheduler_core::{
+    ControlRequest, Controls, DueSchedule, JobContext, MemoryStore, ScheduleRow, Scheduler,
+};
+use support::{Faulty, mid_second, store};
+
+const TTL: Duration = Duration::from_secs(8);
+const HANDLER: &str = "work";
+
+type Ran = Arc<Mutex<BTreeMap<String, Vec<DateTime<Utc>>>>>;
+
+fn counted(memory: &Arc<MemoryStore>) -> Arc<Faulty> {
+    Arc::new(Faulty {
+        inner: memory.clone(),
+        failing_finishes: AtomicU32::new(0),
+        hang_claims: false,
+        early: AtomicU32::new(0),
+        failing_heartbeats: AtomicBool::new(false),
+        beats: AtomicU32::new(0),
+        first_poll_takes: Duration::ZERO,
+        due_rows: AtomicU64::new(0),
+    })
+}
+
+fn scheduler(store: &Arc<Faulty>, node: &str, ran: &Ran) -> Scheduler {
+    let ran = ran.clone();
+    Scheduler::builder(store.clone())
+        .node_id(node)
+        .lease_ttl(TTL)
+        .control_poll(Some(Duration::from_millis(500)))
+        .load_schedules_when_due(true)
+        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
+            let ran = ran.clone();
+            async move {
+                let mut ran = ran.lock().unwrap();
+                ran.entry(ctx.job().to_owned())
+                    .or_default()
+                    .push(ctx.tick().at());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build")
+}
+
+/// `n` rows due once a day at the hour six hours from `now` (far beyond any
+/// look-ahead).
+fn daily(n: usize, now: DateTime<Utc>) -> Vec<ScheduleRow> {
+    let hour = (now + TimeDelta::hours(6)).hour();
+    (0..n)
+        .map(|i| {
+            ScheduleRow::new(
+                format!("daily-{i:04}"),
+                HANDLER,
+                format!("0 0 {hour} * * *"),
+            )
+        })
+        .collect()
+}
+
+async fn setup(memory: &Arc<MemoryStore>, rows: &[ScheduleRow]) {
+    mid_second(memory).await;
+    memory
+        .register_handlers("ops-node", &[HANDLER.to_owned()])
+        .await
+        .expect("register");
+    memory
+        .put_schedules(rows, "ops", "test rows")
+        .await
+        .expect("put");
+}
+
+async fn bounds(memory: &MemoryStore) -> BTreeMap<String, DueSchedule> {
+    let far = memory.clock().now() + TimeDelta::days(3);
+    memory
+        .due_schedules(&[HANDLER.to_owned()], far, None, 100_000)
+        .await
+        .expect("due")
+        .into_iter()
+        .map(|due| (due.row.name.clone(), due))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_up_reads_only_the_rows_due_and_runs_them() {
+    let memory = store();
+    let now = memory.clock().now();
+    let mut rows = daily(500, now);
+    rows.extend((0..5).map(|i| ScheduleRow::new(format!("second-{i}"), HANDLER, "every 1s")));
+    setup(&memory, &rows).await;
+    let put = bounds(&memory).await;
+    let store = counted(&memory);
+    let ran = Ran::default();
+    let started = memory.clock().now();
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(20)))
+        .await;
+
+    let ran = ran.lock().unwrap().clone();
+    for i in 0..5 {
+        let name = format!("second-{i}");
+        let ticks = ran.get(&name).cloned().unwrap_or_default();
+        // Every second from the first poll on, each once.
+        let mut unique = ticks.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), ticks.len(), "{name} ran a tick twice");
+        assert!(
+            ticks.len() >= 17,
+            "{name} ran {} ticks: {ticks:?}",
+            ticks.len()
+        );
+    }
+    assert!(
+        !ran.keys().any(|name| name.starts_with("daily-")),
+        "no daily row is due"
+    );
+    // The due reads returned the every-second rows, never the daily ones: 40 polls
+    // of 5 rows at most (rows run here are read again while due, and skipped).
+    let read = store.due_rows.load(Ordering::SeqCst);
+    assert!((5..=5 * 45).contains(&read), "{read} rows read as due");
+
+    // The every-second rows' bounds moved with their ticks; the daily rows' stayed.
+    let after = bounds(&memory).await;
+    for (name, due) in &after {
+        if name.starts_with("second-") {
+            assert!(
+                due.next_tick > started + TimeDelta::seconds(15),
+                "{name}: bound {} left behind",
+                due.next_tick
+            );
+            assert!(due.next_tick <= memory.clock().now() + TimeDelta::seconds(1));
+        } else {
+            assert_eq!(due.next_tick, put[name].next_tick, "{name}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_started_later_runs_from_the_bound_each_tick_once() {
+    let memory = store();
+    let rows = vec![ScheduleRow::new("each", HANDLER, "every 1s")];
+    setup(&memory, &rows).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(10)))
+        .await;
+    let first_end = memory.clock().now();
+    // The bound stands where node-a left it: past the ticks it ran.
+    let bound = bounds(&memory).await["each"].next_tick;
+    assert!(bound > first_end - TimeDelta::seconds(2), "bound {bound}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restarted = memory.clock().now();
+    scheduler(&store, "node-b", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(10)))
+        .await;
+    let ticks = ran.lock().unwrap()["each"].clone();
+    let mut unique = ticks.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ticks.len(), "a tick ran twice: {ticks:?}");
+    // Every whole second node-b was up for, from its first poll on, ran.
+    for s in 1..=8 {
+        let tick = (restarted + TimeDelta::seconds(s))
+            .with_nanosecond(0)
+            .unwrap();
+        assert!(ticks.contains(&tick), "tick {tick} did not run: {ticks:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_triggered_row_that_is_not_due_is_loaded_and_runs_once() {
+    let memory = store();
+    let now = memory.clock().now();
+    setup(&memory, &daily(3, now)).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    let trigger = memory
+        .trigger(&ControlRequest::new("daily-0001", "ops").why("now, please"))
+        .await
+        .expect("trigger");
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(10)))
+        .await;
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.get("daily-0001").map(Vec::len), Some(1), "{ran:?}");
+    assert_eq!(ran.len(), 1, "only the triggered row ran: {ran:?}");
+    let status = memory
+        .trigger_status(trigger.id)
+        .await
+        .expect("status")
+        .expect("there");
+    assert!(
+        matches!(status.state, scheduler_core::TriggerState::Done { .. }),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn rows_put_or_changed_while_running_are_seen() {
+    let memory = store();
+    let now = memory.clock().now();
+    setup(&memory, &daily(2, now)).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    let changer = {
+        let memory = memory.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            // A new row, due at once: loaded by the next due read.
+            let each = ScheduleRow::new("each", HANDLER, "every 1s");
+            memory.put_schedule(&each, "ops", "new").await.expect("put");
+            // A daily row made every second: its put wrote a bound due now.
+            let faster = ScheduleRow::new("daily-0000", HANDLER, "every 1s");
+            memory
+                .put_schedule(&faster, "ops", "faster")
+                .await
+                .expect("put");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            // A row run here, disabled: the poll's change stops it.
+            let mut off = each.clone();
+            off.enabled = false;
+            memory.put_schedule(&off, "ops", "off").await.expect("put");
+            memory.clock().now()
+        }
+    };
+    let handle = tokio::spawn(changer);
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(15)))
+        .await;
+    let disabled_at = handle.await.expect("changer");
+    let ran = ran.lock().unwrap().clone();
+    let each = ran.get("each").cloned().unwrap_or_default();
+    assert!(each.len() >= 3, "the new row ran: {each:?}");
+    assert!(
+        each.iter()
+            .all(|t| *t <= disabled_at + TimeDelta::seconds(2)),
+        "the disabled row stopped: {each:?} (disabled at {disabled_at})"
+    );
+    let faster = ran.get("daily-0000").cloned().unwrap_or_default();
+    assert!(
+        faster.len() >= 5,
+        "the changed row runs every second: {faster:?}"
+    );
+    assert!(!ran.contains_key("daily-0001"));
+}
