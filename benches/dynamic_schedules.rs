@@ -34,6 +34,9 @@
 //! `INSERT`s instead of `put_schedule` (a quicker set-up; the report says so).
 //! `DYNAMIC_SCHEDULES_KILL_AT_SECS=N` kills instance 0 (SIGKILL) N seconds into the
 //! window and reports the ticks due after it: each run once, by whom, how late.
+//! `DYNAMIC_SCHEDULES_WHEN_DUE=1` has the instances load the rows as they come due
+//! (`SchedulerBuilder::load_schedules_when_due`): an instance is ready once the rows
+//! of its first look-ahead are read and applied.
 //! `DYNAMIC_SCHEDULES_STORE=sqlite` runs the instances on one SQLite file instead
 //! (the rows stored with `put_schedules` under `bulk`; no statement or transaction
 //! counts, which are PostgreSQL's statistics).
@@ -213,6 +216,15 @@ struct Calls {
     clock_reads: AtomicU64,
     polls: AtomicU64,
     other_controls: AtomicU64,
+    /// Due reads (`load_schedules_when_due`) and the rows they returned.
+    due_reads: AtomicU64,
+    due_rows: AtomicU64,
+    /// Advances sent, and the rows they asked to move.
+    advances: AtomicU64,
+    advanced_rows: AtomicU64,
+    /// The rows of the first due reads, summed until one returned less than its
+    /// limit (the first look-ahead read whole), once known: what start-up loads.
+    first_due: Mutex<(u64, Option<u64>)>,
     /// The first poll that returned a state: its start, its end (µs since the epoch)
     /// and the schedules it returned.
     first_poll: Mutex<Option<(i64, i64, usize)>>,
@@ -230,6 +242,10 @@ impl Calls {
             "clock_reads": get(&self.clock_reads),
             "polls": get(&self.polls),
             "other_controls": get(&self.other_controls),
+            "due_reads": get(&self.due_reads),
+            "due_rows": get(&self.due_rows),
+            "advances": get(&self.advances),
+            "advanced_rows": get(&self.advanced_rows),
         })
     }
 }
@@ -350,6 +366,54 @@ impl Controls for Metered {
             }
         }
         Ok(state)
+    }
+
+    async fn poll_without_schedules(
+        &self,
+        since: Option<i64>,
+    ) -> scheduler_core::Result<Option<ControlState>> {
+        add(&self.calls.polls, 1);
+        let start = now_us();
+        let state = self.c().poll_without_schedules(since).await?;
+        if state.is_some() {
+            let mut first = self.calls.first_poll.lock().unwrap();
+            if first.is_none() {
+                *first = Some((start, now_us(), 0));
+            }
+        }
+        Ok(state)
+    }
+
+    async fn due_schedules(
+        &self,
+        handlers: &[String],
+        until: DateTime<Utc>,
+        after: Option<&scheduler_core::DueCursor>,
+        limit: u32,
+    ) -> scheduler_core::Result<Vec<scheduler_core::DueSchedule>> {
+        add(&self.calls.due_reads, 1);
+        let due = self
+            .c()
+            .due_schedules(handlers, until, after, limit)
+            .await?;
+        add(&self.calls.due_rows, due.len());
+        let mut first = self.calls.first_due.lock().unwrap();
+        if first.1.is_none() {
+            first.0 += due.len() as u64;
+            if due.len() < limit as usize {
+                first.1 = Some(first.0);
+            }
+        }
+        Ok(due)
+    }
+
+    async fn advance_schedules(
+        &self,
+        advances: &[scheduler_core::Advance],
+    ) -> scheduler_core::Result<u64> {
+        add(&self.calls.advances, 1);
+        add(&self.calls.advanced_rows, advances.len());
+        self.c().advance_schedules(advances).await
     }
 
     async fn paused(&self) -> scheduler_core::Result<Vec<Pause>> {
@@ -522,7 +586,9 @@ mod instance {
     /// keeps the warnings and errors.
     struct Watch {
         applied: AtomicU64,
-        expect: u64,
+        /// How many rows start-up loads: every row, or (rows loaded as they come
+        /// due) the rows of the first look-ahead, once read.
+        expect: AtomicU64,
         ready: tokio::sync::Notify,
         ready_us: AtomicI64,
         /// Warnings and errors by level, target and message: how many, and the
@@ -560,7 +626,7 @@ mod instance {
             {
                 let watch = &self.0;
                 let n = watch.applied.fetch_add(1, Ordering::Relaxed) + 1;
-                if n == watch.expect {
+                if n == watch.expect.load(Ordering::Relaxed) {
                     watch.ready_us.store(now_us(), Ordering::Relaxed);
                     watch.ready.notify_one();
                 }
@@ -604,10 +670,11 @@ mod instance {
         let expect: u64 = var("DS_EXPECT").parse().unwrap();
         let records_path = var("DS_RECORDS");
         let poll = Duration::from_millis(var("DS_POLL_MS").parse().unwrap());
+        let when_due = std::env::var("DS_WHEN_DUE").is_ok_and(|v| v == "1");
 
         let watch = Arc::new(Watch {
             applied: AtomicU64::new(0),
-            expect,
+            expect: AtomicU64::new(if when_due { u64::MAX } else { expect }),
             ready: tokio::sync::Notify::new(),
             ready_us: AtomicI64::new(0),
             warnings: Mutex::default(),
@@ -673,9 +740,28 @@ mod instance {
                     }
                 }
             };
+            if when_due {
+                // Ready once the first look-ahead's rows are read and applied.
+                let (w, c) = (watch.clone(), calls.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let first = c.first_due.lock().unwrap().1;
+                        if let Some(rows) = first {
+                            w.expect.store(rows.max(1), Ordering::Relaxed);
+                            if w.applied.load(Ordering::Relaxed) >= rows.max(1) {
+                                w.ready_us.store(now_us(), Ordering::Relaxed);
+                                w.ready.notify_one();
+                            }
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                });
+            }
             let scheduler = Scheduler::builder(store)
                 .node_id(format!("instance-{index}"))
                 .control_poll(Some(poll))
+                .load_schedules_when_due(when_due)
                 .handler(REPORT, handler(runs.clone()))
                 .handler(MINUTE, handler(runs.clone()))
                 .build()
@@ -922,6 +1008,7 @@ mod coordinator {
         let startup_limit =
             Duration::from_secs(env_or("DYNAMIC_SCHEDULES_STARTUP_LIMIT_SECS", 600));
         let poll_ms = env_or("DYNAMIC_SCHEDULES_POLL_MS", 5_000);
+        let when_due = std::env::var("DYNAMIC_SCHEDULES_WHEN_DUE").is_ok_and(|v| v == "1");
         let bulk = std::env::var("DYNAMIC_SCHEDULES_LOAD").is_ok_and(|v| v == "bulk");
         let total = daily + minutely;
         println!(
@@ -1040,6 +1127,7 @@ mod coordinator {
                     .env("DS_EXPECT", total.to_string())
                     .env("DS_RECORDS", &records)
                     .env("DS_POLL_MS", poll_ms.to_string())
+                    .env("DS_WHEN_DUE", if when_due { "1" } else { "0" })
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(std::fs::File::create(&log).unwrap())
@@ -1330,21 +1418,24 @@ mod coordinator {
     /// rows per statement): a quicker set-up than 101,000 calls, not an API.
     async fn bulk_load(conn: &DatabaseConnection, rows: &[ScheduleRow]) {
         let sql = "WITH r AS ( \
-               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
-                 WITH ORDINALITY AS r(name, handler, schedule, args, n) \
+               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+                                    $6::timestamptz[]) \
+                 WITH ORDINALITY AS r(name, handler, schedule, args, next_tick, n) \
              ), v AS ( \
                UPDATE scheduler_leases_version SET version = version + $5 WHERE id = 1 \
                RETURNING version - $5 AS base \
              ), s AS ( \
                INSERT INTO scheduler_leases_schedules \
                  (name, handler, schedule, zone, scope, policy, args, enabled, removed, version, \
-                  updated_at, actor) \
+                  updated_at, actor, next_tick) \
                SELECT r.name, r.handler, r.schedule, NULL, 'cluster', '', r.args::jsonb, true, \
-                      false, v.base + r.n, now(), 'bench' \
+                      false, v.base + r.n, now(), 'bench', r.next_tick \
                FROM r, v \
              ) \
              INSERT INTO scheduler_leases_audit (at, job, node, action, actor, why, detail) \
              SELECT now(), r.name, NULL, 'schedule_put', 'bench', '', r.schedule FROM r ORDER BY r.n";
+        // Each row's bound as a put writes it (`TickBounds`).
+        let mut bounds = scheduler_core::TickBounds::new(Utc::now());
         for chunk in rows.chunks(BULK_CHUNK) {
             for row in chunk {
                 row.check().unwrap();
@@ -1363,6 +1454,11 @@ mod coordinator {
                 column(|r| &r.schedule),
                 column(|r| &r.args),
                 i64::try_from(chunk.len()).unwrap().into(),
+                chunk
+                    .iter()
+                    .map(|r| bounds.bound(r))
+                    .collect::<Vec<DateTime<Utc>>>()
+                    .into(),
             ];
             conn.execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,

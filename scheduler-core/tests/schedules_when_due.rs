@@ -261,3 +261,57 @@ async fn rows_put_or_changed_while_running_are_seen() {
     );
     assert!(!ran.contains_key("daily-0001"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
+    let memory = store();
+    // Twenty rows each once a minute, at second `i` of the minute.
+    let rows: Vec<ScheduleRow> = (0..20)
+        .map(|i| {
+            ScheduleRow::new(
+                format!("minute-{i:02}"),
+                HANDLER,
+                format!("{} * * * * *", i * 3),
+            )
+        })
+        .collect();
+    setup(&memory, &rows).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    let started = memory.clock().now();
+    let running = scheduler(&store, "node-a", &ran);
+    let stats = running.stats();
+    running
+        .run_until(tokio::time::sleep(Duration::from_secs(300)))
+        .await;
+    let ended = memory.clock().now();
+    let ran = ran.lock().unwrap().clone();
+    for (i, row) in rows.iter().enumerate() {
+        let ticks = ran.get(&row.name).cloned().unwrap_or_default();
+        // Every tick of the row from its first minute on (a tick before the first
+        // poll is the row's start-up's) ran once, in order, none missed.
+        let expected: Vec<DateTime<Utc>> = (0..6)
+            .map(|m| {
+                let minute = (started + TimeDelta::minutes(m)).with_second(0).unwrap();
+                minute.with_nanosecond(0).unwrap() + TimeDelta::seconds(i as i64 * 3)
+            })
+            .filter(|t| *t > started + TimeDelta::seconds(1) && *t < ended - TimeDelta::seconds(2))
+            .collect();
+        let got: Vec<DateTime<Utc>> = ticks
+            .iter()
+            .copied()
+            .filter(|t| expected.contains(t))
+            .collect();
+        assert_eq!(got, expected, "{}: ran {ticks:?}", row.name);
+        assert!(ticks.len() <= got.len() + 1, "{}: {ticks:?}", row.name);
+        // Let go after each tick (its counts with it) and loaded again before the
+        // next: the counts hold at most the last minute's run, not every run.
+        let counted = stats.count(&row.name, scheduler_core::Outcome::Succeeded);
+        assert!(
+            counted <= 1 && ticks.len() >= 4,
+            "{}: {counted} runs counted of {}: never let go",
+            row.name,
+            ticks.len()
+        );
+    }
+}

@@ -53,6 +53,7 @@ pub(crate) struct Config {
     pub(crate) heartbeat: Duration,
     pub(crate) app_version: Option<String>,
     pub(crate) schedules_when_due: bool,
+    pub(crate) look_ahead: Option<Duration>,
 }
 
 /// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
@@ -72,6 +73,8 @@ pub(crate) struct Settings {
     pub(crate) version: Arc<str>,
     /// Dynamic schedules are loaded as they come due, not all at start-up.
     pub(crate) schedules_when_due: bool,
+    /// How far ahead they are read, if not the default.
+    pub(crate) look_ahead: Option<Duration>,
 }
 
 /// How often the store's controls are polled unless the builder says otherwise.
@@ -100,6 +103,7 @@ impl Default for Config {
             heartbeat: DEFAULT_HEARTBEAT,
             app_version: None,
             schedules_when_due: false,
+            look_ahead: None,
         }
     }
 }
@@ -161,23 +165,32 @@ impl SchedulerBuilder {
     /// Loads the dynamic schedules as they come due instead of all at start-up
     /// (default `false`: every instance reads and holds every row of its handlers).
     ///
-    /// Each row of the store keeps a bound, its `next_tick`: no tick of the row
-    /// before it is still undecided ([`Controls::due_schedules`](crate::Controls::due_schedules)). With this on, the
-    /// first poll reads no schedule; at every poll the instance reads the rows of its
-    /// handlers due within the look-ahead (three poll intervals, at least 30 s) that
-    /// it does not run yet, and runs them from their bound on (no tick before it: the
-    /// instances decided those). The rows it runs in the cluster scope have their
-    /// bound moved forward as their ticks are decided
-    /// ([`Controls::advance_schedules`](crate::Controls::advance_schedules)), so an instance started later reads only
-    /// the rows due soon: start-up reads one window, not every row.
-    ///
-    /// A triggered row not loaded here is read by name and loaded to run the trigger.
-    /// Not yet: rows are not let go once loaded (memory grows with the rows that came
-    /// due since start-up), node-scoped rows' bounds stay where their put left them
-    /// (always due), and a resume with catch-up of a row that no live instance has
-    /// loaded catches up nothing.
+    /// Each row keeps a bound, its `next_tick`: no tick of it before the bound is
+    /// undecided ([`Controls::due_schedules`](crate::Controls::due_schedules)). With
+    /// this on, the first poll reads no schedule; each poll reads the rows of this
+    /// instance's handlers due within the look-ahead
+    /// ([`schedules_look_ahead`](Self::schedules_look_ahead)) not run here yet, and
+    /// runs them from their bound on. The bounds of the cluster rows run here move
+    /// forward as their ticks are decided, and a row idle until past the look-ahead is
+    /// let go (its counts in [`Scheduler::stats`](crate::Scheduler::stats) with it):
+    /// memory holds the rows due soon, and start-up reads one look-ahead, not every
+    /// row. A triggered row not loaded is read by name to run it. Not yet: a paused
+    /// row is kept, but a resume with catch-up of one no live instance holds catches
+    /// nothing up; node-scoped and concurrent rows are never let go.
     pub fn load_schedules_when_due(mut self, on: bool) -> Self {
         self.config.schedules_when_due = on;
+        self
+    }
+
+    /// How far ahead of their next tick the rows are loaded when they are loaded as
+    /// they come due ([`load_schedules_when_due`](Self::load_schedules_when_due)):
+    /// a row is read before its tick, and let go once idle with its next tick further
+    /// than this and half again. Default 30 s; never less than three poll intervals
+    /// (a row must be read before its tick even when a poll fails: one loaded after
+    /// it starts under its catch-up policy). Shorter holds fewer rows; longer rides
+    /// out slower polls.
+    pub fn schedules_look_ahead(mut self, ahead: Duration) -> Self {
+        self.config.look_ahead = Some(ahead);
         self
     }
 
@@ -310,6 +323,7 @@ impl SchedulerBuilder {
             heartbeat: config.heartbeat,
             version,
             schedules_when_due: config.schedules_when_due,
+            look_ahead: config.look_ahead,
         };
         let node = match config.node.take() {
             Some(node) => node,

@@ -35,6 +35,12 @@ impl Stats {
         jobs.entry(job.to_owned()).or_default();
     }
 
+    /// Counts `job` no more (a dynamic schedule let go: its counts go with it).
+    pub(crate) fn untrack(&self, job: &str) {
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
+        jobs.remove(job);
+    }
+
     fn counts(&self, job: &str) -> Option<Counts> {
         let jobs = self.jobs.read().unwrap_or_else(PoisonError::into_inner);
         jobs.get(job).cloned()

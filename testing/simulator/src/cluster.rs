@@ -32,6 +32,13 @@ pub(crate) struct Setup {
     /// Which instances load their dynamic schedules as they come due
     /// (`SchedulerBuilder::load_schedules_when_due`); none when empty.
     pub(crate) when_due: Vec<bool>,
+    /// Their look-ahead, when not the default (the least the runtime allows: rows
+    /// every few seconds are let go and loaded again between ticks).
+    pub(crate) look_ahead: Option<Duration>,
+    /// What the periods of the dynamic schedules operators put are multiplied by
+    /// (1 but with the short look-ahead: then rows every 4 to 12 s, let go and
+    /// loaded again between ticks).
+    pub(crate) every_scale: u64,
 }
 
 /// One instance: its node, its current incarnation's faults and task.
@@ -123,6 +130,7 @@ impl Cluster {
             .clock(LocalClock::starting_at(self.now() + skew))
             .control_poll(self.setup.control_poll)
             .load_schedules_when_due(self.setup.when_due.get(i).copied().unwrap_or(false))
+            .schedules_look_ahead(self.setup.look_ahead.unwrap_or(Duration::from_secs(30)))
             .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
             .shutdown_grace(Duration::from_secs(2));
         let body = Arc::new(Body {

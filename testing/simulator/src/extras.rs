@@ -92,12 +92,21 @@ const WHEN_DUE_STREAM: u64 = 0x0077_6865_6e64_7565;
 
 /// Which of `instances` load their dynamic schedules as they come due: each with
 /// even odds, so a seed's cluster has all, none or some of them (a fleet mid-way
-/// through turning it on).
-/// `SIM_NO_WHEN_DUE` set: none (to tell a defect of that mode from another).
-pub(crate) fn when_due(seed: u64, instances: usize) -> Vec<bool> {
+/// through turning it on); and, for half the seeds, the least look-ahead the
+/// runtime allows (three poll intervals), so that rows every few seconds are let
+/// go and loaded again between their ticks. `SIM_NO_WHEN_DUE` set: none (to tell a
+/// defect of that mode from another).
+pub(crate) fn when_due(seed: u64, instances: usize) -> (Vec<bool>, Option<Duration>) {
     if std::env::var_os("SIM_NO_WHEN_DUE").is_some() {
-        return Vec::new();
+        return (Vec::new(), None);
     }
     let mut rng = StdRng::seed_from_u64(seed ^ WHEN_DUE_STREAM);
-    (0..instances).map(|_| rng.random_bool(0.5)).collect()
+    let mut when_due: Vec<bool> = (0..instances).map(|_| rng.random_bool(0.5)).collect();
+    let short = rng.random_bool(0.5).then_some(Duration::ZERO);
+    // `SIM_WHEN_DUE_NONE` set: the same seed (periods included), no instance in the
+    // mode: whether a defect is the mode's.
+    if std::env::var_os("SIM_WHEN_DUE_NONE").is_some() {
+        when_due.iter_mut().for_each(|on| *on = false);
+    }
+    (when_due, short)
 }

@@ -239,6 +239,8 @@ fn setup(seed: u64, rng: &mut StdRng) -> Setup {
         dynamic: Vec::new(),
         backfills: false,
         when_due: Vec::new(),
+        look_ahead: None,
+        every_scale: 1,
     }
 }
 
@@ -299,7 +301,10 @@ pub fn simulate(seed: u64, options: Options) -> Report {
             extras::draw(seed, setup.nodes.len(), setup.jobs.len(), options.chaos);
         setup.dynamic = dynamic;
         setup.backfills = true;
-        setup.when_due = extras::when_due(seed, setup.nodes.len());
+        (setup.when_due, setup.look_ahead) = extras::when_due(seed, setup.nodes.len());
+        if setup.look_ahead.is_some() {
+            setup.every_scale = 4;
+        }
         script.extend(extras);
         script.sort_by_key(|(at, _)| *at);
     }
@@ -338,6 +343,8 @@ pub fn healthy(
         dynamic: Vec::new(),
         backfills: false,
         when_due: Vec::new(),
+        look_ahead: None,
+        every_scale: 1,
     };
     let rng = StdRng::seed_from_u64(seed);
     on_paused_time(seed, run(setup, Vec::new(), options, rng))

@@ -97,6 +97,7 @@ impl Cluster {
     /// schedule, or a change of the one there.
     pub(crate) async fn put_schedule(&mut self, d: usize, every_s: u64, policy: &str) {
         let spec = self.setup.dynamic[d].clone();
+        let every_s = every_s * self.setup.every_scale;
         let mut row = ScheduleRow::new(spec.name.clone(), "sim", format!("every {every_s}s"));
         row.scope = spec.scope;
         row.policy = policy.to_owned();

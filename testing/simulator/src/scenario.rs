@@ -111,6 +111,8 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
         dynamic: scenario.dynamic.into_iter().map(|j| j.spec).collect(),
         backfills: true,
         when_due: Vec::new(),
+        look_ahead: None,
+        every_scale: 1,
     };
     let mut script: Vec<(u64, Action)> = scenario
         .script

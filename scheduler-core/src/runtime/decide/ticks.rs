@@ -440,6 +440,15 @@ impl JobTicks {
         }
     }
 
+    /// Whether nothing is under way: no tick taken or to take but the next one not
+    /// yet due, no run, nothing waiting.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.is_none()
+            && self.running.is_none()
+            && self.backlog.is_empty()
+            && self.buffered.is_none()
+    }
+
     /// The earliest tick this job has still to decide: the one it tries to take,
     /// the first waiting behind it or behind the run, or the next not yet due.
     /// Every tick before it was taken (here or elsewhere), refused, skipped or

@@ -128,7 +128,9 @@ impl ControlLoop {
         entries: &[crate::runtime::Entry],
         no_handlers: bool,
         beats: Beats,
-        when_due: bool,
+        // With rows loaded as they come due: their look-ahead, if set, and how long
+        // a freed entry waits before it is reused.
+        when_due: Option<(Option<Duration>, Duration)>,
     ) -> Self {
         let mut by_name: HashMap<Arc<str>, Range<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -144,7 +146,8 @@ impl ControlLoop {
             ran_here: HashSet::new(),
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
-            window: when_due.then(|| window::Window::new(every)),
+            window: when_due
+                .map(|(ahead, quarantine)| window::Window::new(every, ahead, quarantine)),
             dropped: HashMap::new(),
             crons: crate::schedule::CronCache::default(),
             share: spread::Share::default(),
@@ -307,6 +310,9 @@ impl Engine {
                 let window = (resume.paused_since, resume.resumed_at);
                 ctl.dropped.insert(resume.job.clone(), window);
             }
+        }
+        if let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) {
+            window.paused = state.paused.iter().map(|p| p.job.clone()).collect();
         }
         let mut changed = state.schedules;
         changed.retain(|row| self.applies_change(row));

@@ -239,7 +239,10 @@ impl Engine {
                             s.settings.version.clone(),
                             Retry::new(s.settings.retry_base, s.settings.retry_cap),
                         ),
-                        s.settings.schedules_when_due,
+                        s.settings.schedules_when_due.then_some((
+                            s.settings.look_ahead,
+                            renew_every.saturating_mul(2) + Duration::from_secs(1),
+                        )),
                     )
                 }),
             backfills: std::collections::BTreeMap::new(),

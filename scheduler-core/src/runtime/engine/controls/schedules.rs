@@ -101,7 +101,13 @@ impl Engine {
             }
             match self.dynamic_entries(&row, now) {
                 Ok(entries) => {
-                    let first = self.s.entries.len();
+                    // A row of one entry takes the place of one let go, if any is
+                    // free (rows loaded as they come due).
+                    let reused = match (&mut self.ctl, entries.len()) {
+                        (Some(ctl), 1) => ctl.window.as_mut().and_then(|w| w.reusable()),
+                        _ => None,
+                    };
+                    let first = reused.unwrap_or(self.s.entries.len());
                     let count = entries.len();
                     // No tick before the row's bound: the instances decided those.
                     let after = bound.map(|b| b - chrono::TimeDelta::microseconds(1));
@@ -118,8 +124,16 @@ impl Engine {
                         if let Some((since, until)) = dropped {
                             ticks.drop_within(&entry.cadence, since, until);
                         }
-                        self.jobs.push(ticks);
-                        self.s.entries.push(entry);
+                        match reused {
+                            Some(i) => {
+                                self.jobs[i] = ticks;
+                                self.s.entries[i] = entry;
+                            }
+                            None => {
+                                self.jobs.push(ticks);
+                                self.s.entries.push(entry);
+                            }
+                        }
                     }
                     for i in first..first + count {
                         self.spread(i, &row.handler);

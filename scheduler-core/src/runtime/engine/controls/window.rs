@@ -15,16 +15,18 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::super::Engine;
 use crate::control::{Advance, Controls, DueCursor, DueSchedule, ScheduleRow, Trigger};
 use crate::job::Scope;
+use crate::runtime::decide::JobTicks;
 
 /// Rows read per due read statement.
 const DUE_PAGE: u32 = 10_000;
 
-/// The least look-ahead of the due reads.
+/// The look-ahead of the due reads unless set.
 const MIN_AHEAD: Duration = Duration::from_secs(30);
 
 /// The loop's side of loading rows as they come due.
@@ -39,14 +41,39 @@ pub(in crate::runtime::engine) struct Window {
     not_here: HashSet<String>,
     /// The bounds of the rows read as due and queued, by name.
     bounds: HashMap<String, DateTime<Utc>>,
+    /// The jobs paused (everywhere or on a node), as last read: their rows are not
+    /// let go, so the instances that hold them see the resume and catch up.
+    pub(in crate::runtime::engine) paused: HashSet<String>,
+    /// Entries of rows let go, each with when: reused by a row loaded once no store
+    /// call's answer about the old row can still come ([`Window::reusable`]).
+    free: std::collections::VecDeque<(usize, Instant)>,
+    /// How long a freed entry waits before it is reused.
+    quarantine: Duration,
 }
 
 impl Window {
-    pub(in crate::runtime::engine) fn new(poll_every: Duration) -> Self {
+    /// Rows read every `poll_every`; an entry freed is reused after `quarantine`
+    /// (two renewal periods and a second: no store call is waited for longer).
+    pub(in crate::runtime::engine) fn new(
+        poll_every: Duration,
+        ahead: Option<Duration>,
+        quarantine: Duration,
+    ) -> Self {
         Self {
-            ahead: poll_every.saturating_mul(3).max(MIN_AHEAD),
+            ahead: ahead.unwrap_or(MIN_AHEAD).max(poll_every.saturating_mul(3)),
+            quarantine,
             ..Self::default()
         }
+    }
+
+    /// An entry freed long enough ago to be reused, if any.
+    pub(in crate::runtime::engine) fn reusable(&mut self) -> Option<usize> {
+        let (i, freed) = *self.free.front()?;
+        if freed.elapsed() < self.quarantine {
+            return None;
+        }
+        self.free.pop_front();
+        Some(i)
     }
 
     /// The bound row `name` was read with as due, if it was (once: it is loaded).
@@ -123,7 +150,14 @@ impl Engine {
         let window = ctl.window.as_mut()?;
         let until = until + TimeDelta::from_std(window.ahead).unwrap_or(TimeDelta::zero());
         let by_name = std::mem::take(&mut window.to_load).into_iter().collect();
+        // A row idle here whose next tick is further than the look-ahead and half
+        // again is let go: its bound moves to that tick, and the due reads load it
+        // again before it.
+        let half = TimeDelta::from_std(window.ahead / 2).unwrap_or(TimeDelta::zero());
+        let horizon = until + half;
+        let triggered: HashSet<&str> = ctl.waiting.iter().map(|t| t.job.as_str()).collect();
         let mut advances = Vec::new();
+        let mut let_go = Vec::new();
         for (name, d) in &mut ctl.dynamic {
             if !d.cluster {
                 continue;
@@ -143,6 +177,25 @@ impl Engine {
                     next_tick: at,
                 });
             }
+            if d.entries.len() == 1
+                && undecided.is_some_and(|at| at > horizon)
+                && d.entries.clone().all(|i| self.jobs[i].is_idle())
+                && !triggered.contains(&**name)
+                && !window.paused.contains(&**name)
+            {
+                let_go.push(std::sync::Arc::clone(name));
+            }
+        }
+        for name in let_go {
+            let Some(d) = ctl.dynamic.remove(&name) else {
+                continue;
+            };
+            ctl.by_name.remove(&name);
+            for i in d.entries {
+                self.jobs[i] = JobTicks::default();
+                window.free.push_back((i, Instant::now()));
+            }
+            self.s.stats.untrack(&name);
         }
         Some(WindowRead {
             advances,
