@@ -202,7 +202,18 @@ impl Engine {
             };
             let e = &self.s.entries[i];
             match taken.won.remove(&e.lease) {
-                Some(lease) => self.start(i, lease, answered),
+                Some(lease) => {
+                    // A take retried after its answer was lost wins the lease as it
+                    // stands, with what is left of its life: renewed at once if that
+                    // is less than a renewal period (its release could otherwise come
+                    // after it expired, and another instance take the tick again).
+                    if (lease.expires_at - answered).to_std().unwrap_or_default()
+                        < self.s.settings.renew_every
+                    {
+                        self.next_renew = Instant::now();
+                    }
+                    self.start(i, lease, answered);
+                }
                 None if taken.paused.contains(&e.lease) => {
                     self.jobs[i].on_paused(paused_at, &mut events);
                     self.act(i, &mut events);
