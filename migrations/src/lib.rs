@@ -89,15 +89,33 @@ impl Migration {
 /// its statements use them (renewals read `cancel_tick`).
 pub const ADDED_COLUMNS: &[(&str, &str)] = &[("cancel_tick", "m20261201_000002_cancel_requests")];
 
+/// The dynamic schedules table's (`<table>_schedules`) columns added after the
+/// migration that created it, each with the migration that adds it: puts write
+/// `next_tick`, and instances that load schedules as they come due read it.
+pub const ADDED_SCHEDULE_COLUMNS: &[(&str, &str)] = &[("next_tick", "m20261205_000007_next_tick")];
+
 /// Of [`ADDED_COLUMNS`], those the lease table with columns `present` lacks: the
 /// first missing column's migration and every missing column's name, or `None`
 /// when nothing is missing. An empty `present` (no table) lacks nothing here: the
 /// statements report a missing table themselves.
 pub fn missing_columns(present: &[String]) -> Option<(&'static str, Vec<&'static str>)> {
+    missing_of(ADDED_COLUMNS, present)
+}
+
+/// Of [`ADDED_SCHEDULE_COLUMNS`], those the schedules table with columns `present`
+/// lacks, as [`missing_columns`] says it of the lease table.
+pub fn missing_schedule_columns(present: &[String]) -> Option<(&'static str, Vec<&'static str>)> {
+    missing_of(ADDED_SCHEDULE_COLUMNS, present)
+}
+
+fn missing_of(
+    added: &'static [(&'static str, &'static str)],
+    present: &[String],
+) -> Option<(&'static str, Vec<&'static str>)> {
     if present.is_empty() {
         return None;
     }
-    let missing: Vec<&(&str, &str)> = ADDED_COLUMNS
+    let missing: Vec<&(&str, &str)> = added
         .iter()
         .filter(|(column, _)| !present.iter().any(|c| c == column))
         .collect();
@@ -226,6 +244,30 @@ mod tests {
             );
             assert!(migration.sqlite(&table).iter().any(|s| s.contains(column)));
         }
+    }
+
+    #[test]
+    fn every_added_schedule_column_names_a_migration_that_adds_it() {
+        let table = TableName::default();
+        for (column, name) in ADDED_SCHEDULE_COLUMNS {
+            let migration = MIGRATIONS
+                .iter()
+                .find(|m| m.name == *name)
+                .unwrap_or_else(|| panic!("{name}"));
+            assert!(
+                migration
+                    .postgres(&table)
+                    .iter()
+                    .any(|s| s.contains(column))
+            );
+            assert!(migration.sqlite(&table).iter().any(|s| s.contains(column)));
+        }
+        let old = vec!["name".to_owned(), "handler".to_owned()];
+        assert_eq!(
+            missing_schedule_columns(&old),
+            Some(("m20261205_000007_next_tick", vec!["next_tick"]))
+        );
+        assert_eq!(missing_schedule_columns(&[]), None, "no table");
     }
 
     #[test]

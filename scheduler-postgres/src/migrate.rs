@@ -74,8 +74,15 @@ pub(crate) async fn check(session: &Session, table: &TableName) -> Result<()> {
                                                 WHERE oid = to_regclass($1)) \
                             AND starts_with(relname::text, $2) \
                             AND relkind IN ('r', 'p')) \
-                      AS tables",
-            vec![table.quoted().into(), table.table().to_owned().into()],
+                      AS tables, \
+                    ARRAY(SELECT attname::text FROM pg_catalog.pg_attribute \
+                          WHERE attrelid = to_regclass($3) AND attnum > 0 AND NOT attisdropped) \
+                      AS schedule_columns",
+            vec![
+                table.quoted().into(),
+                table.table().to_owned().into(),
+                table.with_suffix("_schedules").into(),
+            ],
         )
         .await
     {
@@ -96,6 +103,7 @@ pub(crate) async fn check(session: &Session, table: &TableName) -> Result<()> {
             })
     };
     let (columns, tables) = (read("columns")?, read("tables")?);
+    let schedule_columns = read("schedule_columns")?;
     if let Some((migration, names)) = scheduler_migrations::missing_columns(&columns) {
         return Err(not_migrated(
             table,
@@ -108,6 +116,18 @@ pub(crate) async fn check(session: &Session, table: &TableName) -> Result<()> {
             table,
             migration,
             &format!("has no table(s) {} beside it", names.join(", ")),
+        ));
+    }
+    if let Some((migration, names)) =
+        scheduler_migrations::missing_schedule_columns(&schedule_columns)
+    {
+        return Err(not_migrated(
+            table,
+            migration,
+            &format!(
+                "has a schedules table lacking column(s) {}",
+                names.join(", ")
+            ),
         ));
     }
     Ok(())

@@ -59,6 +59,41 @@ async fn eight_instances_migrate_at_once() {
     assert_eq!(row.try_get::<i64>("", "n").expect("n"), 0);
 }
 
+/// A store opened without migrations on a schedules table from before the bounds
+/// (no `next_tick`: every put would fail) is refused at open, naming the migration.
+#[tokio::test]
+async fn a_store_without_migrations_refuses_a_schedules_table_without_bounds() {
+    let db = TestDb::new().await;
+    drop(
+        PostgresStore::connect(db.url(), PostgresOptions::default())
+            .await
+            .expect("migrated"),
+    );
+    let conn = &Database::connect(db.direct_url()).await.expect("connect");
+    conn.execute_unprepared(
+        "ALTER TABLE scheduler_leases_schedules DROP COLUMN next_tick; \
+         DELETE FROM scheduler_leases_migrations WHERE version = 'm20261205_000007_next_tick'",
+    )
+    .await
+    .expect("back to the migration before");
+    let options = PostgresOptions::default().migrate(false);
+    let err = PostgresStore::connect(db.url(), options.clone())
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("migration m20261205_000007_next_tick failed")
+            && text.contains("lacking column(s) next_tick"),
+        "{text}"
+    );
+    PostgresStore::connect(db.url(), PostgresOptions::default())
+        .await
+        .expect("migrates");
+    PostgresStore::connect(db.url(), options)
+        .await
+        .expect("then opens without migrating");
+}
+
 /// A store opened without migrations on a lease table that lacks one this version
 /// needs is refused at open, naming it: its renewals would fail (they read
 /// `cancel_tick`) while its takes work, and every long run would lose its lease.

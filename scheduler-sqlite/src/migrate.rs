@@ -53,6 +53,23 @@ pub(crate) async fn check(db: &DatabaseConnection, table: &TableName) -> Result<
             &names.join(", "),
         ));
     }
+    let schedule_columns = names(
+        db,
+        "check the schedules table's columns",
+        "SELECT name FROM pragma_table_info(?1)",
+        vec![format!("{}_schedules", table.table()).into()],
+    )
+    .await?;
+    if let Some((migration, names)) =
+        scheduler_migrations::missing_schedule_columns(&schedule_columns)
+    {
+        return Err(not_migrated(
+            table,
+            migration,
+            "in its schedules table the column(s)",
+            &names.join(", "),
+        ));
+    }
     Ok(())
 }
 

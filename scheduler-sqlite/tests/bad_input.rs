@@ -345,6 +345,40 @@ async fn a_lock_held_beyond_the_busy_timeout_is_a_typed_error_and_harms_nothing(
     assert_eq!(integrity(&store).await, "ok");
 }
 
+/// Opened without migrations on a schedules table from before the bounds (no
+/// `next_tick`: every put would fail), the store refuses at open, naming it.
+#[tokio::test]
+async fn a_store_without_migrations_refuses_a_schedules_table_without_bounds() {
+    use sea_orm::ConnectionTrait;
+
+    let dir = TempDir::new("old-schedules");
+    let path = dir.join("leases.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrated");
+    store
+        .connection()
+        .execute_unprepared(
+            "DROP INDEX scheduler_leases_schedules_due; \
+             ALTER TABLE scheduler_leases_schedules DROP COLUMN next_tick; \
+             DELETE FROM scheduler_leases_migrations WHERE version = 'm20261205_000007_next_tick'",
+        )
+        .await
+        .expect("back to the migration before");
+    store.close().await.expect("close");
+    let err = SqliteStore::open(&path, SqliteOptions::default().migrate(false))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::Migrate { migration, .. } if migration == "m20261205_000007_next_tick"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("column(s) next_tick"), "{err}");
+    SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .expect("migrating brings it up to date");
+}
+
 /// Opened without migrations on a lease table that lacks a column this version
 /// needs (renewals read `cancel_tick`), the store refuses at open, naming it.
 #[tokio::test]
