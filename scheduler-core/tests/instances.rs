@@ -39,6 +39,7 @@ fn faulty(memory: &Arc<scheduler_core::MemoryStore>, failing: bool) -> Arc<Fault
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
         due_rows: std::sync::atomic::AtomicU64::new(0),
+        fail_due_read: std::sync::atomic::AtomicU32::new(0),
     })
 }
 

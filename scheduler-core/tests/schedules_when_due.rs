@@ -36,6 +36,7 @@ fn counted(memory: &Arc<MemoryStore>) -> Arc<Faulty> {
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
         due_rows: AtomicU64::new(0),
+        fail_due_read: std::sync::atomic::AtomicU32::new(0),
     })
 }
 
@@ -314,4 +315,102 @@ async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
             ticks.len()
         );
     }
+}
+
+/// A row paused just before its tick, its tick refused as paused, then resumed
+/// with catch-up: the catch-up runs the tick, though the row was idle with its next
+/// tick far off when the poll after the refusal began (before that poll read the
+/// pause). It was let go then, its bound moved past the tick, and the resume found
+/// nothing to catch up.
+#[tokio::test(start_paused = true)]
+async fn a_tick_refused_as_paused_is_caught_up_by_the_resume() {
+    let memory = store();
+    let row = ScheduleRow::new("minute", HANDLER, "0 * * * * *");
+    setup(&memory, std::slice::from_ref(&row)).await;
+    let now = memory.clock().now();
+    // The first whole minute at least 20 s away.
+    let tick = (now + TimeDelta::seconds(80))
+        .with_second(0)
+        .and_then(|t| t.with_nanosecond(0))
+        .unwrap();
+    let until = |at: DateTime<Utc>| (at - memory.clock().now()).to_std().unwrap_or_default();
+    // Polls every 5 s from 8 s before the tick: at -8, -3, +2, +7 s.
+    tokio::time::sleep(until(tick - TimeDelta::seconds(8))).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    let running = Scheduler::builder(store.clone())
+        .node_id("node-a")
+        .lease_ttl(TTL)
+        .control_poll(Some(Duration::from_secs(5)))
+        .load_schedules_when_due(true)
+        .schedules_look_ahead(Duration::from_secs(15))
+        .handler(HANDLER, {
+            let ran = ran.clone();
+            move |ctx: JobContext, _args: Arc<str>| {
+                let ran = ran.clone();
+                async move {
+                    ran.lock()
+                        .unwrap()
+                        .entry(ctx.job().to_owned())
+                        .or_default()
+                        .push(ctx.tick().at());
+                    Ok(())
+                }
+            }
+        })
+        .build()
+        .expect("build");
+    let operator = {
+        let memory = memory.clone();
+        async move {
+            let wait = |at: DateTime<Utc>| (at - memory.clock().now()).to_std().unwrap_or_default();
+            tokio::time::sleep(wait(tick - TimeDelta::seconds(1))).await;
+            memory
+                .pause(&ControlRequest::new("minute", "ops").why("hold"))
+                .await
+                .expect("pause");
+            tokio::time::sleep(wait(tick + TimeDelta::seconds(4))).await;
+            memory
+                .resume(&ControlRequest::new("minute", "ops").why("go"), true)
+                .await
+                .expect("resume");
+        }
+    };
+    tokio::spawn(operator);
+    running
+        .run_until(tokio::time::sleep(Duration::from_secs(25)))
+        .await;
+    let ran = ran.lock().unwrap().clone();
+    let ticks = ran.get("minute").cloned().unwrap_or_default();
+    // (The minute before may run too: the row's start-up catches it up.)
+    let caught_up = ticks.iter().filter(|t| **t == tick).count();
+    assert_eq!(
+        caught_up, 1,
+        "the paused tick {tick}, caught up once: {ticks:?}"
+    );
+    assert!(ticks.iter().all(|t| *t <= tick), "{ticks:?}");
+}
+
+/// A trigger of a row that is not loaded, whose read by name went with a poll that
+/// failed: asked again at the next poll, not forgotten until the row comes due (a
+/// day away) or another control changes.
+#[tokio::test(start_paused = true)]
+async fn a_triggered_row_is_read_again_after_a_failed_poll() {
+    let memory = store();
+    let now = memory.clock().now();
+    setup(&memory, &daily(3, now)).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    // The first poll reads the trigger; the second, which reads its row by name,
+    // fails at its due read.
+    store.fail_due_read.store(2, Ordering::SeqCst);
+    memory
+        .trigger(&ControlRequest::new("daily-0002", "ops").why("now, please"))
+        .await
+        .expect("trigger");
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(20)))
+        .await;
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.get("daily-0002").map(Vec::len), Some(1), "{ran:?}");
 }

@@ -104,6 +104,7 @@ async fn a_triggered_run_whose_end_is_recorded_late_does_not_run_again() {
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
         due_rows: std::sync::atomic::AtomicU64::new(0),
+        fail_due_read: std::sync::atomic::AtomicU32::new(0),
     });
     let make = |node: &str| {
         let mut job = Probe::new("hourly", &memory, &log);
@@ -245,6 +246,7 @@ async fn stuck_trigger_claims_do_not_cost_the_leases_of_running_jobs() {
         beats: AtomicU32::new(0),
         first_poll_takes: Duration::ZERO,
         due_rows: std::sync::atomic::AtomicU64::new(0),
+        fail_due_read: std::sync::atomic::AtomicU32::new(0),
     });
     let mut long = Probe::new("long", &memory, &log);
     long.every = Duration::from_secs(3_600);

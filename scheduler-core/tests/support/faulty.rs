@@ -28,6 +28,8 @@ pub(crate) struct Faulty {
     pub(crate) first_poll_takes: Duration,
     /// Rows the due reads returned.
     pub(crate) due_rows: std::sync::atomic::AtomicU64,
+    /// The due read that fails (1: the first; 0: none), counting down to it.
+    pub(crate) fail_due_read: AtomicU32,
 }
 
 #[scheduler_core::async_trait]
@@ -112,6 +114,16 @@ impl Controls for Faulty {
         after: Option<&scheduler_core::DueCursor>,
         limit: u32,
     ) -> scheduler_core::Result<Vec<scheduler_core::DueSchedule>> {
+        let left = self.fail_due_read.load(Ordering::SeqCst);
+        if left > 0 {
+            self.fail_due_read.store(left - 1, Ordering::SeqCst);
+            if left == 1 {
+                return Err(scheduler_core::Error::Store {
+                    cause: "the due read fails on purpose".into(),
+                    failure: scheduler_core::StoreFailure::Other,
+                });
+            }
+        }
         let due = self
             .inner
             .due_schedules(handlers, until, after, limit)

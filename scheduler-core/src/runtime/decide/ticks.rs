@@ -90,6 +90,10 @@ pub(crate) struct JobTicks {
     leave_after: Option<DateTime<Utc>>,
     /// What the driver is to do, drained by [`take_commands`](Self::take_commands).
     commands: Vec<Command>,
+    /// The earliest tick refused as paused since the job's last resume was read:
+    /// still undecided, for the resume's catch-up may run it (the row is not let go
+    /// and its bound not moved past it until a resume is read).
+    paused_from: Option<DateTime<Utc>>,
     /// How long after its fire time an idle job's next tick is asked for: another
     /// instance is to take it first ([`set_defer`](Self::set_defer)); zero: at once,
     /// or ahead.
@@ -447,14 +451,23 @@ impl JobTicks {
             && self.running.is_none()
             && self.backlog.is_empty()
             && self.buffered.is_none()
+            && self.paused_from.is_none()
     }
 
-    /// The earliest tick this job has still to decide: the one it tries to take,
-    /// the first waiting behind it or behind the run, or the next not yet due.
+    /// A resume of the job was read: the ticks refused as paused are its catch-up's
+    /// to run, or dropped, from now on.
+    pub(crate) fn on_resume_read(&mut self) {
+        self.paused_from = None;
+    }
+
+    /// The earliest tick this job has still to decide: one refused as paused before
+    /// a resume was read, the one it tries to take, the first waiting behind it or
+    /// behind the run, or the next not yet due.
     /// Every tick before it was taken (here or elsewhere), refused, skipped or
     /// dropped as its policy says. `None`: no tick is left.
     pub(crate) fn first_undecided(&self) -> Option<DateTime<Utc>> {
         [
+            self.paused_from,
             self.pending.as_ref().map(|p| p.tick.at()),
             self.backlog.front().map(|(tick, _, _)| tick.at()),
             self.buffered.map(|(tick, _, _)| tick.at()),

@@ -295,6 +295,7 @@ impl Engine {
         let name = unit.plan.tick(t).1.clone();
         if let Some(lease) = taken.won.remove(&name) {
             unit.plan.on_answer(t, Answer::Won, now);
+            self.renew_soon_if_short(&lease, now);
             self.start_backfilled(u, t, lease);
         } else if taken.paused.contains(&name) {
             debug!(job = %unit.job.name, tick = %unit.plan.tick(t).0, "job paused: tick not caught up");

@@ -330,6 +330,11 @@ impl Engine {
             .is_some_and(|c| !std::mem::replace(&mut c.applied, true));
         for resume in &state.resumed {
             let entries = self.entries_of(&resume.job);
+            if resume.node.as_deref().is_none_or(|n| n == &*self.s.node) {
+                for &i in &entries {
+                    self.jobs[i].on_resume_read();
+                }
+            }
             let Some(&slot0) = entries.first() else {
                 continue;
             };

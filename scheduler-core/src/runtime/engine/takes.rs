@@ -203,15 +203,7 @@ impl Engine {
             let e = &self.s.entries[i];
             match taken.won.remove(&e.lease) {
                 Some(lease) => {
-                    // A take retried after its answer was lost wins the lease as it
-                    // stands, with what is left of its life: renewed at once if that
-                    // is less than a renewal period (its release could otherwise come
-                    // after it expired, and another instance take the tick again).
-                    if (lease.expires_at - answered).to_std().unwrap_or_default()
-                        < self.s.settings.renew_every
-                    {
-                        self.next_renew = Instant::now();
-                    }
+                    self.renew_soon_if_short(&lease, answered);
                     self.start(i, lease, answered);
                 }
                 None if taken.paused.contains(&e.lease) => {
@@ -231,6 +223,19 @@ impl Engine {
             }
         }
         true
+    }
+}
+
+impl Engine {
+    /// A take retried after its answer was lost wins the lease as it stands, with
+    /// what is left of its life: renewed at the next turn if that is less than two
+    /// renewal periods (a fresh lease has four), else its release could come after
+    /// it expired and another instance take the tick again.
+    pub(super) fn renew_soon_if_short(&mut self, lease: &Lease, now: DateTime<Utc>) {
+        let left = (lease.expires_at - now).to_std().unwrap_or_default();
+        if left < self.s.settings.renew_every.saturating_mul(2) {
+            self.next_renew = Instant::now();
+        }
     }
 }
 

@@ -66,6 +66,8 @@ impl JobTicks {
             return;
         }
         if let Some(old) = self.drop_pending(events) {
+            let at = old.tick.at();
+            self.paused_from = Some(self.paused_from.map_or(at, |was| was.min(at)));
             events.push(TickEvent::Paused { tick: old.tick });
         }
     }

@@ -149,6 +149,16 @@ impl Engine {
         let ctl = self.ctl.as_mut()?;
         let window = ctl.window.as_mut()?;
         let until = until + TimeDelta::from_std(window.ahead).unwrap_or(TimeDelta::zero());
+        // The rows of the triggers still waiting for theirs, asked again at every
+        // poll until loaded (a poll that failed, or answered nothing new, loses none).
+        for t in &ctl.waiting {
+            if !ctl.by_name.contains_key(t.job.as_str())
+                && ctl.job_names.binary_search(&t.job).is_err()
+                && !window.not_here.contains(&t.job)
+            {
+                window.to_load.insert(t.job.clone());
+            }
+        }
         let by_name = std::mem::take(&mut window.to_load).into_iter().collect();
         // A row idle here whose next tick is further than the look-ahead and half
         // again is let go: its bound moves to that tick, and the due reads load it
