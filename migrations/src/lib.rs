@@ -63,6 +63,7 @@ pub struct Migration {
     name: &'static str,
     postgres: fn(&TableName) -> Vec<String>,
     sqlite: fn(&TableName) -> Vec<String>,
+    repeats_on_postgres: bool,
 }
 
 impl Migration {
@@ -75,6 +76,14 @@ impl Migration {
     /// to run in order in one transaction.
     pub fn postgres(&self, table: &TableName) -> Vec<String> {
         (self.postgres)(table)
+    }
+
+    /// Whether its PostgreSQL statements leave what exists alone and are run again,
+    /// though recorded, after an earlier migration is applied: that one may have
+    /// created again a table this one altered (a table dropped by hand, repaired by
+    /// deleting its migration's bookkeeping row and migrating again).
+    pub fn repeats_on_postgres(&self) -> bool {
+        self.repeats_on_postgres
     }
 
     /// The SQLite statements of this migration for the lease table `table`, to run
@@ -174,36 +183,43 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "m20261130_000001_create_leases",
         postgres: postgres::create_leases,
         sqlite: sqlite::create_leases,
+        repeats_on_postgres: false,
     },
     Migration {
         name: "m20261201_000002_cancel_requests",
         postgres: postgres::add_cancel_tick,
         sqlite: sqlite::add_cancel_tick,
+        repeats_on_postgres: false,
     },
     Migration {
         name: "m20261202_000003_controls",
         postgres: postgres::create_controls,
         sqlite: sqlite::create_controls,
+        repeats_on_postgres: false,
     },
     Migration {
         name: "m20261204_000004_jobs",
         postgres: postgres::create_jobs,
         sqlite: sqlite::create_jobs,
+        repeats_on_postgres: false,
     },
     Migration {
         name: "m20261204_000005_instances",
         postgres: postgres::create_instances,
         sqlite: sqlite::create_instances,
+        repeats_on_postgres: false,
     },
     Migration {
         name: "m20261205_000006_schedule_indexes",
         postgres: postgres::index_schedules,
         sqlite: sqlite::index_schedules,
+        repeats_on_postgres: true,
     },
     Migration {
         name: "m20261205_000007_next_tick",
         postgres: postgres::add_next_tick,
         sqlite: sqlite::add_next_tick,
+        repeats_on_postgres: true,
     },
 ];
 

@@ -211,17 +211,25 @@ pub(crate) async fn run(session: &Session, table: &TableName, create_schema: boo
             ),
         });
     }
+    // Once a migration is applied, the later ones that repeat run again: the earlier
+    // one may have created again a table they altered.
+    let mut earlier_applied = false;
     for migration in MIGRATIONS {
         let name = migration.name();
-        if applied.iter().any(|applied| applied == name) {
+        let recorded = applied.iter().any(|applied| applied == name);
+        if recorded && !(earlier_applied && migration.repeats_on_postgres()) {
             continue;
         }
-        tracing::info!(migration = %name, table = %table, "applying migration");
+        tracing::info!(migration = %name, table = %table, again = recorded, "applying migration");
         for sql in migration.postgres(table) {
             txn.execute_unprepared(&sql)
                 .await
                 .map_err(|source| server.fail(name, source, Server::create_hint))?;
         }
+        if recorded {
+            continue;
+        }
+        earlier_applied = true;
         txn.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!("INSERT INTO {book} (version) VALUES ($1)"),
