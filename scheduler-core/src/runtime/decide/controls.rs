@@ -29,6 +29,9 @@ pub(crate) struct ResumedJob {
     /// Under [`CatchUp::All`], since when start-up caught ticks up: slot 0's
     /// [`catch_up_from`](super::JobTicks::catch_up_from).
     pub(crate) all_caught_up_from: Option<DateTime<Utc>>,
+    /// When a dynamic schedule's row running here last changed (`None`: a job
+    /// registered in code).
+    pub(crate) changed: Option<DateTime<Utc>>,
 }
 
 /// What a resume means on this instance.
@@ -50,6 +53,10 @@ pub(crate) enum ResumeAction {
 /// `initial`: it is the first poll applied since start-up. A first read after that
 /// (the store's version went back) catches nothing up; the initial one catches up
 /// only what start-up left to it (a resume after start-up's catch-up began).
+/// A dynamic schedule's row changed after the resume catches nothing up: its new
+/// entries start with no tick from before their change ([`RowAction::Start`]), and
+/// the old ones met the resume (an instance that read it first ran the catch-up as
+/// the old row said; running it again as the new row says would run ticks twice).
 pub(crate) fn on_resume(
     resume: &Resume,
     job: ResumedJob,
@@ -57,7 +64,12 @@ pub(crate) fn on_resume(
     first: bool,
     initial: bool,
 ) -> ResumeAction {
-    if !resume.catch_up || resume.node.as_deref().is_some_and(|n| n != node) {
+    if !resume.catch_up
+        || resume.node.as_deref().is_some_and(|n| n != node)
+        || job
+            .changed
+            .is_some_and(|changed| changed > resume.resumed_at)
+    {
         return ResumeAction::Nothing;
     }
     let caught_up_from = match job.catch_up {
@@ -183,6 +195,7 @@ mod tests {
             slots: 2,
             started: Some(at(150)),
             all_caught_up_from: Some(at(150)),
+            changed: None,
         }
     }
 
@@ -238,6 +251,23 @@ mod tests {
             on_resume(&resume(None, 160), all, "a", true, false),
             ResumeAction::Nothing
         );
+    }
+
+    #[test]
+    fn a_row_changed_after_the_resume_catches_nothing_up() {
+        for catch_up in [CatchUp::All { max: 3 }, CatchUp::Latest] {
+            let mut row = job(catch_up, Scope::Cluster);
+            row.changed = Some(at(201));
+            assert_eq!(
+                on_resume(&resume(None, 200), row, "a", false, false),
+                ResumeAction::Nothing
+            );
+            row.changed = Some(at(200));
+            assert_ne!(
+                on_resume(&resume(None, 200), row, "a", false, false),
+                ResumeAction::Nothing
+            );
+        }
     }
 
     #[test]

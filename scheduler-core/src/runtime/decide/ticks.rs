@@ -88,6 +88,8 @@ pub(crate) struct JobTicks {
     /// first poll catches up what start-up left), those after its start for a
     /// dynamic schedule started later (whose start-up nothing catches up after).
     leave_after: Option<DateTime<Utc>>,
+    /// The latest tick this entry won ([`last_won`](Self::last_won)).
+    last_won: Option<Tick>,
     /// What the driver is to do, drained by [`take_commands`](Self::take_commands).
     commands: Vec<Command>,
     /// The earliest tick refused as paused since the job's last resume was read:
@@ -458,6 +460,13 @@ impl JobTicks {
     /// to run, or dropped, from now on.
     pub(crate) fn on_resume_read(&mut self) {
         self.paused_from = None;
+    }
+
+    /// The latest tick this entry won (and ran, or runs): a dynamic schedule's row
+    /// replaced in the poll that reads a resume leaves the ticks its old entries
+    /// ran to no catch-up of that resume.
+    pub(crate) fn last_won(&self) -> Option<Tick> {
+        self.last_won
     }
 
     /// The earliest tick this job has still to decide: one refused as paused before

@@ -98,6 +98,10 @@ pub(super) struct ControlLoop {
     /// catch-up, as read: a dynamic schedule's row started since catches up none of
     /// the ticks it dropped.
     dropped: HashMap<String, (DateTime<Utc>, DateTime<Utc>)>,
+    /// The ticks the entries of dynamic schedules replaced in this poll won, by
+    /// name: a resume read in the same poll catches none of them up (the old entry
+    /// may have run one paused over, taken after the resume and before this poll).
+    relaid: HashMap<Arc<str>, Vec<crate::lease::Tick>>,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -110,6 +114,8 @@ struct Dynamic {
     cluster: bool,
     /// Its bound as the store was last told (or as read), when known.
     advanced: Option<DateTime<Utc>>,
+    /// When its row last changed: a resume from before catches nothing up here.
+    changed: Option<DateTime<Utc>>,
 }
 
 impl ControlLoop {
@@ -149,6 +155,7 @@ impl ControlLoop {
             window: when_due
                 .map(|(ahead, quarantine)| window::Window::new(every, ahead, quarantine)),
             dropped: HashMap::new(),
+            relaid: HashMap::new(),
             crons: crate::schedule::CronCache::default(),
             share: spread::Share::default(),
             every,
@@ -345,11 +352,21 @@ impl Engine {
                 slots: u32::try_from(entries.len()).unwrap_or(u32::MAX),
                 started,
                 all_caught_up_from: self.jobs[slot0].catch_up_from(),
+                changed: self
+                    .ctl
+                    .as_ref()
+                    .and_then(|c| c.dynamic.get(resume.job.as_str()))
+                    .and_then(|d| d.changed),
             };
             match on_resume(resume, job, &self.s.node, first, initial) {
                 ResumeAction::Nothing => {}
                 ResumeAction::Backfill { keep } => {
-                    self.catch_up_all(slot0, resume.paused_since, resume.resumed_at, keep);
+                    let ran = self
+                        .ctl
+                        .as_mut()
+                        .and_then(|c| c.relaid.remove(resume.job.as_str()))
+                        .unwrap_or_default();
+                    self.catch_up_all(slot0, (resume.paused_since, resume.resumed_at), keep, &ran);
                 }
                 ResumeAction::PerEntry => {
                     for i in entries {
@@ -377,34 +394,47 @@ impl Engine {
         }
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
+            ctl.relaid.clear();
         }
     }
 
-    /// Catches up the most recent `max` ticks of entry `i`'s job from `since` to
-    /// `until` (a pause under [`CatchUp::All`](crate::CatchUp::All)) as a backfill on this loop:
-    /// each tick under a lease of its own, once across the instances that all start
-    /// it, one at a time; counted `backfilled`.
+    /// Catches up the most recent `max` ticks of entry `i`'s job paused over
+    /// (`since` to `until`, a pause under [`CatchUp::All`](crate::CatchUp::All)),
+    /// but those in `ran`, as a backfill on this loop: each tick under a lease of
+    /// its own, once across the instances that all start it, one at a time;
+    /// counted `backfilled`.
     fn catch_up_all(
         &mut self,
         i: usize,
-        since: chrono::DateTime<chrono::Utc>,
-        until: chrono::DateTime<chrono::Utc>,
+        (since, until): (DateTime<Utc>, DateTime<Utc>),
         max: u32,
+        ran: &[crate::lease::Tick],
     ) {
         let e = &self.s.entries[i];
         // As many as start-up may have left to it (`max` a slot), not capped lower.
         let keep = usize::try_from(max).unwrap_or(usize::MAX);
         let ticks = e.schedule.latest_ticks(since, until, keep);
-        let (Some(from), Some(to)) = (ticks.front(), ticks.back()) else {
-            return;
-        };
-        let (from, to, count) = (from.at(), to.at(), ticks.len());
-        info!(job = %e.name, paused_since = %since, ticks = count,
+        info!(job = %e.name, paused_since = %since, ticks = ticks.len() , left = ran.len(),
             "job resumed: catching up every tick paused over, each under a lease of its own");
-        match self.s.catch_up_request(i, from, to, count.max(1)) {
-            Ok(request) => self.add_backfill(request),
-            Err(err) => {
-                warn!(job = %e.name, error = %err, "catching up the ticks paused over failed")
+        // Consecutive ticks make one range; a tick that ran splits it.
+        let mut ranges: Vec<Vec<DateTime<Utc>>> = vec![Vec::new()];
+        for tick in ticks {
+            match ranges.last_mut() {
+                Some(range) if !ran.contains(&tick) => range.push(tick.at()),
+                Some(range) if !range.is_empty() => ranges.push(Vec::new()),
+                _ => {}
+            }
+        }
+        for range in ranges {
+            let (Some(&from), Some(&to)) = (range.first(), range.last()) else {
+                continue;
+            };
+            match self.s.catch_up_request(i, from, to, range.len()) {
+                Ok(request) => self.add_backfill(request),
+                Err(err) => {
+                    let job = &self.s.entries[i].name;
+                    warn!(job = %job, error = %err, "catching up the ticks paused over failed")
+                }
             }
         }
     }

@@ -47,6 +47,9 @@ impl JobTicks {
             return Won::TooLate;
         }
         let took_over = pending.as_ref().is_some_and(|p| p.held_elsewhere);
+        if let Some(p) = &pending {
+            self.last_won = Some(self.last_won.map_or(p.tick, |t| t.max(p.tick)));
+        }
         let started = pending.map_or(now, |p| p.fire_at.max(now));
         self.running = Some(Box::new(Running::new(lease, started, None)));
         Won::Run { took_over }

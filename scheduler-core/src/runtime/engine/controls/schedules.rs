@@ -89,6 +89,17 @@ impl Engine {
             // Drop what runs of the old row: a run under way ends as it would.
             if let Some(old) = ctl.dynamic.remove(row.name.as_str()) {
                 ctl.by_name.remove(row.name.as_str());
+                let won: Vec<_> = old
+                    .entries
+                    .clone()
+                    .filter_map(|i| self.jobs[i].last_won())
+                    .collect();
+                if !won.is_empty() {
+                    ctl.relaid
+                        .entry(row.name.as_str().into())
+                        .or_default()
+                        .extend(won);
+                }
                 for i in old.entries {
                     let mut events = Vec::new();
                     self.jobs[i].retire(&mut events);
@@ -158,6 +169,7 @@ impl Engine {
                                 handler: row.handler.as_str().into(),
                                 cluster,
                                 advanced: bound,
+                                changed: row.updated_at,
                             },
                         );
                     }
