@@ -346,3 +346,82 @@ async fn a_triggered_run_handed_back_does_not_reopen_a_completed_tick() {
         again.won
     );
 }
+
+// ---------------------------------------------------------------------------
+// A triggered run whose end failed to record once, then a graceful shutdown before
+// the retry's backoff came: the shutdown recorded nothing (it waited for the
+// backoff), and the next instance claimed the trigger again once its claim could
+// have expired, and ran it a second time (simulator seed 18431's shape).
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_records_a_triggered_runs_end_that_failed_once() {
+    let (memory, log) = (store(), Log::default());
+    let store = Arc::new(Faulty {
+        inner: memory.clone(),
+        failing_finishes: AtomicU32::new(1),
+        hang_claims: false,
+        early: AtomicU32::new(0),
+        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
+        beats: AtomicU32::new(0),
+        first_poll_takes: Duration::ZERO,
+        due_rows: std::sync::atomic::AtomicU64::new(0),
+        fail_due_read: std::sync::atomic::AtomicU32::new(0),
+    });
+    let make = |node: &str| {
+        let mut job = Probe::new("hourly", &memory, &log);
+        job.every = Duration::from_secs(3_600);
+        job.catch_up = Some(Duration::from_secs(1));
+        job.work = Duration::from_millis(500);
+        scheduler_core::Scheduler::builder(store.clone())
+            .node_id(node)
+            .lease_ttl(Duration::from_secs(4))
+            .control_poll(Some(Duration::from_millis(200)))
+            .job(job)
+            .build()
+            .expect("build")
+    };
+    // Between hourly ticks.
+    let into = memory.clock().now().timestamp() % 3_600;
+    tokio::time::sleep(Duration::from_secs(
+        u64::try_from((1_800 - into).rem_euclid(3_600)).unwrap(),
+    ))
+    .await;
+    let t = memory
+        .trigger(&ControlRequest::new("hourly", "frank"))
+        .await
+        .unwrap();
+    // The run ends about 0.7 s in (a poll claims it within 0.2 s); its end fails to
+    // record once; the shutdown comes at once after, before the retry's backoff.
+    let a = make("node-a");
+    let faulty = store.clone();
+    a.run_until(async move {
+        while faulty
+            .failing_finishes
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+        {
+            sleep(1).await;
+        }
+    })
+    .await;
+    let status = memory.trigger_status(t.id).await.unwrap().unwrap();
+    assert!(
+        !matches!(
+            status.state,
+            TriggerState::Running { .. } | TriggerState::Pending
+        ),
+        "the shutdown left the trigger {:?}",
+        status.state
+    );
+    // Another instance, later than the claim could have lasted: nothing to run.
+    sleep(5_000).await;
+    let b = make("node-b");
+    b.run_until(sleep(3_000)).await;
+    assert_eq!(
+        runs(&log, "hourly").len(),
+        1,
+        "the trigger ran again: {:?} (trigger {t:?}, now {status:?})",
+        runs(&log, "hourly")
+    );
+}

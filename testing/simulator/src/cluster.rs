@@ -253,6 +253,13 @@ impl Cluster {
         {
             span.2 = Some(now);
         }
+        // The model ends the fault here: so does an incarnation still draining
+        // (it would otherwise stay cut off while the model counts it healthy).
+        let old = &self.instances[i].faults;
+        old.stalled.send_replace(false);
+        old.slow_ms.store(0, Ordering::SeqCst);
+        old.failing.store(false, Ordering::SeqCst);
+        old.losing.store(false, Ordering::SeqCst);
         self.start(i).await;
     }
 
@@ -262,6 +269,11 @@ impl Cluster {
             return;
         }
         let f = &self.instances[i].faults;
+        // A call sent just before a slow store heals reaches it that much later:
+        // the instance stays cut off until then.
+        let in_flight = TimeDelta::milliseconds(
+            i64::try_from(f.slow_ms.load(Ordering::SeqCst)).unwrap_or(i64::MAX),
+        );
         match kind {
             Fault::Stall => {
                 f.stalled.send_replace(on);
@@ -285,7 +297,8 @@ impl Cluster {
             .rev()
             .find(|f| f.0 == i && f.2.is_none())
         {
-            span.2 = Some(now);
+            let slow = matches!(kind, Fault::Slow(_));
+            span.2 = Some(if slow { now + in_flight } else { now });
         }
     }
 

@@ -229,7 +229,7 @@ impl Engine {
             self.start_poll();
         }
         self.heartbeat_turn().await;
-        self.finish_triggers().await;
+        self.finish_triggers(false).await;
     }
 
     /// Registers this instance's jobs and handlers, unless done; the timer's next

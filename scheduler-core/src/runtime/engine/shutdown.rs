@@ -75,8 +75,17 @@ impl Engine {
         while let Some(done) = self.tasks.join_next_with_id().await {
             self.finished(done);
         }
-        // Triggered runs' ends are recorded before their leases are released.
-        self.finish_triggers().await;
+        // Triggered runs' ends are recorded before their leases are released, with
+        // as many quick tries as the releases get, whatever the backoff of an
+        // earlier failure says: a triggered run whose end is not recorded is claimed
+        // again once its claim could have expired, and runs again.
+        for _ in 0..3 {
+            self.finish_triggers(true).await;
+            if self.ctl.as_ref().is_none_or(|c| c.to_finish.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         // Release everything in (at most) one call per kind; a few quick retries, then
         // leave the rest to expire.
         for _ in 0..3 {

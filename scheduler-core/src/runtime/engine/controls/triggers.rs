@@ -211,12 +211,13 @@ impl Engine {
     }
 
     /// Records the ends of triggered runs (kept for the next turn if the store
-    /// fails).
-    pub(in crate::runtime::engine) async fn finish_triggers(&mut self) {
+    /// fails), once the backoff of an earlier failure allows, or at once when
+    /// `now_or_never` (the shutdown's last tries).
+    pub(in crate::runtime::engine) async fn finish_triggers(&mut self, now_or_never: bool) {
         let Some(ctl) = &mut self.ctl else {
             return;
         };
-        if ctl.to_finish.is_empty() || !ctl.finish_retry.ready() {
+        if ctl.to_finish.is_empty() || !(now_or_never || ctl.finish_retry.ready()) {
             return;
         }
         let gate = ctl.gate.clone();
