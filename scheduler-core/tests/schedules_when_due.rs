@@ -414,3 +414,87 @@ async fn a_triggered_row_is_read_again_after_a_failed_poll() {
     let ran = ran.lock().unwrap().clone();
     assert_eq!(ran.get("daily-0002").map(Vec::len), Some(1), "{ran:?}");
 }
+
+/// Rows loaded as they come due catch up a resume made while every instance was
+/// down as rows loaded at once do: each instance starts after the pause and the
+/// resume (with catch-up) of a row under `catch_up = "all"`, and the ticks the
+/// pause covered run, each once.
+#[tokio::test(start_paused = true)]
+async fn a_resume_made_while_every_instance_was_down_is_caught_up_when_the_row_loads() {
+    for when_due in [false, true] {
+        resumed_while_down(when_due, 0).await;
+    }
+}
+
+/// So do rows loaded at once that a first poll applies over several turns: the
+/// resumed row comes after 2,500 others (a turn applies 2,000).
+#[tokio::test(start_paused = true)]
+async fn a_resume_read_before_its_row_is_applied_is_caught_up_when_it_is() {
+    resumed_while_down(false, 2_500).await;
+}
+
+async fn resumed_while_down(when_due: bool, before: usize) {
+    {
+        let memory = store();
+        let mut row = ScheduleRow::new("tenner", HANDLER, "every 10s");
+        row.policy = "catch_up = \"all\", catch_up_max = 3".into();
+        let mut rows: Vec<ScheduleRow> = (0..before)
+            .map(|i| ScheduleRow::new(format!("daily-{i:04}"), HANDLER, "0 0 3 * * *"))
+            .collect();
+        rows.push(row);
+        setup(&memory, &rows).await;
+        let store = counted(&memory);
+        let ran = Ran::default();
+        let make = |node: &str| {
+            let ran = ran.clone();
+            Scheduler::builder(store.clone())
+                .node_id(node)
+                .lease_ttl(TTL)
+                .control_poll(Some(Duration::from_millis(500)))
+                .load_schedules_when_due(when_due)
+                .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
+                    let ran = ran.clone();
+                    async move {
+                        let mut ran = ran.lock().unwrap();
+                        ran.entry(ctx.job().to_owned())
+                            .or_default()
+                            .push(ctx.tick().at());
+                        Ok(())
+                    }
+                })
+                .build()
+                .expect("build")
+        };
+        make("node-a")
+            .run_until(tokio::time::sleep(Duration::from_secs(25)))
+            .await;
+        let request = ControlRequest::new("tenner", "ops");
+        memory.pause(&request).await.expect("pause");
+        let since = memory.clock().now();
+        tokio::time::sleep(Duration::from_secs(35)).await;
+        memory.resume(&request, true).await.expect("resume");
+        let resumed = memory.clock().now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        make("node-b")
+            .run_until(tokio::time::sleep(Duration::from_secs(20)))
+            .await;
+        let ticks = ran
+            .lock()
+            .unwrap()
+            .get("tenner")
+            .cloned()
+            .unwrap_or_default();
+        let paused_over: Vec<_> = ticks
+            .iter()
+            .filter(|t| since <= **t && **t <= resumed)
+            .collect();
+        assert_eq!(
+            paused_over.len(),
+            3,
+            "when_due {when_due}: the ticks paused over ({since} to {resumed}) that ran: {paused_over:?}; all: {ticks:?}"
+        );
+        let mut once = ticks.clone();
+        once.dedup();
+        assert_eq!(once, ticks, "when_due {when_due}: a tick ran twice");
+    }
+}

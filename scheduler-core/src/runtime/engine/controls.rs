@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::Engine;
-use crate::control::{ControlSignal, ControlState, ScheduleRow, Trigger, TriggerId};
+use crate::control::{ControlSignal, ControlState, Resume, ScheduleRow, Trigger, TriggerId};
 use crate::runtime::calls::{Gate, Retry};
 use crate::runtime::decide::{ResumeAction, ResumedJob, on_resume};
 
@@ -102,6 +102,10 @@ pub(super) struct ControlLoop {
     /// name: a resume read in the same poll catches none of them up (the old entry
     /// may have run one paused over, taken after the resume and before this poll).
     relaid: HashMap<Arc<str>, Vec<crate::lease::Tick>>,
+    /// Resumes with catch-up the first poll read of jobs with no entries yet (a
+    /// dynamic schedule's row not applied or not loaded yet), by job: each is
+    /// applied once, when the row starts, as that poll would have.
+    unresumed: HashMap<String, Resume>,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -156,6 +160,7 @@ impl ControlLoop {
                 .map(|(ahead, quarantine)| window::Window::new(every, ahead, quarantine)),
             dropped: HashMap::new(),
             relaid: HashMap::new(),
+            unresumed: HashMap::new(),
             crons: crate::schedule::CronCache::default(),
             share: spread::Share::default(),
             every,
@@ -330,7 +335,6 @@ impl Engine {
         // may never have run: every instance was down), within its window; a job
         // paused at start-up had its ticks refused, and one resumed since is caught
         // up here.
-        let started = self.ctl.as_ref().and_then(|c| c.started);
         let initial = self
             .ctl
             .as_mut()
@@ -342,40 +346,16 @@ impl Engine {
                     self.jobs[i].on_resume_read();
                 }
             }
-            let Some(&slot0) = entries.first() else {
-                continue;
-            };
-            let e = &self.s.entries[slot0];
-            let job = ResumedJob {
-                catch_up: e.job_policy.catch_up,
-                scope: e.scope,
-                slots: u32::try_from(entries.len()).unwrap_or(u32::MAX),
-                started,
-                all_caught_up_from: self.jobs[slot0].catch_up_from(),
-                changed: self
-                    .ctl
-                    .as_ref()
-                    .and_then(|c| c.dynamic.get(resume.job.as_str()))
-                    .and_then(|d| d.changed),
-            };
-            match on_resume(resume, job, &self.s.node, first, initial) {
-                ResumeAction::Nothing => {}
-                ResumeAction::Backfill { keep } => {
-                    let ran = self
-                        .ctl
-                        .as_mut()
-                        .and_then(|c| c.relaid.remove(resume.job.as_str()))
-                        .unwrap_or_default();
-                    self.catch_up_all(slot0, (resume.paused_since, resume.resumed_at), keep, &ran);
-                }
-                ResumeAction::PerEntry => {
-                    for i in entries {
-                        let e = &self.s.entries[i];
-                        info!(job = %e.name, paused_since = %resume.paused_since,
-                            "job resumed: catching up the ticks paused over, as its catch-up policy says");
-                        self.jobs[i].on_resumed(&e.cadence, resume.paused_since, now);
-                    }
-                }
+            if !entries.is_empty() {
+                self.catch_up_resume(resume, &entries, (first, initial), now);
+            } else if initial
+                && resume.catch_up
+                && let Some(ctl) = &mut self.ctl
+            {
+                // A dynamic schedule not applied yet (a first poll's rows are
+                // applied over many turns) or not loaded yet (rows loaded as they
+                // come due): its resume is applied when its row starts.
+                ctl.unresumed.insert(resume.job.clone(), resume.clone());
             }
         }
         let mut waiting: Vec<Trigger> = Vec::new();
@@ -395,6 +375,54 @@ impl Engine {
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
             ctl.relaid.clear();
+        }
+    }
+
+    /// What `resume` catches up of job `entries` (slot 0 first), as [`on_resume`]
+    /// says: `(first, initial)`, whether the poll read every control from scratch,
+    /// and whether it is the first poll applied since start-up (or, for a row
+    /// started after it, whether the resume was read by that poll).
+    pub(super) fn catch_up_resume(
+        &mut self,
+        resume: &Resume,
+        entries: &[usize],
+        (first, initial): (bool, bool),
+        now: DateTime<Utc>,
+    ) {
+        let Some(&slot0) = entries.first() else {
+            return;
+        };
+        let e = &self.s.entries[slot0];
+        let job = ResumedJob {
+            catch_up: e.job_policy.catch_up,
+            scope: e.scope,
+            slots: u32::try_from(entries.len()).unwrap_or(u32::MAX),
+            started: self.ctl.as_ref().and_then(|c| c.started),
+            all_caught_up_from: self.jobs[slot0].catch_up_from(),
+            changed: self
+                .ctl
+                .as_ref()
+                .and_then(|c| c.dynamic.get(resume.job.as_str()))
+                .and_then(|d| d.changed),
+        };
+        match on_resume(resume, job, &self.s.node, first, initial) {
+            ResumeAction::Nothing => {}
+            ResumeAction::Backfill { keep } => {
+                let ran = self
+                    .ctl
+                    .as_mut()
+                    .and_then(|c| c.relaid.remove(resume.job.as_str()))
+                    .unwrap_or_default();
+                self.catch_up_all(slot0, (resume.paused_since, resume.resumed_at), keep, &ran);
+            }
+            ResumeAction::PerEntry => {
+                for &i in entries {
+                    let e = &self.s.entries[i];
+                    info!(job = %e.name, paused_since = %resume.paused_since,
+                        "job resumed: catching up the ticks paused over, as its catch-up policy says");
+                    self.jobs[i].on_resumed(&e.cadence, resume.paused_since, now);
+                }
+            }
         }
     }
 

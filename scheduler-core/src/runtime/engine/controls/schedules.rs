@@ -158,6 +158,10 @@ impl Engine {
                         .entries
                         .get(first)
                         .map_or_else(|| row.name.as_str().into(), |e| Arc::clone(&e.name));
+                    let unresumed = self
+                        .ctl
+                        .as_mut()
+                        .and_then(|c| c.unresumed.remove(&row.name));
                     if let Some(ctl) = &mut self.ctl {
                         ctl.reported.remove(&row.name);
                         ctl.by_name.insert(Arc::clone(&name), first..first + count);
@@ -172,6 +176,11 @@ impl Engine {
                                 changed: row.updated_at,
                             },
                         );
+                    }
+                    // A resume the first poll read before this row started.
+                    if let Some(resume) = unresumed {
+                        let entries: Vec<usize> = (first..first + count).collect();
+                        self.catch_up_resume(&resume, &entries, (true, true), now);
                     }
                 }
                 Err(err) => {
