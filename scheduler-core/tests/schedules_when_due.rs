@@ -422,7 +422,16 @@ async fn a_triggered_row_is_read_again_after_a_failed_poll() {
 #[tokio::test(start_paused = true)]
 async fn a_resume_made_while_every_instance_was_down_is_caught_up_when_the_row_loads() {
     for when_due in [false, true] {
-        resumed_while_down(when_due, 0).await;
+        resumed_while_down(when_due, 0, false).await;
+    }
+}
+
+/// A resume of the row on another node, read by the same first poll, does not
+/// take the place of the resume everywhere (a review found it did).
+#[tokio::test(start_paused = true)]
+async fn a_resume_on_another_node_leaves_the_resume_everywhere_to_catch_up() {
+    for (when_due, before) in [(true, 0), (false, 2_500)] {
+        resumed_while_down(when_due, before, true).await;
     }
 }
 
@@ -430,10 +439,10 @@ async fn a_resume_made_while_every_instance_was_down_is_caught_up_when_the_row_l
 /// resumed row comes after 2,500 others (a turn applies 2,000).
 #[tokio::test(start_paused = true)]
 async fn a_resume_read_before_its_row_is_applied_is_caught_up_when_it_is() {
-    resumed_while_down(false, 2_500).await;
+    resumed_while_down(false, 2_500, false).await;
 }
 
-async fn resumed_while_down(when_due: bool, before: usize) {
+async fn resumed_while_down(when_due: bool, before: usize, other_node: bool) {
     {
         let memory = store();
         let mut row = ScheduleRow::new("tenner", HANDLER, "every 10s");
@@ -468,6 +477,12 @@ async fn resumed_while_down(when_due: bool, before: usize) {
         make("node-a")
             .run_until(tokio::time::sleep(Duration::from_secs(25)))
             .await;
+        if other_node {
+            let there = ControlRequest::new("tenner", "ops").node("node-z");
+            memory.pause(&there).await.expect("pause on node-z");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            memory.resume(&there, true).await.expect("resume on node-z");
+        }
         let request = ControlRequest::new("tenner", "ops");
         memory.pause(&request).await.expect("pause");
         let since = memory.clock().now();

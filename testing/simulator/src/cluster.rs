@@ -244,18 +244,21 @@ impl Cluster {
             return;
         }
         let now = self.now();
-        if let Some(span) = self
+        // The model ends every fault of the instance here: so does an incarnation
+        // still draining (it would otherwise stay cut off while the model counts
+        // it healthy), once the calls a slow store delayed have arrived.
+        let old = &self.instances[i].faults;
+        let in_flight = TimeDelta::milliseconds(
+            i64::try_from(old.slow_ms.load(Ordering::SeqCst)).unwrap_or(i64::MAX),
+        );
+        for span in self
             .world()
             .faults
             .iter_mut()
-            .rev()
-            .find(|f| f.0 == i && f.2.is_none())
+            .filter(|f| f.0 == i && f.2.is_none())
         {
-            span.2 = Some(now);
+            span.2 = Some(now + in_flight);
         }
-        // The model ends the fault here: so does an incarnation still draining
-        // (it would otherwise stay cut off while the model counts it healthy).
-        let old = &self.instances[i].faults;
         old.stalled.send_replace(false);
         old.slow_ms.store(0, Ordering::SeqCst);
         old.failing.store(false, Ordering::SeqCst);

@@ -70,11 +70,22 @@ impl Cluster {
         }
     }
 
-    /// Asks for one run of `job` now (off the whole second: a trigger's run has
-    /// the instant it was asked for as its tick, which the model must tell apart
-    /// from the job's own ticks).
+    /// Asks for one run of `job` now (off the whole second, and off the instant of
+    /// another trigger of the job: a trigger's run has the instant it was asked for
+    /// as its tick, which the model must tell apart from the job's own ticks and
+    /// from the other triggers' runs).
     pub(crate) async fn trigger(&mut self, job: &str) {
-        if self.now().timestamp_subsec_millis() == 0 {
+        loop {
+            let now = self.now();
+            let taken = now.timestamp_subsec_millis() == 0
+                || self
+                    .world()
+                    .triggers
+                    .iter()
+                    .any(|(j, at)| j == job && *at == now);
+            if !taken {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         if let Ok(t) = self

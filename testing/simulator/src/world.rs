@@ -268,18 +268,8 @@ impl World {
     }
 
     fn is_trigger(&self, key: &Key) -> bool {
-        self.triggers_at(key) > 0
-    }
-
-    /// How many triggers of the key's job were requested at its instant: triggers
-    /// requested in the same instant are distinct runs the model's key cannot tell
-    /// apart (a job sees a triggered run's instant, not its trigger).
-    fn triggers_at(&self, key: &Key) -> usize {
         let job = key.0.split(':').next().unwrap_or(&key.0);
-        self.triggers
-            .iter()
-            .filter(|(j, at)| j == job && *at == key.1)
-            .count()
+        self.triggers.iter().any(|(j, at)| j == job && *at == key.1)
     }
 
     /// A run committed its work under a lease it still held.
@@ -290,10 +280,6 @@ impl World {
         let earlier = self.commits.entry(key.clone()).or_default();
         earlier.push((inst, now, own, lease.to_owned()));
         let earlier: Vec<_> = earlier[..earlier.len() - 1].to_vec();
-        // Each of the triggers requested in one instant commits once.
-        if earlier.len() < self.triggers_at(key) {
-            return;
-        }
         for (first, at, first_own, first_lease) in earlier {
             // A backfill runs a tick the live schedule ran once more.
             if own != first_own && self.backfilled(job, *tick, now) {

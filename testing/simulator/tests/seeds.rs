@@ -41,7 +41,8 @@ const REGRESSIONS: &[u64] = &[1, 44, 45, 82];
 ///   poll and caught that tick up again (the ticks the replaced entries won are
 ///   now left out of the catch-up).
 /// - 7309: two triggers made in one instant each ran once, and the model counted
-///   one trigger run twice (a model fix: a job sees a triggered run's instant).
+///   one trigger run twice (a job sees a triggered run's instant, not its
+///   trigger): the operator now makes a job's triggers a millisecond apart.
 /// - 14545, 18332, 19044: a slow store healed while a renewal sent before was still
 ///   on its way; the lease expired before it arrived (and before the release
 ///   queued behind it), and another instance ran the tick again: the documented

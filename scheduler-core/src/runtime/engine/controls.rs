@@ -98,14 +98,16 @@ pub(super) struct ControlLoop {
     /// catch-up, as read: a dynamic schedule's row started since catches up none of
     /// the ticks it dropped.
     dropped: HashMap<String, (DateTime<Utc>, DateTime<Utc>)>,
-    /// The ticks the entries of dynamic schedules replaced in this poll won, by
-    /// name: a resume read in the same poll catches none of them up (the old entry
-    /// may have run one paused over, taken after the resume and before this poll).
-    relaid: HashMap<Arc<str>, Vec<crate::lease::Tick>>,
-    /// Resumes with catch-up the first poll read of jobs with no entries yet (a
-    /// dynamic schedule's row not applied or not loaded yet), by job: each is
-    /// applied once, when the row starts, as that poll would have.
-    unresumed: HashMap<String, Resume>,
+    /// While a poll is applied (`None` otherwise): the ticks the entries of
+    /// dynamic schedules it replaced won, by name. A resume read in the same poll
+    /// catches none of them up (the old entry may have run one paused over, taken
+    /// after the resume and before this poll).
+    relaid: Option<HashMap<Arc<str>, Vec<crate::lease::Tick>>>,
+    /// Resumes with catch-up, everywhere or on this node, that the first poll read
+    /// of jobs with no entries yet (a dynamic schedule's row not applied or not
+    /// loaded yet), by job: each is applied once, when the row starts, as that poll
+    /// would have. At most one per job and node, as the store keeps them.
+    unresumed: HashMap<String, Vec<Resume>>,
 }
 
 /// A dynamic schedule running here: its row's version and its entries.
@@ -159,7 +161,7 @@ impl ControlLoop {
             window: when_due
                 .map(|(ahead, quarantine)| window::Window::new(every, ahead, quarantine)),
             dropped: HashMap::new(),
-            relaid: HashMap::new(),
+            relaid: None,
             unresumed: HashMap::new(),
             crons: crate::schedule::CronCache::default(),
             share: spread::Share::default(),
@@ -328,6 +330,9 @@ impl Engine {
         }
         let mut changed = state.schedules;
         changed.retain(|row| self.applies_change(row));
+        if let Some(ctl) = &mut self.ctl {
+            ctl.relaid = Some(HashMap::new());
+        }
         self.apply_schedules(changed);
         // The first read returns every resume ever made. Start-up applied the
         // catch-up policy to those before it, except that under `CatchUp::All` it
@@ -350,12 +355,16 @@ impl Engine {
                 self.catch_up_resume(resume, &entries, (first, initial), now);
             } else if initial
                 && resume.catch_up
+                && resume.node.as_deref().is_none_or(|n| n == &*self.s.node)
                 && let Some(ctl) = &mut self.ctl
             {
                 // A dynamic schedule not applied yet (a first poll's rows are
                 // applied over many turns) or not loaded yet (rows loaded as they
                 // come due): its resume is applied when its row starts.
-                ctl.unresumed.insert(resume.job.clone(), resume.clone());
+                ctl.unresumed
+                    .entry(resume.job.clone())
+                    .or_default()
+                    .push(resume.clone());
             }
         }
         let mut waiting: Vec<Trigger> = Vec::new();
@@ -374,7 +383,7 @@ impl Engine {
         }
         if let Some(ctl) = &mut self.ctl {
             ctl.waiting = waiting;
-            ctl.relaid.clear();
+            ctl.relaid = None;
         }
     }
 
@@ -411,7 +420,7 @@ impl Engine {
                 let ran = self
                     .ctl
                     .as_mut()
-                    .and_then(|c| c.relaid.remove(resume.job.as_str()))
+                    .and_then(|c| c.relaid.as_mut()?.remove(resume.job.as_str()))
                     .unwrap_or_default();
                 self.catch_up_all(slot0, (resume.paused_since, resume.resumed_at), keep, &ran);
             }
@@ -427,10 +436,11 @@ impl Engine {
     }
 
     /// Catches up the most recent `max` ticks of entry `i`'s job paused over
-    /// (`since` to `until`, a pause under [`CatchUp::All`](crate::CatchUp::All)),
-    /// but those in `ran`, as a backfill on this loop: each tick under a lease of
-    /// its own, once across the instances that all start it, one at a time;
-    /// counted `backfilled`.
+    /// (`since` to `until`, a pause under [`CatchUp::All`](crate::CatchUp::All))
+    /// other than those in `ran`, as a backfill on this loop: each tick under a
+    /// lease of its own, once across the instances that all start it, one at a
+    /// time (a tick in `ran` between others splits them into backfills that run
+    /// side by side); counted `backfilled`.
     fn catch_up_all(
         &mut self,
         i: usize,
@@ -441,16 +451,25 @@ impl Engine {
         let e = &self.s.entries[i];
         // As many as start-up may have left to it (`max` a slot), not capped lower.
         let keep = usize::try_from(max).unwrap_or(usize::MAX);
-        let ticks = e.schedule.latest_ticks(since, until, keep);
+        let mut ticks = e
+            .schedule
+            .latest_ticks(since, until, keep.saturating_add(ran.len()));
+        ticks.retain(|tick| !ran.contains(tick));
+        while ticks.len() > keep {
+            ticks.pop_front();
+        }
         info!(job = %e.name, paused_since = %since, ticks = ticks.len() , left = ran.len(),
             "job resumed: catching up every tick paused over, each under a lease of its own");
-        // Consecutive ticks make one range; a tick that ran splits it.
-        let mut ranges: Vec<Vec<DateTime<Utc>>> = vec![Vec::new()];
+        // Consecutive ticks of the schedule make one range; a tick that ran splits it.
+        let mut ranges: Vec<Vec<DateTime<Utc>>> = Vec::new();
         for tick in ticks {
+            let follows = ranges
+                .last()
+                .and_then(|r| r.last())
+                .is_some_and(|&last| e.schedule.next_after(last).is_some_and(|next| next == tick));
             match ranges.last_mut() {
-                Some(range) if !ran.contains(&tick) => range.push(tick.at()),
-                Some(range) if !range.is_empty() => ranges.push(Vec::new()),
-                _ => {}
+                Some(range) if follows => range.push(tick.at()),
+                _ => ranges.push(vec![tick.at()]),
             }
         }
         for range in ranges {

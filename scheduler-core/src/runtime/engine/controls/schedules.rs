@@ -94,8 +94,10 @@ impl Engine {
                     .clone()
                     .filter_map(|i| self.jobs[i].last_won())
                     .collect();
-                if !won.is_empty() {
-                    ctl.relaid
+                if let Some(relaid) = ctl.relaid.as_mut()
+                    && !won.is_empty()
+                {
+                    relaid
                         .entry(row.name.as_str().into())
                         .or_default()
                         .extend(won);
@@ -177,9 +179,9 @@ impl Engine {
                             },
                         );
                     }
-                    // A resume the first poll read before this row started.
-                    if let Some(resume) = unresumed {
-                        let entries: Vec<usize> = (first..first + count).collect();
+                    // The resumes the first poll read before this row started.
+                    let entries: Vec<usize> = (first..first + count).collect();
+                    for resume in unresumed.unwrap_or_default() {
                         self.catch_up_resume(&resume, &entries, (true, true), now);
                     }
                 }

@@ -221,9 +221,9 @@ impl Engine {
             return;
         }
         let gate = ctl.gate.clone();
-        let finishes = std::mem::take(&mut ctl.to_finish);
+        let mut finishes = std::mem::take(&mut ctl.to_finish).into_iter();
         let mut failed = Vec::new();
-        for f in finishes {
+        while let Some(f) = finishes.next() {
             let store = self.s.store.clone();
             let (id, holder, outcome, error) = (f.id, f.holder.clone(), f.outcome, f.error.clone());
             let call = async move {
@@ -242,7 +242,10 @@ impl Engine {
                 }
                 Err(err) => {
                     warn!(trigger = %f.id, error = %err, "recording the end of a triggered run failed; retrying");
+                    // The store failed: the rest wait for the retry too (a shutdown's
+                    // tries each wait for at most one call's bound).
                     failed.push(f);
+                    failed.extend(finishes.by_ref());
                 }
             }
         }
