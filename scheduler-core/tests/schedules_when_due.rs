@@ -11,7 +11,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,26 +27,21 @@ const HANDLER: &str = "work";
 type Ran = Arc<Mutex<BTreeMap<String, Vec<DateTime<Utc>>>>>;
 
 fn counted(memory: &Arc<MemoryStore>) -> Arc<Faulty> {
-    Arc::new(Faulty {
-        inner: memory.clone(),
-        failing_finishes: AtomicU32::new(0),
-        hang_claims: false,
-        early: AtomicU32::new(0),
-        failing_heartbeats: AtomicBool::new(false),
-        beats: AtomicU32::new(0),
-        first_poll_takes: Duration::ZERO,
-        due_rows: AtomicU64::new(0),
-        fail_due_read: std::sync::atomic::AtomicU32::new(0),
-    })
+    Arc::new(Faulty::over(memory.clone()))
 }
 
 fn scheduler(store: &Arc<Faulty>, node: &str, ran: &Ran) -> Scheduler {
+    scheduler_in(store, node, ran, true)
+}
+
+/// An instance that loads rows as they come due (`when_due`) or all at once.
+fn scheduler_in(store: &Arc<Faulty>, node: &str, ran: &Ran, when_due: bool) -> Scheduler {
     let ran = ran.clone();
     Scheduler::builder(store.clone())
         .node_id(node)
         .lease_ttl(TTL)
         .control_poll(Some(Duration::from_millis(500)))
-        .load_schedules_when_due(true)
+        .load_schedules_when_due(when_due)
         .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
             let ran = ran.clone();
             async move {
@@ -454,26 +449,7 @@ async fn resumed_while_down(when_due: bool, before: usize, other_node: bool) {
         setup(&memory, &rows).await;
         let store = counted(&memory);
         let ran = Ran::default();
-        let make = |node: &str| {
-            let ran = ran.clone();
-            Scheduler::builder(store.clone())
-                .node_id(node)
-                .lease_ttl(TTL)
-                .control_poll(Some(Duration::from_millis(500)))
-                .load_schedules_when_due(when_due)
-                .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
-                    let ran = ran.clone();
-                    async move {
-                        let mut ran = ran.lock().unwrap();
-                        ran.entry(ctx.job().to_owned())
-                            .or_default()
-                            .push(ctx.tick().at());
-                        Ok(())
-                    }
-                })
-                .build()
-                .expect("build")
-        };
+        let make = |node: &str| scheduler_in(&store, node, &ran, when_due);
         make("node-a")
             .run_until(tokio::time::sleep(Duration::from_secs(25)))
             .await;

@@ -358,15 +358,8 @@ async fn a_triggered_run_handed_back_does_not_reopen_a_completed_tick() {
 async fn a_shutdown_records_a_triggered_runs_end_that_failed_once() {
     let (memory, log) = (store(), Log::default());
     let store = Arc::new(Faulty {
-        inner: memory.clone(),
         failing_finishes: AtomicU32::new(1),
-        hang_claims: false,
-        early: AtomicU32::new(0),
-        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
-        beats: AtomicU32::new(0),
-        first_poll_takes: Duration::ZERO,
-        due_rows: std::sync::atomic::AtomicU64::new(0),
-        fail_due_read: std::sync::atomic::AtomicU32::new(0),
+        ..Faulty::over(memory.clone())
     });
     let make = |node: &str| {
         let mut job = Probe::new("hourly", &memory, &log);

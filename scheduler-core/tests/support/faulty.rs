@@ -32,6 +32,23 @@ pub(crate) struct Faulty {
     pub(crate) fail_due_read: AtomicU32,
 }
 
+impl Faulty {
+    /// `inner` with no fault on.
+    pub(crate) fn over(inner: Arc<scheduler_core::MemoryStore>) -> Self {
+        Self {
+            inner,
+            failing_finishes: AtomicU32::new(0),
+            hang_claims: false,
+            early: AtomicU32::new(0),
+            failing_heartbeats: AtomicBool::new(false),
+            beats: AtomicU32::new(0),
+            first_poll_takes: Duration::ZERO,
+            due_rows: std::sync::atomic::AtomicU64::new(0),
+            fail_due_read: AtomicU32::new(0),
+        }
+    }
+}
+
 #[scheduler_core::async_trait]
 impl Controls for Faulty {
     async fn pause(
