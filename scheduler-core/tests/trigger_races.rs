@@ -24,6 +24,40 @@ fn next_multiple(now: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp((t / secs + 1) * secs, 0).unwrap()
 }
 
+/// An instance on `node` running an hourly job (catch-up window 1 s, 4 s ttl,
+/// controls polled every 200 ms) whose runs work `work` (the probe's default if
+/// `None`).
+fn hourly(
+    store: &Arc<Faulty>,
+    memory: &Arc<scheduler_core::MemoryStore>,
+    log: &Log,
+    node: &str,
+    work: Option<Duration>,
+) -> scheduler_core::Scheduler {
+    let mut job = Probe::new("hourly", memory, log);
+    job.every = Duration::from_secs(3_600);
+    job.catch_up = Some(Duration::from_secs(1));
+    if let Some(work) = work {
+        job.work = work;
+    }
+    scheduler_core::Scheduler::builder(store.clone())
+        .node_id(node)
+        .lease_ttl(Duration::from_secs(4))
+        .control_poll(Some(Duration::from_millis(200)))
+        .job(job)
+        .build()
+        .expect("build")
+}
+
+/// Sleeps until half past the store's hour: between hourly ticks.
+async fn half_past(memory: &scheduler_core::MemoryStore) {
+    let into = memory.clock().now().timestamp() % 3_600;
+    tokio::time::sleep(Duration::from_secs(
+        u64::try_from((1_800 - into).rem_euclid(3_600)).unwrap(),
+    ))
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // 2. A trigger of a concurrent job whose slots are all busy is recorded skipped
 //    (engine/controls.rs says "run beside, once a slot frees").
@@ -95,36 +129,12 @@ async fn a_triggered_run_whose_end_is_recorded_late_does_not_run_again() {
     // a store statement that keeps failing (a deadlock retry storm, a constraint,
     // a NUL byte in the error text on PostgreSQL) or a partition of this instance.
     let store = Arc::new(Faulty {
-        inner: memory.clone(),
         failing_finishes: AtomicU32::new(30),
-        hang_claims: false,
-        early: AtomicU32::new(0),
-
-        failing_heartbeats: std::sync::atomic::AtomicBool::new(false),
-        beats: AtomicU32::new(0),
-        first_poll_takes: Duration::ZERO,
-        due_rows: std::sync::atomic::AtomicU64::new(0),
-        fail_due_read: std::sync::atomic::AtomicU32::new(0),
+        ..Faulty::over(memory.clone())
     });
-    let make = |node: &str| {
-        let mut job = Probe::new("hourly", &memory, &log);
-        job.every = Duration::from_secs(3_600);
-        job.catch_up = Some(Duration::from_secs(1));
-        scheduler_core::Scheduler::builder(store.clone())
-            .node_id(node)
-            .lease_ttl(Duration::from_secs(4))
-            .control_poll(Some(Duration::from_millis(200)))
-            .job(job)
-            .build()
-            .expect("build")
-    };
+    let make = |node: &str| hourly(&store, &memory, &log, node, None);
     let (a, b) = (make("node-a"), make("node-b"));
-    // Between hourly ticks.
-    let into = memory.clock().now().timestamp() % 3_600;
-    tokio::time::sleep(Duration::from_secs(
-        u64::try_from((1_800 - into).rem_euclid(3_600)).unwrap(),
-    ))
-    .await;
+    half_past(&memory).await;
     let m = memory.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -362,24 +372,15 @@ async fn a_shutdown_records_a_triggered_runs_end_that_failed_once() {
         ..Faulty::over(memory.clone())
     });
     let make = |node: &str| {
-        let mut job = Probe::new("hourly", &memory, &log);
-        job.every = Duration::from_secs(3_600);
-        job.catch_up = Some(Duration::from_secs(1));
-        job.work = Duration::from_millis(500);
-        scheduler_core::Scheduler::builder(store.clone())
-            .node_id(node)
-            .lease_ttl(Duration::from_secs(4))
-            .control_poll(Some(Duration::from_millis(200)))
-            .job(job)
-            .build()
-            .expect("build")
+        hourly(
+            &store,
+            &memory,
+            &log,
+            node,
+            Some(Duration::from_millis(500)),
+        )
     };
-    // Between hourly ticks.
-    let into = memory.clock().now().timestamp() % 3_600;
-    tokio::time::sleep(Duration::from_secs(
-        u64::try_from((1_800 - into).rem_euclid(3_600)).unwrap(),
-    ))
-    .await;
+    half_past(&memory).await;
     let t = memory
         .trigger(&ControlRequest::new("hourly", "frank"))
         .await

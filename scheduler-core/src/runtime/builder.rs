@@ -174,9 +174,9 @@ impl SchedulerBuilder {
     /// forward as their ticks are decided, and a row idle until past the look-ahead is
     /// let go (its counts in [`Scheduler::stats`](crate::Scheduler::stats) with it):
     /// memory holds the rows due soon, and start-up reads one look-ahead, not every
-    /// row. A triggered row not loaded is read by name to run it. Not yet: a resume
-    /// with catch-up of a pause no instance was up through catches nothing up;
-    /// node-scoped and concurrent rows are never let go.
+    /// row. A triggered row not loaded is read by name to run it, and a resume with
+    /// catch-up that the first poll read of a row not loaded is applied when the row
+    /// loads. Not yet: node-scoped and concurrent rows are never let go.
     pub fn load_schedules_when_due(mut self, on: bool) -> Self {
         self.config.schedules_when_due = on;
         self

@@ -458,25 +458,26 @@ impl Engine {
         while ticks.len() > keep {
             ticks.pop_front();
         }
-        info!(job = %e.name, paused_since = %since, ticks = ticks.len() , left = ran.len(),
+        info!(job = %e.name, paused_since = %since, ticks = ticks.len(), left = ran.len(),
             "job resumed: catching up every tick paused over, each under a lease of its own");
-        // Consecutive ticks of the schedule make one range; a tick that ran splits it.
-        let mut ranges: Vec<Vec<DateTime<Utc>>> = Vec::new();
+        // Consecutive ticks of the schedule make one range (first, last, count); a
+        // tick that ran splits it.
+        let mut ranges: Vec<(DateTime<Utc>, DateTime<Utc>, usize)> = Vec::new();
         for tick in ticks {
-            let follows = ranges
-                .last()
-                .and_then(|r| r.last())
-                .is_some_and(|&last| e.schedule.next_after(last).is_some_and(|next| next == tick));
             match ranges.last_mut() {
-                Some(range) if follows => range.push(tick.at()),
-                _ => ranges.push(vec![tick.at()]),
+                Some((_, last, count))
+                    if e.schedule
+                        .next_after(*last)
+                        .is_some_and(|next| next == tick) =>
+                {
+                    *last = tick.at();
+                    *count += 1;
+                }
+                _ => ranges.push((tick.at(), tick.at(), 1)),
             }
         }
-        for range in ranges {
-            let (Some(&from), Some(&to)) = (range.first(), range.last()) else {
-                continue;
-            };
-            match self.s.catch_up_request(i, from, to, range.len()) {
+        for (from, to, count) in ranges {
+            match self.s.catch_up_request(i, from, to, count) {
                 Ok(request) => self.add_backfill(request),
                 Err(err) => {
                     let job = &self.s.entries[i].name;

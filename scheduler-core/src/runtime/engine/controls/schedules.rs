@@ -89,18 +89,15 @@ impl Engine {
             // Drop what runs of the old row: a run under way ends as it would.
             if let Some(old) = ctl.dynamic.remove(row.name.as_str()) {
                 ctl.by_name.remove(row.name.as_str());
-                let won: Vec<_> = old
-                    .entries
-                    .clone()
-                    .filter_map(|i| self.jobs[i].last_won())
-                    .collect();
-                if let Some(relaid) = ctl.relaid.as_mut()
-                    && !won.is_empty()
-                {
-                    relaid
-                        .entry(row.name.as_str().into())
-                        .or_default()
-                        .extend(won);
+                if let Some(relaid) = ctl.relaid.as_mut() {
+                    let won: Vec<_> = old
+                        .entries
+                        .clone()
+                        .filter_map(|i| self.jobs[i].last_won())
+                        .collect();
+                    if !won.is_empty() {
+                        relaid.insert(row.name.as_str().into(), won);
+                    }
                 }
                 for i in old.entries {
                     let mut events = Vec::new();
