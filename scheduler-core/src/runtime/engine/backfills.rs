@@ -183,7 +183,7 @@ impl Engine {
             Some(at) => {
                 r.run.lease.expires_at = at;
                 let local = super::local_instant(at, Instant::now(), db_now);
-                r.handles.expiry.send_replace(Some(local));
+                r.handles.tell_expiry(local);
             }
             None => {
                 r.run.lost = true;
@@ -318,7 +318,7 @@ impl Engine {
             t,
             BackfillRun {
                 run: decide::Running::new(lease, now, None),
-                handles: RunHandles::new(),
+                handles: RunHandles::new(unit.job.fenced),
                 abort: None,
             },
         );
@@ -338,7 +338,8 @@ impl Engine {
         let lease = &r.run.lease;
         let span = info_span!("run", job = %unit.job.name, tick = %lease.tick, holder = %lease.holder,
             token = %lease.token, attempt = r.run.attempt, backfill = true);
-        let attempt_token = r.handles.child_token();
+        let begin_at = Instant::now() + wait;
+        let attempt_token = r.handles.next_attempt(begin_at);
         let ctx = JobContext {
             job: unit.job.name.clone(),
             tick: lease.tick,
@@ -346,14 +347,12 @@ impl Engine {
             lease: lease.name.clone(),
             holder: lease.holder.clone(),
             token: lease.token,
-            cancel: attempt_token.clone(),
+            cancel: attempt_token,
             state: self.s.state.clone(),
             attempt: r.run.attempt,
         };
-        let begin_at = Instant::now() + wait;
-        r.handles.attempt = Some((begin_at, attempt_token));
         let at = super::local_instant(lease.expires_at, Instant::now(), expires);
-        r.handles.expiry.send_replace(Some(at));
+        r.handles.tell_expiry(at);
         let task = spawn_run(
             &mut self.tasks,
             t,
@@ -361,7 +360,7 @@ impl Engine {
             ctx,
             begin_at,
             (unit.job.policy.timeout, self.s.settings.grace),
-            unit.job.fenced.then_some(&r.handles),
+            &r.handles,
             span,
         );
         r.abort = Some(task.clone());
@@ -466,10 +465,10 @@ impl Engine {
             if !(gone || given_up || done) {
                 continue;
             }
-            let Some(unit) = self.backfills.remove(&u) else {
+            let Some(mut unit) = self.backfills.remove(&u) else {
                 continue;
             };
-            for r in unit.runs.values() {
+            for r in unit.runs.values_mut() {
                 r.handles.cancel();
                 if let Some(task) = &r.abort {
                     task.abort();

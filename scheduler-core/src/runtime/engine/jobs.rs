@@ -23,6 +23,8 @@ use crate::runtime::decide::JobTicks;
 const STALE: u8 = 1;
 /// Marked: to visit at the next turn.
 const TOUCHED: u8 = 2;
+/// Not in the set of running jobs.
+const ABSENT: usize = usize::MAX;
 
 #[derive(Debug, Default)]
 pub(super) struct Jobs {
@@ -33,8 +35,15 @@ pub(super) struct Jobs {
     /// Each job's key in `by_wake`, as last indexed.
     keys: Vec<Option<DateTime<Utc>>>,
     by_wake: BTreeSet<(DateTime<Utc>, usize)>,
-    /// The jobs whose run holds (or held) a lease, as last indexed.
-    running: BTreeSet<usize>,
+    /// The jobs whose run holds (or held) a lease, as last indexed, in no order.
+    running: Vec<usize>,
+    /// Where each job is in `running` ([`ABSENT`]: not there).
+    running_at: Vec<usize>,
+    /// No later than the earliest expiry of a lease a run holds and has not lost
+    /// (exact after [`settle_expiry_floor`](Self::settle_expiry_floor), lowered by
+    /// every lease indexed since: a renewal leaves it early until then). `None`: no
+    /// such lease.
+    expiry_floor: Option<DateTime<Utc>>,
     marks: Vec<u8>,
     stale: Vec<usize>,
     touched: Vec<usize>,
@@ -57,6 +66,7 @@ impl Jobs {
     pub(super) fn reserve(&mut self, more: usize) {
         self.ticks.reserve(more);
         self.keys.reserve(more);
+        self.running_at.reserve(more);
         self.marks.reserve(more);
         self.stale.reserve(more);
         self.touched.reserve(more);
@@ -65,6 +75,7 @@ impl Jobs {
     pub(super) fn push(&mut self, ticks: JobTicks) {
         self.ticks.push(ticks);
         self.keys.push(None);
+        self.running_at.push(ABSENT);
         self.marks.push(0);
         self.mark(self.ticks.len() - 1, STALE | TOUCHED);
     }
@@ -131,10 +142,26 @@ impl Jobs {
                 }
                 self.keys[i] = key;
             }
-            if self.ticks[i].running().is_some() {
-                self.running.insert(i);
-            } else {
-                self.running.remove(&i);
+            match self.ticks[i].running() {
+                Some(run) => {
+                    if self.running_at[i] == ABSENT {
+                        self.running_at[i] = self.running.len();
+                        self.running.push(i);
+                    }
+                    if !run.lost {
+                        let at = run.lease.expires_at;
+                        self.expiry_floor = Some(self.expiry_floor.map_or(at, |f| f.min(at)));
+                    }
+                }
+                None => {
+                    let at = std::mem::replace(&mut self.running_at[i], ABSENT);
+                    if at != ABSENT {
+                        self.running.swap_remove(at);
+                        if let Some(&moved) = self.running.get(at) {
+                            self.running_at[moved] = at;
+                        }
+                    }
+                }
             }
         }
     }
@@ -161,7 +188,27 @@ impl Jobs {
     /// The jobs whose run holds a lease (lost or not), in job order.
     pub(super) fn running(&mut self) -> Vec<usize> {
         self.refresh();
-        self.running.iter().copied().collect()
+        let mut running = self.running.clone();
+        running.sort_unstable();
+        running
+    }
+
+    /// No later than the earliest expiry of a lease a run holds and has not lost
+    /// (`None`: no such lease): a lease can have expired unrenewed at `now` only if
+    /// this is no later than `now`.
+    pub(super) fn expiry_floor(&mut self) -> Option<DateTime<Utc>> {
+        self.refresh();
+        self.expiry_floor
+    }
+
+    /// Makes [`expiry_floor`](Self::expiry_floor) exact: the earliest expiry of the
+    /// leases runs hold and have not lost.
+    pub(super) fn settle_expiry_floor(&mut self) {
+        self.refresh();
+        self.expiry_floor = (self.running.iter())
+            .filter_map(|&i| self.ticks[i].running().filter(|r| !r.lost))
+            .map(|r| r.lease.expires_at)
+            .min();
     }
 
     /// Whether a job's run holds a lease it still renews.

@@ -176,14 +176,23 @@ impl Engine {
 
     /// A lease whose expiry passed without a renewal (the store unreachable) is lost:
     /// another instance may take it now.
+    ///
+    /// The running jobs are looked at only when a lease may have expired (the
+    /// jobs' expiry floor has passed), or when a fenced run's task may have
+    /// cancelled it at its expiry: not at every turn of 10,000 runs.
     pub(super) fn expire_unrenewed(&mut self) {
         let now = self.db_now();
+        let may_expire = self.jobs.expiry_floor().is_some_and(|at| at <= now);
+        if !may_expire && self.runs.fenced() == 0 {
+            return;
+        }
         for i in self.jobs.running() {
             self.note_expired(i);
             if self.jobs[i].expired_unrenewed(now) {
                 self.lost(i, "the lease expired before it could be renewed");
             }
         }
+        self.jobs.settle_expiry_floor();
     }
 
     /// Job `i`'s run lost its lease (`why`).

@@ -267,7 +267,7 @@ impl Engine {
     fn tell_expiry(&self, i: usize) {
         if let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get(&i)) {
             let at = local_instant(running.lease.expires_at, Instant::now(), self.db_now());
-            handles.expiry.send_replace(Some(at));
+            handles.tell_expiry(at);
         }
     }
 
@@ -469,13 +469,10 @@ impl Engine {
         }
         // A lease expiring unrenewed is lost then (a run that needs fencing is
         // cancelled by its own task; the loop records it).
-        for i in self.jobs.running() {
-            if let Some(r) = self.jobs[i].running()
-                && !r.lost
-            {
-                let at = local_instant(r.lease.expires_at, now, db_now);
-                wake = wake.min(at + Duration::from_millis(1));
-            }
+        // (The floor may be early, after a renewal: that turn settles it.)
+        if let Some(at) = self.jobs.expiry_floor() {
+            let at = local_instant(at, now, db_now);
+            wake = wake.min(at + Duration::from_millis(1));
         }
         if let Some(at) = self.release_wake() {
             wake = wake.min(at);

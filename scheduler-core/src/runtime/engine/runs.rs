@@ -21,26 +21,42 @@ use crate::runtime::decide::{
     AttemptEnd, Command, Ended, Handover, RunEnd, Running, TickEvent, Won,
 };
 
-/// The driver's hold on a run's task: the token that stops it, its current
-/// attempt's (with the instant it begins: an attempt that has not begun when the
-/// lease is lost never begins), and the lease's expiry its task watches.
+/// The driver's hold on a run's task: whether the run was told to stop, its
+/// current attempt's token (with the instant it begins: an attempt that has not
+/// begun when the lease is lost never begins), and, for a job that needs fencing,
+/// the lease's expiry its task watches.
+///
+/// A run has no token of its own: cancelling it cancels its attempt's, and every
+/// later attempt's is born cancelled (a token per run, parent of the attempts',
+/// and an expiry channel per run whether fenced or not, were three allocations and
+/// a lock per run that showed in the loop's CPU at 10,000 runs a second).
 pub(super) struct RunHandles {
-    cancel: CancellationToken,
+    cancelled: bool,
     pub(super) attempt: Option<(Instant, CancellationToken)>,
-    /// When the lease expires unless renewed, as a local instant, for the run's task:
-    /// a run that needs fencing is cancelled then, whatever the loop is waiting for.
-    /// Set when an attempt starts and at each renewal.
-    pub(super) expiry: watch::Sender<Option<Instant>>,
-    /// Set by the run's task when it cancelled the run at the expiry.
+    fence: Option<Fence>,
+}
+
+/// A fenced run's guard: the lease's expiry as a local instant, for the run's
+/// task (it cancels the run then, whatever the loop is waiting for; set when an
+/// attempt starts and at each renewal), and the flag the task sets when it did.
+struct Fence {
+    expiry: watch::Sender<Option<Instant>>,
     expired: Arc<AtomicBool>,
 }
 
 /// The runs' handles by job index: a slot per job, since the loop looks each job up
-/// at every turn (a hash map's hashing showed in the loop's CPU at 10,000 jobs).
+/// at every turn (a hash map's hashing showed in the loop's CPU at 10,000 jobs);
+/// and how many of them are fenced runs'.
 #[derive(Default)]
-pub(super) struct RunTable(Vec<Option<RunHandles>>);
+pub(super) struct RunTable(Vec<Option<RunHandles>>, usize);
 
 impl RunTable {
+    /// How many runs have a fence (their task may cancel them at the lease's
+    /// expiry).
+    pub(super) fn fenced(&self) -> usize {
+        self.1
+    }
+
     pub(super) fn get(&self, i: &usize) -> Option<&RunHandles> {
         self.0.get(*i).and_then(Option::as_ref)
     }
@@ -53,43 +69,86 @@ impl RunTable {
         if self.0.len() <= i {
             self.0.resize_with(i + 1, || None);
         }
-        self.0[i] = Some(handles);
+        self.1 += usize::from(handles.fence.is_some());
+        if let Some(old) = self.0[i].replace(handles) {
+            self.1 -= usize::from(old.fence.is_some());
+        }
     }
 
     pub(super) fn remove(&mut self, i: &usize) -> Option<RunHandles> {
-        self.0.get_mut(*i).and_then(Option::take)
+        let old = self.0.get_mut(*i).and_then(Option::take);
+        self.1 -= usize::from(old.as_ref().is_some_and(|h| h.fence.is_some()));
+        old
     }
 }
 
 impl RunHandles {
-    pub(super) fn new() -> Self {
+    /// A run's handles; `fenced`: its job needs fencing (its task watches the
+    /// lease's expiry).
+    pub(super) fn new(fenced: bool) -> Self {
         Self {
-            cancel: CancellationToken::new(),
+            cancelled: false,
             attempt: None,
-            expiry: watch::Sender::new(None),
-            expired: Arc::default(),
+            fence: fenced.then(|| Fence {
+                expiry: watch::Sender::new(None),
+                expired: Arc::default(),
+            }),
         }
     }
 
-    /// Cancels the run (at a shutdown past its grace).
-    pub(super) fn cancel(&self) {
-        self.cancel.cancel();
+    /// Cancels the run (at a shutdown past its grace, when its lease is lost …):
+    /// its attempt, and any attempt after it.
+    pub(super) fn cancel(&mut self) {
+        self.cancelled = true;
+        if let Some((_, token)) = &self.attempt {
+            token.cancel();
+        }
     }
 
-    /// Whether the run was cancelled.
+    /// Whether the run was cancelled, by the loop or by its task at the lease's
+    /// expiry.
     pub(super) fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.cancelled || self.expired()
     }
 
-    /// A token for one attempt: cancelled with the run, or on its own (a timeout).
-    pub(super) fn child_token(&self) -> CancellationToken {
-        self.cancel.child_token()
+    /// Whether the run's task cancelled it at the lease's expiry.
+    pub(super) fn expired(&self) -> bool {
+        (self.fence.as_ref()).is_some_and(|f| f.expired.load(Ordering::Relaxed))
+    }
+
+    /// Tells the run's task (a fenced run's) when the lease expires, as a local
+    /// instant.
+    pub(super) fn tell_expiry(&self, at: Instant) {
+        if let Some(f) = &self.fence {
+            f.expiry.send_replace(Some(at));
+        }
+    }
+
+    /// A token for the next attempt, beginning at `begin_at`: cancelled on its own
+    /// (a timeout), or with the run (born cancelled if the run already is).
+    pub(super) fn next_attempt(&mut self, begin_at: Instant) -> CancellationToken {
+        let token = CancellationToken::new();
+        if self.is_cancelled() {
+            token.cancel();
+        }
+        self.attempt = Some((begin_at, token.clone()));
+        token
+    }
+
+    /// What the attempt's task of a fenced run is guarded by (`None` for a run
+    /// whose job does not need fencing).
+    fn watchdog(&self, attempt: &CancellationToken) -> Option<Watchdog> {
+        self.fence.as_ref().map(|f| Watchdog {
+            expiry: f.expiry.subscribe(),
+            cancel: attempt.clone(),
+            expired: f.expired.clone(),
+        })
     }
 }
 
 /// Spawns one attempt of a run onto `tasks`: `job` run with `ctx` from `begin_at`,
 /// under `(timeout, grace)`, guarded by the lease's expiry when the job needs
-/// fencing (`fenced`: the run's handles). Returns the task's handle.
+/// fencing (the run's `handles` say). Returns the task's handle.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn spawn_run(
     tasks: &mut JoinSet<RunResult>,
@@ -98,14 +157,10 @@ pub(super) fn spawn_run(
     ctx: JobContext,
     begin_at: Instant,
     (timeout, grace): (Option<std::time::Duration>, std::time::Duration),
-    fenced: Option<&RunHandles>,
+    handles: &RunHandles,
     span: tracing::Span,
 ) -> AbortHandle {
-    let watchdog = fenced.map(|h| Watchdog {
-        expiry: h.expiry.subscribe(),
-        cancel: h.cancel.clone(),
-        expired: h.expired.clone(),
-    });
+    let watchdog = handles.watchdog(&ctx.cancel);
     let run = async move {
         let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
         let result = match watchdog {
@@ -149,7 +204,8 @@ impl Engine {
         wait: std::time::Duration,
         lateness: std::time::Duration,
     ) {
-        self.runs.insert(i, RunHandles::new());
+        self.runs
+            .insert(i, RunHandles::new(self.s.entries[i].cadence.fenced));
         self.spawn_attempt(i, wait, lateness);
     }
 
@@ -172,8 +228,8 @@ impl Engine {
                 }
                 Command::AskCancel { newer } => self.to_cancel.push((e.lease.clone(), newer)),
                 Command::CancelRun => {
-                    if let Some(h) = self.runs.get(&i) {
-                        h.cancel.cancel();
+                    if let Some(h) = self.runs.get_mut(&i) {
+                        h.cancel();
                     }
                 }
                 Command::CancelUnbegun => {
@@ -191,11 +247,7 @@ impl Engine {
     /// Tells the decisions about a run's task that cancelled the run at its lease's
     /// expiry (see [`RunHandles::expired`]).
     pub(super) fn note_expired(&mut self, i: usize) {
-        if self
-            .runs
-            .get(&i)
-            .is_some_and(|h| h.expired.load(Ordering::Relaxed))
-        {
+        if self.runs.get(&i).is_some_and(RunHandles::expired) {
             self.jobs[i].on_expired();
         }
     }
@@ -217,7 +269,8 @@ impl Engine {
             return;
         };
         let lease = &running.lease;
-        let attempt_token = handles.cancel.child_token();
+        let begin_at = Instant::now() + wait;
+        let attempt_token = handles.next_attempt(begin_at);
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -226,12 +279,10 @@ impl Engine {
             holder: lease.holder.clone(),
             token: lease.token,
             // The attempt's own token: a timeout cancels it, not the run's.
-            cancel: attempt_token.clone(),
+            cancel: attempt_token,
             state: self.s.state.clone(),
             attempt: running.attempt,
         };
-        let begin_at = Instant::now() + wait;
-        handles.attempt = Some((begin_at, attempt_token));
         let span = info_span!("run", job = %e.name, tick = %lease.tick, scope = %e.scope,
             node = %self.s.node, holder = %lease.holder, token = %lease.token,
             attempt = running.attempt);
@@ -243,7 +294,7 @@ impl Engine {
             ctx,
             begin_at,
             (e.cadence.policy.timeout, self.s.settings.grace),
-            e.cadence.fenced.then_some(&*handles),
+            handles,
             span,
         );
         self.by_task.insert(task.id(), Slot::Job(i));
@@ -384,8 +435,8 @@ pub(crate) fn panicked(err: tokio::task::JoinError) -> BoxError {
 }
 
 /// What a run of a job that needs fencing is guarded by: its lease's expiry as the
-/// loop last said it ([`Running::expiry`]), the run's token to cancel then, and the
-/// flag that says it did ([`Running::expired`]).
+/// loop last said it, the attempt's token to cancel then, and the flag that says it
+/// did ([`Running::expired`]).
 struct Watchdog {
     expiry: watch::Receiver<Option<Instant>>,
     cancel: CancellationToken,

@@ -54,7 +54,7 @@ impl Engine {
             if let Some(running) = job.running() {
                 warn!(job = %e.name, tick = %running.lease.tick, "cancelling the run at shutdown");
                 job.on_cancelled();
-                if let Some(h) = self.runs.get(&i) {
+                if let Some(h) = self.runs.get_mut(&i) {
                     h.cancel();
                 }
             }
