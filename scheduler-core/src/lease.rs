@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -39,8 +40,11 @@ impl fmt::Display for Scope {
 /// characters (PostgreSQL's `text` cannot hold NUL; control characters only make
 /// operators' lives hard). Quotes, spaces and any other Unicode are fine: names only
 /// ever reach SQL as bound parameters.
+///
+/// Cloning one shares it (the loop hands each lease's name to its take, its run and
+/// its release: 10,000 a second at 10,000 jobs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LeaseName(String);
+pub struct LeaseName(Arc<str>);
 
 impl LeaseName {
     /// The longest accepted name, in bytes.
@@ -54,7 +58,7 @@ impl LeaseName {
     pub fn new(name: impl Into<String>) -> Result<Self> {
         let name = name.into();
         validate_name(&name)?;
-        Ok(Self(name))
+        Ok(Self(Arc::from(name)))
     }
 
     /// The lease of job `job` in `scope` on node `node`: the job's name for a cluster
@@ -97,7 +101,8 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
 impl FromStr for LeaseName {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Self::new(s)
+        validate_name(s)?;
+        Ok(Self(Arc::from(s)))
     }
 }
 
@@ -126,8 +131,10 @@ impl AsRef<str> for LeaseName {
 /// Because a holder is never reused, renewing or releasing "as this holder" can only
 /// ever touch the acquisition it was made for: two tasks of one process exclude each
 /// other, and a late release cannot delete a lease someone has taken since.
+///
+/// Cloning one shares it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Holder(String);
+pub struct Holder(Arc<str>);
 
 impl Holder {
     /// A fresh holder for one acquisition, on this host: `host:pid:random`.
@@ -150,13 +157,22 @@ impl Holder {
     /// [`Holder::prefix`]): `prefix:random`. The scheduler's holders name its node
     /// id, so an operator reading a lease sees which instance holds it.
     pub fn generate_on(prefix: &str) -> Self {
+        use std::fmt::Write as _;
+        thread_local! {
+            /// Where a holder is written before it is shared (one allocation each).
+            static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
         let bits = crate::random::bits();
-        Self(format!("{prefix}:{bits:016x}"))
+        TEXT.with_borrow_mut(|text| {
+            text.clear();
+            let _ = write!(text, "{prefix}:{bits:016x}");
+            Self(Arc::from(text.as_str()))
+        })
     }
 
     /// A holder as read back from a store. Stores only; nothing checks its shape.
     pub fn from_stored(holder: String) -> Self {
-        Self(holder)
+        Self(Arc::from(holder))
     }
 
     /// The holder as a string.

@@ -13,9 +13,15 @@ use chrono::{DateTime, Utc};
 use scheduler_core::{LeaseName, Scope, Store};
 use support::{Log, Probe, builder, runs};
 
-/// A store on which no job ran yet.
+/// A store on which no job ran yet, its clock half a minute before a minute's
+/// tick (on the system's clock, a run of a second started in the last second of a
+/// minute saw that minute's tick: one run in sixty failed).
 fn store() -> std::sync::Arc<scheduler_core::MemoryStore> {
-    std::sync::Arc::new(scheduler_core::MemoryStore::new())
+    let start = "2026-12-04T10:00:30Z"
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let clock = scheduler_core::LocalClock::starting_at(start);
+    std::sync::Arc::new(scheduler_core::MemoryStore::with_clock(clock))
 }
 
 /// Runs a scheduler with a minute-long job `nightly` (catch-up window: one period)

@@ -157,10 +157,19 @@ pub(crate) fn lease_from_row(row: &QueryResult) -> Result<Lease> {
     })
 }
 
-/// The `name` column as a [`LeaseName`]: a name that is not one is a bad row.
+/// The `name` column as a [`LeaseName`]: a name that is not one is a bad row. Read
+/// in place (one copy, the name's own), not as a `String` first.
 pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseName> {
-    let name: String = get(row, "name", operation)?;
-    LeaseName::new(name).map_err(|e| Error::BadRow {
+    use sea_orm::sqlx::Row;
+    let text = match row.try_as_pg_row() {
+        Some(pg) => pg.try_get::<&str, _>("name").ok(),
+        None => None,
+    };
+    let parsed = match text {
+        Some(text) => text.parse::<LeaseName>(),
+        None => LeaseName::new(get::<String>(row, "name", operation)?),
+    };
+    parsed.map_err(|e| Error::BadRow {
         operation,
         cause: DbErr::Custom(e.to_string()),
     })

@@ -6,10 +6,12 @@
 //! A job is indexed by [`JobTicks::look_at`]: the earliest instant its `due` can do
 //! anything with any lead up to the most the loop has taken ticks ahead so far
 //! (at most [`MAX_AHEAD`]; all jobs are indexed again when it grows, which it
-//! stops doing once the rounds of takes settle). Every change goes through
-//! `IndexMut`, which marks the job: a marked job is indexed again before the index
-//! is read, and visited by the next turn whatever its key says (a turn used to
-//! visit every job, so visiting every changed one keeps what a visit did).
+//! stops doing once the rounds of takes settle). Every change marks the job, which
+//! is indexed again before the index is read. A change through `IndexMut` (the
+//! rare ones: controls, refusals) also has the job visited by the next turn whatever
+//! its key says (a turn used to visit every job, so visiting every changed one
+//! keeps what a visit did); the changes of every tick go through
+//! [`Jobs::keyed_mut`], trusting the key.
 
 use std::collections::BTreeSet;
 use std::ops::{Index, IndexMut};
@@ -88,9 +90,14 @@ impl Jobs {
         self.ticks.iter_mut()
     }
 
-    /// Job `i` to change in a turn's visit: indexed again, but not visited again
-    /// for it (the visit acts on what it changed).
-    pub(super) fn visit_mut(&mut self, i: usize) -> &mut JobTicks {
+    /// Job `i`, for a change its key accounts for: indexed again, and visited when
+    /// its key comes, not at the next turn whatever the key says. A turn's visit
+    /// changes it so (the visit acts on what it changed), and so do the changes of
+    /// every tick of a busy job: a take won, a run's end, a renewal (at 10,000 runs a
+    /// second, the turns after the takes and after the runs' ends visited every job
+    /// for nothing). The simulations check at every turn that no job passed over had
+    /// anything to do.
+    pub(super) fn keyed_mut(&mut self, i: usize) -> &mut JobTicks {
         self.mark(i, STALE);
         &mut self.ticks[i]
     }

@@ -149,7 +149,7 @@ impl Engine {
                 for (i, key) in ours {
                     match renewed.get(&key.name) {
                         Some((expires_at, cancel)) => {
-                            self.jobs[i].on_renewed(*expires_at);
+                            self.jobs.keyed_mut(i).on_renewed(*expires_at);
                             self.tell_expiry(i);
                             if *cancel && let Some(r) = self.jobs[i].on_cancel_requested() {
                                 info!(job = %self.s.entries[i].name, tick = %r.lease.tick,

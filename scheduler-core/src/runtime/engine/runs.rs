@@ -175,7 +175,7 @@ pub(super) fn spawn_run(
 impl Engine {
     pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
         let mut events = Vec::new();
-        let won = self.jobs[i].on_won(lease, now, &mut events);
+        let won = self.jobs.keyed_mut(i).on_won(lease, now, &mut events);
         self.act(i, &mut events);
         let e = &self.s.entries[i];
         if won == (Won::Run { took_over: true })
@@ -321,8 +321,12 @@ impl Engine {
         self.note_expired(i);
         let ended = ended_as(&result);
         let now = self.db_now();
-        let end =
-            self.jobs[i].on_attempt_ended(&self.s.entries[i].cadence, ended, now, self.draining);
+        let end = self.jobs.keyed_mut(i).on_attempt_ended(
+            &self.s.entries[i].cadence,
+            ended,
+            now,
+            self.draining,
+        );
         if let AttemptEnd::Ended {
             lost: true, run, ..
         } = &end

@@ -28,7 +28,7 @@ impl Engine {
         let visit = self.jobs.visits(now);
         for &i in &visit {
             let e = &self.s.entries[i];
-            let job = self.jobs.visit_mut(i);
+            let job = self.jobs.keyed_mut(i);
             if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
                 let request = TakeRequest {
                     name: e.lease.clone(),
