@@ -13,7 +13,7 @@
 //! keeps what a visit did); the changes of every tick go through
 //! [`Jobs::keyed_mut`], trusting the key.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::ops::{Index, IndexMut};
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -36,7 +36,12 @@ pub(super) struct Jobs {
     most_ahead: TimeDelta,
     /// Each job's key in `by_wake`, as last indexed.
     keys: Vec<Option<DateTime<Utc>>>,
-    by_wake: BTreeSet<(DateTime<Utc>, usize)>,
+    /// The jobs by key: a bucket per instant, in no order (jobs of one cadence
+    /// share their keys: 10,000 jobs every second move between two or three
+    /// buckets, each move a push and a swap-remove instead of a tree's).
+    by_wake: BTreeMap<DateTime<Utc>, Vec<usize>>,
+    /// Where each keyed job is in its bucket.
+    in_bucket: Vec<usize>,
     /// The jobs whose run holds (or held) a lease, as last indexed, in no order.
     running: Vec<usize>,
     /// Where each job is in `running` ([`ABSENT`]: not there).
@@ -68,6 +73,7 @@ impl Jobs {
     pub(super) fn reserve(&mut self, more: usize) {
         self.ticks.reserve(more);
         self.keys.reserve(more);
+        self.in_bucket.reserve(more);
         self.running_at.reserve(more);
         self.marks.reserve(more);
         self.stale.reserve(more);
@@ -77,6 +83,7 @@ impl Jobs {
     pub(super) fn push(&mut self, ticks: JobTicks) {
         self.ticks.push(ticks);
         self.keys.push(None);
+        self.in_bucket.push(0);
         self.running_at.push(ABSENT);
         self.marks.push(0);
         self.mark(self.ticks.len() - 1, STALE | TOUCHED);
@@ -142,10 +149,12 @@ impl Jobs {
             let key = self.ticks[i].look_at(self.most_ahead);
             if self.keys[i] != key {
                 if let Some(old) = self.keys[i] {
-                    self.by_wake.remove(&(old, i));
+                    self.unkey(i, old);
                 }
                 if let Some(new) = key {
-                    self.by_wake.insert((new, i));
+                    let bucket = self.by_wake.entry(new).or_default();
+                    self.in_bucket[i] = bucket.len();
+                    bucket.push(i);
                 }
                 self.keys[i] = key;
             }
@@ -173,6 +182,29 @@ impl Jobs {
         }
     }
 
+    /// Takes job `i` out of its bucket, `key`'s.
+    fn unkey(&mut self, i: usize, key: DateTime<Utc>) {
+        let Some(bucket) = self.by_wake.get_mut(&key) else {
+            return;
+        };
+        let at = self.in_bucket[i];
+        debug_assert_eq!(
+            bucket.get(at),
+            Some(&i),
+            "job {i} not where its bucket had it"
+        );
+        if bucket.get(at) != Some(&i) {
+            return;
+        }
+        bucket.swap_remove(at);
+        if let Some(&moved) = bucket.get(at) {
+            self.in_bucket[moved] = at;
+        }
+        if bucket.is_empty() {
+            self.by_wake.remove(&key);
+        }
+    }
+
     /// The jobs a turn at `now` (store clock) visits, in job order: those whose
     /// key has come, and those changed since the last turn.
     pub(super) fn visits(&mut self, now: DateTime<Utc>) -> Vec<usize> {
@@ -183,9 +215,8 @@ impl Jobs {
         }
         visit.extend(
             self.by_wake
-                .iter()
-                .take_while(|(at, _)| *at <= now)
-                .map(|(_, i)| *i),
+                .range(..=now)
+                .flat_map(|(_, bucket)| bucket.iter().copied()),
         );
         visit.sort_unstable();
         visit.dedup();
@@ -232,12 +263,18 @@ impl Jobs {
     pub(super) fn next_wake(&mut self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
         self.refresh();
         let mut best: Option<DateTime<Utc>> = None;
-        for &(key, i) in &self.by_wake {
+        for (&key, bucket) in &self.by_wake {
             if best.is_some_and(|b| key >= b) {
                 break;
             }
-            if let Some(at) = self.ticks[i].next_wake(ahead) {
-                best = Some(best.map_or(at, |b| b.min(at)));
+            for &i in bucket {
+                // No job of this bucket or a later one wakes before its key.
+                if best.is_some_and(|b| b <= key) {
+                    break;
+                }
+                if let Some(at) = self.ticks[i].next_wake(ahead) {
+                    best = Some(best.map_or(at, |b| b.min(at)));
+                }
             }
         }
         best

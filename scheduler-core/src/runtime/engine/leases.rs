@@ -59,7 +59,7 @@ impl Engine {
     pub(super) async fn flush_releases(&mut self) {
         while !self.to_release.is_empty() {
             for how in [Release::Completed, Release::Interrupted] {
-                let mut names = HashSet::new();
+                let mut names = HashSet::with_capacity(self.to_release.len());
                 let batch: Vec<usize> = (0..self.to_release.len())
                     .filter(|&k| {
                         let (key, h) = &self.to_release[k];

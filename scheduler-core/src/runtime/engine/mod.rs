@@ -263,9 +263,12 @@ impl Engine {
     }
 
     /// Tells the task of job `i`'s run when its lease expires unless renewed
-    /// ([`RunHandles::expiry`](runs::RunHandles::expiry)), as a local instant.
+    /// ([`RunHandles::tell_expiry`](runs::RunHandles::tell_expiry)), as a local
+    /// instant: a fenced run's only (no other task watches it).
     fn tell_expiry(&self, i: usize) {
-        if let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get(&i)) {
+        if let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get(&i))
+            && handles.fenced()
+        {
             let at = local_instant(running.lease.expires_at, Instant::now(), self.db_now());
             handles.tell_expiry(at);
         }

@@ -111,6 +111,11 @@ impl RunHandles {
         self.cancelled || self.expired()
     }
 
+    /// Whether the run's task watches the lease's expiry (its job needs fencing).
+    pub(super) fn fenced(&self) -> bool {
+        self.fence.is_some()
+    }
+
     /// Whether the run's task cancelled it at the lease's expiry.
     pub(super) fn expired(&self) -> bool {
         (self.fence.as_ref()).is_some_and(|f| f.expired.load(Ordering::Relaxed))
@@ -366,16 +371,23 @@ impl Engine {
             }
             AttemptEnd::Ended { run, end, .. } => {
                 self.runs.remove(&i);
-                self.ended(i, &run, end, error);
+                self.ended(i, &run, end, error, now);
             }
             AttemptEnd::Gone => {}
         }
         Some(i)
     }
 
-    /// A run ended as `end` says: report it, and queue its release or its trigger's
-    /// end.
-    fn ended(&mut self, i: usize, running: &Running, end: RunEnd, error: Option<String>) {
+    /// A run ended as `end` says at `now` (store clock): report it, and queue its
+    /// release or its trigger's end.
+    fn ended(
+        &mut self,
+        i: usize,
+        running: &Running,
+        end: RunEnd,
+        error: Option<String>,
+        now: DateTime<Utc>,
+    ) {
         let e = &self.s.entries[i];
         self.s.observe.run_ended(
             &e.name,
@@ -386,7 +398,7 @@ impl Engine {
                 holder: running.lease.holder.clone(),
                 token: running.lease.token,
                 started: running.started,
-                finished: self.db_now(),
+                finished: now,
                 outcome: end.outcome,
                 error: error.clone(),
                 lease_lost: running.lost,
