@@ -59,16 +59,17 @@ impl Engine {
     pub(super) async fn flush_releases(&mut self) {
         while !self.to_release.is_empty() {
             for how in [Release::Completed, Release::Interrupted] {
-                let mut names = HashSet::with_capacity(self.to_release.len());
+                let kind = self.to_release.iter().filter(|(_, h)| *h == how).count();
+                if kind == 0 {
+                    continue;
+                }
+                let mut names = HashSet::with_capacity(kind);
                 let batch: Vec<usize> = (0..self.to_release.len())
                     .filter(|&k| {
                         let (key, h) = &self.to_release[k];
                         *h == how && names.insert(key.name.clone())
                     })
                     .collect();
-                if batch.is_empty() {
-                    continue;
-                }
                 let keys: Vec<LeaseKey> = batch
                     .iter()
                     .map(|&k| self.to_release[k].0.clone())
