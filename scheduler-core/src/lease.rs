@@ -56,9 +56,7 @@ impl LeaseName {
     /// [`Error::InvalidName`] if the name is empty, longer than [`Self::MAX_LEN`]
     /// bytes, or holds a control character.
     pub fn new(name: impl Into<String>) -> Result<Self> {
-        let name = name.into();
-        validate_name(&name)?;
-        Ok(Self(Arc::from(name)))
+        name.into().parse()
     }
 
     /// The lease of job `job` in `scope` on node `node`: the job's name for a cluster

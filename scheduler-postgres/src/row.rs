@@ -161,10 +161,7 @@ pub(crate) fn lease_from_row(row: &QueryResult) -> Result<Lease> {
 /// in place (one copy, the name's own), not as a `String` first.
 pub(crate) fn name_from_row(row: &QueryResult, operation: &'static str) -> Result<LeaseName> {
     use sea_orm::sqlx::Row;
-    let text = match row.try_as_pg_row() {
-        Some(pg) => pg.try_get::<&str, _>("name").ok(),
-        None => None,
-    };
+    let text = (row.try_as_pg_row()).and_then(|pg| pg.try_get::<&str, _>("name").ok());
     let parsed = match text {
         Some(text) => text.parse::<LeaseName>(),
         None => LeaseName::new(get::<String>(row, "name", operation)?),
