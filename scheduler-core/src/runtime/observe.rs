@@ -78,6 +78,40 @@ pub struct RunRecord {
     pub attempt: u32,
 }
 
+/// A run's end as the loop sees it, borrowed: what a [`RunRecord`] says, made one
+/// only for a [`RunRecorder`].
+pub(crate) struct RunEnded<'a> {
+    pub(crate) job: &'a str,
+    pub(crate) node: &'a str,
+    pub(crate) tick: Tick,
+    pub(crate) holder: &'a Holder,
+    pub(crate) token: FencingToken,
+    pub(crate) started: DateTime<Utc>,
+    pub(crate) finished: DateTime<Utc>,
+    pub(crate) outcome: Outcome,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) lease_lost: bool,
+    pub(crate) attempt: u32,
+}
+
+impl RunEnded<'_> {
+    fn to_record(&self) -> RunRecord {
+        RunRecord {
+            job: self.job.to_owned(),
+            tick: self.tick,
+            node: self.node.to_owned(),
+            holder: self.holder.clone(),
+            token: self.token,
+            started: self.started,
+            finished: self.finished,
+            outcome: self.outcome,
+            error: self.error.map(str::to_owned),
+            lease_lost: self.lease_lost,
+            attempt: self.attempt,
+        }
+    }
+}
+
 /// Receives every finished run (the run history of the store crates implements it).
 ///
 /// Called off the scheduler's loop, once per run end; a failure is logged and the run
@@ -295,8 +329,9 @@ impl Observer {
         passed
     }
 
-    /// A run of `job` ended as `run` says: logged, counted, measured and recorded.
-    pub(crate) fn run_ended(&self, job: &str, run: RunRecord) {
+    /// A run ended as `run` says: logged, counted, measured and recorded.
+    pub(crate) fn run_ended(&self, run: &RunEnded<'_>) {
+        let job = run.job;
         match (&run.error, run.lease_lost) {
             (None, false) => {
                 self.outcome(job, Outcome::Succeeded);
@@ -341,18 +376,19 @@ impl Observer {
         }
     }
 
-    /// A run ended: metrics now, the record off the loop.
-    fn ended(&self, run: RunRecord) {
+    /// A run ended: metrics now, the record off the loop (built only for a
+    /// recorder: its owned strings were two allocations per run otherwise).
+    fn ended(&self, run: &RunEnded<'_>) {
         if let Some(m) = &self.metrics {
             let took = (run.finished - run.started).to_std().unwrap_or_default();
             let attrs = [
-                job_attr(&run.job),
+                job_attr(run.job),
                 KeyValue::new("outcome", run.outcome.as_str()),
             ];
             m.run_duration.record(took.as_secs_f64(), &attrs);
             if run.outcome == Outcome::Succeeded {
                 let at = run.finished.timestamp_micros() as f64 / 1e6;
-                m.last_success.record(at, &[job_attr(&run.job)]);
+                m.last_success.record(at, &[job_attr(run.job)]);
             }
             if run.outcome != Outcome::Retried {
                 // A retried run keeps its lease.
@@ -361,6 +397,7 @@ impl Observer {
         }
         if let Some(recorder) = &self.recorder {
             let recorder = recorder.clone();
+            let run = run.to_record();
             tokio::spawn(async move {
                 if let Err(err) = recorder.record(&run).await {
                     tracing::warn!(job = %run.job, tick = %run.tick, error = %err, "could not record the run in the history");

@@ -1,6 +1,6 @@
 //! Per-job counters: what happened to each tick.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -13,7 +13,9 @@ use crate::outcome::Outcome;
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     /// Jobs registered in code from the start; dynamic schedules join as they come.
-    jobs: Arc<RwLock<BTreeMap<String, Counts>>>,
+    /// Looked up at every tick's end: hashed (a B-tree's dozen string comparisons
+    /// per lookup showed in the loop's CPU at 10,000 runs a second).
+    jobs: Arc<RwLock<HashMap<String, Counts>>>,
 }
 
 type Counts = Arc<[AtomicU64; Outcome::ALL.len()]>;

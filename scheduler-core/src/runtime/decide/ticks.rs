@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::cadence::Cadence;
+use super::cadence::{Cadence, half};
 use super::events::{Command, PassedOver, TickEvent};
 use super::runs::{RunEnd, Running};
 use crate::lease::{Holder, Release, Tick};
@@ -266,9 +266,9 @@ impl JobTicks {
     fn early(&self, due: Due, ahead: TimeDelta) -> TimeDelta {
         let (tick, at, window) = due;
         if self.defer > TimeDelta::zero() {
-            return -self.defer.min(window / 2);
+            return -self.defer.min(half(window));
         }
-        let early = ahead.min(window / 2).max(TimeDelta::zero());
+        let early = ahead.min(half(window)).max(TimeDelta::zero());
         if self.not_before_instant {
             early.min(at - tick.at()).max(TimeDelta::zero())
         } else {

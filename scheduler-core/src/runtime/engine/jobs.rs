@@ -4,9 +4,9 @@
 //! a tick, or a million dynamic schedules, those scans were most of the loop's work).
 //!
 //! A job is indexed by [`JobTicks::look_at`]: the earliest instant its `due` can do
-//! anything with any lead up to the most the loop has taken ticks ahead so far
-//! (at most [`MAX_AHEAD`]; all jobs are indexed again when it grows, which it
-//! stops doing once the rounds of takes settle). Every change marks the job, which
+//! anything with the lead the loop takes ticks ahead by (at most [`MAX_AHEAD`]; all
+//! jobs are indexed again when it moves, which it does in steps, so rarely once
+//! the rounds of takes settle). Every change marks the job, which
 //! is indexed again before the index is read. A change through `IndexMut` (the
 //! rare ones: controls, refusals) also has the job visited by the next turn whatever
 //! its key says (a turn used to visit every job, so visiting every changed one
@@ -31,9 +31,9 @@ const ABSENT: usize = usize::MAX;
 #[derive(Debug, Default)]
 pub(super) struct Jobs {
     ticks: Vec<JobTicks>,
-    /// The most ahead of their fire time ticks have been taken: the lead the keys
-    /// allow for.
-    most_ahead: TimeDelta,
+    /// How far ahead of their fire time ticks are taken: the lead the keys are
+    /// computed with.
+    lead: TimeDelta,
     /// Each job's key in `by_wake`, as last indexed.
     keys: Vec<Option<DateTime<Utc>>>,
     /// The jobs by key: a bucket per instant, in no order (jobs of one cadence
@@ -129,24 +129,34 @@ impl Jobs {
         }
     }
 
-    /// Ticks are taken `ahead` of their fire time from now on: when that is more
-    /// than ever before, every job is indexed again.
+    /// The rounds of takes want ticks taken `ahead` of their fire time: the lead
+    /// becomes that when it is more than the lead, or less than half of it, and
+    /// then every job is indexed again. Between the two the lead stays, so that
+    /// the keys are the jobs' wake-ups with the lead the loop uses: a lead that
+    /// only grew left every job keyed before its wake-up, so every turn between
+    /// the two visited every job and scanned every one for the next wake-up.
     pub(super) fn taking_ahead(&mut self, ahead: TimeDelta) {
         let max = TimeDelta::from_std(MAX_AHEAD).unwrap_or(TimeDelta::MAX);
         let ahead = ahead.min(max);
-        if ahead > self.most_ahead {
-            self.most_ahead = ahead;
+        if ahead > self.lead || ahead * 2 < self.lead {
+            self.lead = ahead;
             for i in 0..self.ticks.len() {
                 self.mark(i, STALE);
             }
         }
     }
 
+    /// How far ahead of their fire time ticks are taken (see
+    /// [`taking_ahead`](Self::taking_ahead)).
+    pub(super) fn lead(&self) -> TimeDelta {
+        self.lead
+    }
+
     /// Indexes the jobs changed since they were last indexed.
     fn refresh(&mut self) {
         for i in std::mem::take(&mut self.stale) {
             self.marks[i] &= !STALE;
-            let key = self.ticks[i].look_at(self.most_ahead);
+            let key = self.ticks[i].look_at(self.lead);
             if self.keys[i] != key {
                 if let Some(old) = self.keys[i] {
                     self.unkey(i, old);
@@ -253,10 +263,10 @@ impl Jobs {
             .any(|&i| self.ticks[i].running().is_some_and(|r| !r.lost))
     }
 
-    /// The earliest of the jobs' [`JobTicks::next_wake`] with `ahead` (no more than
-    /// [`taking_ahead`](Self::taking_ahead) was told): read off the index, visiting only the jobs whose key is
-    /// before the earliest found so far.
-    pub(super) fn next_wake(&mut self, ahead: TimeDelta) -> Option<DateTime<Utc>> {
+    /// The earliest of the jobs' [`JobTicks::next_wake`] with the lead: read off the
+    /// index, visiting only the jobs whose key is before the earliest found so far.
+    pub(super) fn next_wake(&mut self) -> Option<DateTime<Utc>> {
+        let ahead = self.lead;
         self.refresh();
         let mut best: Option<DateTime<Utc>> = None;
         for (&key, bucket) in &self.by_wake {
@@ -321,5 +331,67 @@ impl Jobs {
                  {due:?} {events:?}\nbefore: {before}\nafter: {job:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::policy::{CatchUp, Policy};
+    use crate::runtime::decide::Cadence;
+    use crate::schedule::Schedule;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).unwrap()
+    }
+
+    /// One idle job ticking every 10 s, started at 0 (the tick at 0 skipped): its
+    /// next tick fires at 10 s.
+    fn one_job() -> Jobs {
+        let cadence = Cadence {
+            schedule: Schedule::every(Duration::from_secs(10)).compile().unwrap(),
+            catch_up: None,
+            jitter: Duration::ZERO,
+            holder_prefix: Arc::from("node-1:1"),
+            policy: Policy::default().catch_up(CatchUp::Skip),
+            fenced: false,
+        };
+        let mut ticks = JobTicks::default();
+        ticks.start(&cadence, at(0));
+        let mut jobs = Jobs::new(0);
+        jobs.push(ticks);
+        // The push marks it to visit once.
+        assert_eq!(jobs.visits(at(0)), [0]);
+        jobs
+    }
+
+    /// The lead moves up at once and down in steps, and the keys follow it: a lead
+    /// that had once been long kept the job keyed a whole lead before its wake-up,
+    /// so every turn in between visited it for nothing.
+    #[test]
+    fn the_keys_follow_the_lead_down_as_well_as_up() {
+        let ms = TimeDelta::milliseconds;
+        let mut jobs = one_job();
+        jobs.taking_ahead(ms(1_000));
+        assert_eq!(jobs.next_wake(), Some(at(9_000)));
+        assert_eq!(jobs.visits(at(9_000)), [0]);
+        // A tenth of it: the lead follows, and the job is no longer visited early.
+        jobs.taking_ahead(ms(100));
+        assert_eq!(jobs.lead(), ms(100));
+        assert!(jobs.visits(at(9_500)).is_empty());
+        assert_eq!(jobs.next_wake(), Some(at(9_900)));
+        // Less, but not less than half: the lead stays.
+        jobs.taking_ahead(ms(60));
+        assert_eq!(jobs.lead(), ms(100));
+        assert_eq!(jobs.next_wake(), Some(at(9_900)));
+        // More: at once.
+        jobs.taking_ahead(ms(200));
+        assert_eq!(jobs.next_wake(), Some(at(9_800)));
+        assert_eq!(jobs.visits(at(9_800)), [0]);
     }
 }

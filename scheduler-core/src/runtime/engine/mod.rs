@@ -18,12 +18,11 @@
 //! A turn of the loop looks at every job; runs that end are handled without one
 //! unless their job needs the loop ([`Engine::wake_after_runs_ended`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::task::{Id, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -136,7 +135,7 @@ pub(super) struct Engine {
     /// The jobs' tick states, indexed by when each next needs the loop.
     jobs: jobs::Jobs,
     tasks: JoinSet<RunResult>,
-    by_task: HashMap<Id, Slot>,
+    by_task: runs::ByTask,
     /// The tasks of the runs the jobs hold, by job.
     runs: runs::RunTable,
     /// Releases not yet acknowledged by the store.
@@ -153,8 +152,9 @@ pub(super) struct Engine {
     /// When the clock estimate last moved to a sample.
     sampled: Instant,
     take: Retry,
-    /// How far ahead of their fire time ticks are taken: a little more than the last
-    /// round of takes lasted, so a big tick is answered by the time it fires.
+    /// How far ahead of their fire time the rounds of takes want ticks taken: a
+    /// little more than the last round lasted, so a big tick is answered by the
+    /// time it fires. The lead in use moves to it in steps (`Jobs::taking_ahead`).
     ahead: TimeDelta,
     /// What a take costs per name in a big round, once one was answered.
     take_cost: Option<Duration>,
@@ -198,7 +198,7 @@ impl Engine {
         Self {
             jobs: jobs::Jobs::new(s.entries.len()),
             tasks: JoinSet::new(),
-            by_task: HashMap::new(),
+            by_task: runs::ByTask::default(),
             runs: runs::RunTable::default(),
             to_release: Vec::new(),
             release_since: None,
@@ -401,7 +401,7 @@ impl Engine {
             wake = wake.min(at);
         }
         for &i in ended {
-            if let Some(at) = self.jobs[i].next_wake(self.ahead) {
+            if let Some(at) = self.jobs[i].next_wake(self.jobs.lead()) {
                 if at <= db_now {
                     return None;
                 }
@@ -496,7 +496,7 @@ impl Engine {
         }
         // A job's wake-up on the store clock, as a local instant; not before the take's
         // backoff allows.
-        if let Some(at) = self.jobs.next_wake(self.ahead) {
+        if let Some(at) = self.jobs.next_wake() {
             wake = wake.min(self.job_wake(at, now, db_now));
         }
         if let Some(at) = self.backfills_wake() {

@@ -26,10 +26,11 @@ impl Engine {
         // Only an instance that polls the controls catches up a resume.
         let polls = self.ctl.is_some();
         let visit = self.jobs.visits(now);
+        let lead = self.jobs.lead();
         for &i in &visit {
             let e = &self.s.entries[i];
             let job = self.jobs.keyed_mut(i);
-            if let Some((tick, holder)) = job.due(&e.cadence, now, self.ahead, &mut events) {
+            if let Some((tick, holder)) = job.due(&e.cadence, now, lead, &mut events) {
                 let request = TakeRequest {
                     name: e.lease.clone(),
                     tick,
@@ -46,7 +47,7 @@ impl Engine {
         }
         #[cfg(all(debug_assertions, feature = "test-util"))]
         self.jobs
-            .check_passed_over(&visit, now, self.ahead, |i| &self.s.entries[i].cadence);
+            .check_passed_over(&visit, now, lead, |i| &self.s.entries[i].cadence);
         due
     }
 
