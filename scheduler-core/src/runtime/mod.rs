@@ -199,7 +199,7 @@ impl Scheduler {
 }
 
 /// One attempt at a tick, as a run task does it: waits until `begin_at` (unless the
-/// attempt's token fires first: [`Interrupted`](crate::Interrupted)), runs the job,
+/// attempt's token fires first, or had: [`Interrupted`](crate::Interrupted)), runs the job,
 /// and under a `timeout` cancels the attempt's own token when it runs out (not the
 /// run's: a timed-out run is a failed run, not an interrupted one), then drops it if
 /// it has not ended within `grace`: [`TimedOut`](crate::TimedOut).
@@ -210,6 +210,12 @@ pub(crate) async fn run_attempt(
     timeout: Option<Duration>,
     grace: Duration,
 ) -> std::result::Result<(), crate::BoxError> {
+    // Cancelled before it began (a run spawned at its instant by a starter, after
+    // the loop cancelled it; an attempt after the run was cancelled): it never
+    // begins.
+    if ctx.cancel.is_cancelled() {
+        return Err(crate::Interrupted.into());
+    }
     if begin_at > tokio::time::Instant::now() {
         tokio::select! {
             biased;

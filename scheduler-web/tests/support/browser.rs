@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, unreachable_pub)]
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,7 +65,11 @@ impl ChromeDriver {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
+        // A process group of its own, with the browsers it starts: all of them go
+        // on drop, even a browser whose session was never closed (a test that
+        // panicked, or forgot), which killing chromedriver alone left running.
         let child = Command::new(&driver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -135,6 +140,12 @@ impl ChromeDriver {
 
 impl Drop for ChromeDriver {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -13,8 +13,9 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::{debug, error, info, info_span, warn};
 
-use super::runs::{RunHandles, spawn_run};
+use super::runs::RunHandles;
 use super::takes::{ChunkAnswer, TakenByName};
+use super::tasks::Prepared;
 use super::{Engine, Slot};
 use crate::error::{BoxError, Error, StoreFailure};
 use crate::job::{Idempotent, JobContext};
@@ -353,18 +354,18 @@ impl Engine {
         };
         let at = super::local_instant(lease.expires_at, Instant::now(), expires);
         r.handles.tell_expiry(at);
-        let task = spawn_run(
-            &mut self.tasks,
+        let watchdog = r.handles.watchdog(&ctx.cancel);
+        let run = Prepared::new(
             t,
             unit.job.job.clone(),
             ctx,
             begin_at,
             (unit.job.policy.timeout, self.s.settings.grace),
-            &r.handles,
+            watchdog,
             span,
         );
-        r.abort = Some(task.clone());
-        self.by_task.insert(task.id(), Slot::Backfill(u, t));
+        let task = self.tasks.spawn(run, Slot::Backfill(u, t));
+        r.abort = Some(task);
     }
 
     /// Backfill `u`'s run of tick `t` ended its attempt with `result`: retried, or

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -35,6 +34,7 @@ pub(crate) use backfills::{BackfillDoor, BackfillJob, BackfillRequest, Reply, St
 pub(super) use runs::ended_as;
 mod shutdown;
 mod takes;
+mod tasks;
 mod turns;
 
 use super::Scheduler;
@@ -49,7 +49,7 @@ use crate::lease::{LeaseKey, LeaseName, Release, Tick};
 type RunResult = (usize, Result<(), BoxError>);
 
 /// Whose run a task is: a job's (by entry), or a backfill's (by backfill and tick).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Job(usize),
     Backfill(u64, usize),
@@ -134,8 +134,8 @@ pub(super) struct Engine {
     s: Scheduler,
     /// The jobs' tick states, indexed by when each next needs the loop.
     jobs: jobs::Jobs,
-    tasks: JoinSet<RunResult>,
-    by_task: runs::ByTask,
+    /// The run tasks, and the runs waiting for their instant.
+    tasks: tasks::Tasks,
     /// The tasks of the runs the jobs hold, by job.
     runs: runs::RunTable,
     /// Releases not yet acknowledged by the store.
@@ -197,8 +197,7 @@ impl Engine {
             .clamp(Duration::from_secs(1), Duration::from_secs(30));
         Self {
             jobs: jobs::Jobs::new(s.entries.len()),
-            tasks: JoinSet::new(),
-            by_task: runs::ByTask::default(),
+            tasks: tasks::Tasks::new(),
             runs: runs::RunTable::default(),
             to_release: Vec::new(),
             release_since: None,

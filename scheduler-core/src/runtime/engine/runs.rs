@@ -1,21 +1,19 @@
 //! Runs: starting a won tick's task, and what its end means for the tick.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
-use tokio::task::{AbortHandle, Id, JoinSet};
+use tokio::task::Id;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span};
 
+use super::tasks::{Batch, Prepared, Watchdog};
 use super::{Engine, RunResult, Slot};
 use crate::error::BoxError;
-use crate::job::{Idempotent, Interrupted, JobContext, TimedOut};
+use crate::job::{Interrupted, JobContext, TimedOut};
 use crate::lease::{Lease, LeaseKey};
 use crate::outcome::Outcome;
 use crate::runtime::decide::{
@@ -44,31 +42,6 @@ pub(super) struct RunHandles {
 struct Fence {
     expiry: watch::Sender<Option<Instant>>,
     expired: Arc<AtomicBool>,
-}
-
-/// The loop's tasks by id, with the hash their ids need: a task id is a counter, so
-/// one multiplication spreads it (SipHash, the default, showed in the loop's CPU at
-/// 10,000 runs a second: an insert and a remove per run).
-pub(super) type ByTask = HashMap<Id, Slot, BuildHasherDefault<TaskIdHasher>>;
-
-/// Hashes a task id: the counter times a large odd constant (Fibonacci hashing).
-#[derive(Default)]
-pub(super) struct TaskIdHasher(u64);
-
-impl Hasher for TaskIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
 }
 
 /// The runs' handles by job index: a slot per job, since the loop looks each job up
@@ -169,7 +142,7 @@ impl RunHandles {
 
     /// What the attempt's task of a fenced run is guarded by (`None` for a run
     /// whose job does not need fencing).
-    fn watchdog(&self, attempt: &CancellationToken) -> Option<Watchdog> {
+    pub(super) fn watchdog(&self, attempt: &CancellationToken) -> Option<Watchdog> {
         self.fence.as_ref().map(|f| Watchdog {
             expiry: f.expiry.subscribe(),
             cancel: attempt.clone(),
@@ -178,34 +151,10 @@ impl RunHandles {
     }
 }
 
-/// Spawns one attempt of a run onto `tasks`: `job` run with `ctx` from `begin_at`,
-/// under `(timeout, grace)`, guarded by the lease's expiry when the job needs
-/// fencing (the run's `handles` say). Returns the task's handle.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn spawn_run(
-    tasks: &mut JoinSet<RunResult>,
-    key: usize,
-    job: Arc<dyn Idempotent>,
-    ctx: JobContext,
-    begin_at: Instant,
-    (timeout, grace): (Option<std::time::Duration>, std::time::Duration),
-    handles: &RunHandles,
-    span: tracing::Span,
-) -> AbortHandle {
-    let watchdog = handles.watchdog(&ctx.cancel);
-    let run = async move {
-        let attempt = crate::runtime::run_attempt(job, ctx, begin_at, timeout, grace);
-        let result = match watchdog {
-            Some(watchdog) => watchdog.guard(attempt).await,
-            None => attempt.await,
-        };
-        (key, result)
-    };
-    tasks.spawn(run.instrument(span))
-}
-
 impl Engine {
-    pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>) {
+    /// Job `i` won `lease` (the answer read at `now`, store clock): its run starts,
+    /// into `batch`.
+    pub(super) fn start(&mut self, i: usize, lease: Lease, now: DateTime<Utc>, batch: &mut Batch) {
         let mut events = Vec::new();
         let won = self.jobs.keyed_mut(i).on_won(lease, now, &mut events);
         self.act(i, &mut events);
@@ -225,7 +174,11 @@ impl Engine {
             .to_std()
             .unwrap_or_default();
         self.s.observe.started(&e.name, lateness);
-        self.start_run(i, wait, lateness);
+        self.runs
+            .insert(i, RunHandles::new(self.s.entries[i].cadence.fenced));
+        if let Some(run) = self.prepare_attempt(i, batch.base + wait, lateness) {
+            batch.runs.push((Slot::Job(i), run));
+        }
     }
 
     /// Starts job `i`'s run: new handles for it and its first attempt, spawned to
@@ -285,24 +238,36 @@ impl Engine {
     }
 
     /// Spawns the task of the run job `i` holds, to begin after `wait`: the first
-    /// attempt, or a retry. The wait ends at an instant fixed now (the task may first
-    /// be polled much later, when the loop is done with a big round of takes). A
-    /// timeout cancels the attempt's own token (not the run's: a timed-out run is a
-    /// failed run, not an interrupted one), then drops the attempt if it has not
-    /// ended within the shutdown grace.
+    /// attempt, or a retry (see [`prepare_attempt`](Self::prepare_attempt)).
     pub(super) fn spawn_attempt(
         &mut self,
         i: usize,
         wait: std::time::Duration,
         lateness: std::time::Duration,
     ) {
+        if let Some(run) = self.prepare_attempt(i, Instant::now() + wait, lateness) {
+            self.tasks.spawn(run, Slot::Job(i));
+        }
+    }
+
+    /// The next attempt of the run job `i` holds, to begin at `begin_at` (fixed
+    /// now: the task may first be polled much later, when the loop is done with a
+    /// big round of takes). A timeout cancels the attempt's own token (not the
+    /// run's: a timed-out run is a failed run, not an interrupted one), then drops
+    /// the attempt if it has not ended within the shutdown grace.
+    fn prepare_attempt(
+        &mut self,
+        i: usize,
+        begin_at: Instant,
+        lateness: std::time::Duration,
+    ) -> Option<Prepared> {
         let e = &self.s.entries[i];
         let (Some(running), Some(handles)) = (self.jobs[i].running(), self.runs.get_mut(&i)) else {
-            return;
+            return None;
         };
         let lease = &running.lease;
-        let begin_at = Instant::now() + wait;
         let attempt_token = handles.next_attempt(begin_at);
+        let watchdog = handles.watchdog(&attempt_token);
         let ctx = JobContext {
             job: e.name.clone(),
             tick: lease.tick,
@@ -319,18 +284,17 @@ impl Engine {
             node = %self.s.node, holder = %lease.holder, token = %lease.token,
             attempt = running.attempt);
         span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
-        let task = spawn_run(
-            &mut self.tasks,
+        let run = Prepared::new(
             i,
             e.job.clone(),
             ctx,
             begin_at,
             (e.cadence.policy.timeout, self.s.settings.grace),
-            handles,
+            watchdog,
             span,
         );
-        self.by_task.insert(task.id(), Slot::Job(i));
         self.tell_expiry(i);
+        Some(run)
     }
 
     /// A run's task ended: retry it, or record its end and queue its release.
@@ -343,7 +307,7 @@ impl Engine {
             Ok((id, (_, result))) => (id, result),
             Err(err) => (err.id(), Err(panicked(err))),
         };
-        let i = match self.by_task.remove(&id)? {
+        let i = match self.tasks.slot_of(id)? {
             Slot::Job(i) => i,
             Slot::Backfill(u, t) => {
                 self.backfilled(u, t, result);
@@ -470,55 +434,5 @@ pub(crate) fn panicked(err: tokio::task::JoinError) -> BoxError {
             }
         }
         Err(_) => "the job was aborted".into(),
-    }
-}
-
-/// What a run of a job that needs fencing is guarded by: its lease's expiry as the
-/// loop last said it, the attempt's token to cancel then, and the flag that says it
-/// did ([`Running::expired`]).
-struct Watchdog {
-    expiry: watch::Receiver<Option<Instant>>,
-    cancel: CancellationToken,
-    expired: Arc<AtomicBool>,
-}
-
-impl Watchdog {
-    /// Runs `attempt`, and cancels the run once the lease's expiry passes without a
-    /// renewal: the run stops when another instance may take its tick, even while
-    /// the loop is held up by a store call that does not answer. The attempt then
-    /// ends as a cancelled attempt does.
-    async fn guard<F: Future>(mut self, attempt: F) -> F::Output {
-        let watch = async {
-            loop {
-                let at = *self.expiry.borrow_and_update();
-                let expired = async {
-                    match at {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    () = expired => {
-                        self.expired.store(true, Ordering::Relaxed);
-                        self.cancel.cancel();
-                        warn!("lease expired before it could be renewed: cancelling the run (the job needs fencing)");
-                        return;
-                    }
-                    changed = self.expiry.changed() => {
-                        // The loop no longer holds the run: it has nothing more to say.
-                        if changed.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        };
-        tokio::pin!(attempt);
-        tokio::select! {
-            biased;
-            out = &mut attempt => out,
-            () = watch => attempt.await,
-        }
     }
 }

@@ -34,7 +34,7 @@ impl Engine {
             }
             tokio::select! {
                 biased;
-                Some(done) = self.tasks.join_next_with_id() => {
+                Some(done) = self.tasks.join_next() => {
                     self.finished(done);
                 }
                 () = second_signal.cancelled() => {}
@@ -60,19 +60,21 @@ impl Engine {
             }
         }
         self.cancel_backfill_runs();
+        // The runs still waiting for their instant go now, cancelled.
+        self.tasks.hurry();
         let notice = tokio::time::sleep(CANCEL_NOTICE);
         tokio::pin!(notice);
         while !self.tasks.is_empty() {
             tokio::select! {
                 biased;
-                Some(done) = self.tasks.join_next_with_id() => {
+                Some(done) = self.tasks.join_next() => {
                     self.finished(done);
                 }
                 () = &mut notice => break,
             }
         }
         self.tasks.abort_all();
-        while let Some(done) = self.tasks.join_next_with_id().await {
+        while let Some(done) = self.tasks.join_next().await {
             self.finished(done);
         }
         // Triggered runs' ends are recorded before their leases are released, with

@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::tasks::Batch;
 use super::{AHEAD_MARGIN, CLOCK_STALE, Engine, MAX_AHEAD, Slot, TAKE_CHUNK, TAKE_MOST};
 use crate::error::Error;
 use crate::lease::{ControlKey, Held, Lease, LeaseName, TakeRequest, Taken};
@@ -193,6 +194,7 @@ impl Engine {
         let paused_at = taken.now.unwrap_or(answered);
         let mut taken = TakenByName::from(taken);
         let mut events = Vec::new();
+        let mut batch = Batch::new();
         for slot in asked {
             let i = match slot {
                 Slot::Job(i) => i,
@@ -205,7 +207,7 @@ impl Engine {
             match taken.won.remove(&e.lease) {
                 Some(lease) => {
                     self.renew_soon_if_short(&lease, answered);
-                    self.start(i, lease, answered);
+                    self.start(i, lease, answered, &mut batch);
                 }
                 None if taken.paused.contains(&e.lease) => {
                     self.jobs[i].on_paused(paused_at, &mut events);
@@ -223,6 +225,7 @@ impl Engine {
                 }
             }
         }
+        self.tasks.spawn_batch(batch);
         true
     }
 }

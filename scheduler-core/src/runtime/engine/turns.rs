@@ -187,10 +187,10 @@ impl Engine {
                     biased;
                     () = &mut shutdown => break 'turns,
                     () = tokio::time::sleep_until(wake) => break,
-                    Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                         let mut ended = Vec::new();
                         ended.extend(self.finished(done));
-                        while let Some(done) = self.tasks.try_join_next_with_id() {
+                        while let Some(done) = self.tasks.try_join_next() {
                             ended.extend(self.finished(done));
                         }
                         self.beat.beat();
