@@ -24,8 +24,24 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use scheduler_core::{ControlAction, Controls as _};
 use scheduler_web::Actions;
-use support::browser::{ChromeDriver, eventually};
+use support::browser::{ChromeDriver, browsers_of, eventually};
 use support::{FakeStore, app};
+
+/// A session never closed (a test that panicked, or forgot) goes with its driver:
+/// killing chromedriver alone left its Chromium running after the tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_left_open_goes_with_its_driver() {
+    let driver = ChromeDriver::start();
+    let marker = driver.marker();
+    let _session = driver.session().await;
+    assert!(browsers_of(&marker) > 0, "no browser runs with {marker}");
+    drop(driver);
+    let marker = &marker;
+    eventually("the browser to go with its driver", move || async move {
+        (browsers_of(marker) == 0).then_some(())
+    })
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_limit_holds_in_a_browser() {

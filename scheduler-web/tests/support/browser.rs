@@ -95,6 +95,11 @@ impl ChromeDriver {
         driver
     }
 
+    /// The argument that marks this driver's browsers (its port's).
+    pub fn marker(&self) -> String {
+        format!("--scheduler-test-driver={}", self.url)
+    }
+
     /// A headless Chromium session (`--no-sandbox`: CI runs as root).
     pub async fn session(&self) -> Client {
         self.session_sized(1440, 1000).await
@@ -112,6 +117,9 @@ impl ChromeDriver {
                     "--disable-dev-shm-usage",
                     "--disable-gpu",
                     format!("--window-size={width},{height}"),
+                    // Unknown to Chromium: marks this driver's browsers for
+                    // `browsers_of`.
+                    self.marker(),
                 ],
             },
         });
@@ -182,4 +190,21 @@ impl Drop for TempDir {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// How many processes run with `marker` among their arguments (Linux: read from
+/// `/proc`): the browsers of the driver that marked them.
+pub fn browsers_of(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| {
+            cmdline
+                .split(|&b| b == 0)
+                .any(|arg| arg == marker.as_bytes())
+        })
+        .count()
 }
