@@ -355,15 +355,15 @@ impl Engine {
         let at = super::local_instant(lease.expires_at, Instant::now(), expires);
         r.handles.tell_expiry(at);
         let watchdog = r.handles.watchdog(&ctx.cancel);
-        let run = Prepared::new(
-            t,
-            unit.job.job.clone(),
+        let run = Prepared {
+            key: t,
+            job: unit.job.job.clone(),
             ctx,
             begin_at,
-            (unit.job.policy.timeout, self.s.settings.grace),
+            limits: (unit.job.policy.timeout, self.s.settings.grace),
             watchdog,
             span,
-        );
+        };
         let task = self.tasks.spawn(run, Slot::Backfill(u, t));
         r.abort = Some(task);
     }

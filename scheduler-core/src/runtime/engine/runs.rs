@@ -284,15 +284,15 @@ impl Engine {
             node = %self.s.node, holder = %lease.holder, token = %lease.token,
             attempt = running.attempt);
         span.in_scope(|| debug!(lateness_ms = lateness.as_millis(), "run starting"));
-        let run = Prepared::new(
-            i,
-            e.job.clone(),
+        let run = Prepared {
+            key: i,
+            job: e.job.clone(),
             ctx,
             begin_at,
-            (e.cadence.policy.timeout, self.s.settings.grace),
+            limits: (e.cadence.policy.timeout, self.s.settings.grace),
             watchdog,
             span,
-        );
+        };
         self.tell_expiry(i);
         Some(run)
     }

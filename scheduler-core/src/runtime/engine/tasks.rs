@@ -90,7 +90,7 @@ impl Tasks {
         {
             let mut shared = self.lock();
             for (slot, run) in batch.runs {
-                let at = run.begin_at();
+                let at = run.begin_at;
                 if at <= now {
                     shared.spawn(run, slot);
                     continue;
@@ -222,42 +222,18 @@ impl Hasher for TaskIdHasher {
 /// One attempt of a run, ready to spawn: `job` run with `ctx` from `begin_at`, under
 /// `(timeout, grace)`, guarded by the lease's expiry when the job needs fencing.
 pub(super) struct Prepared {
-    key: usize,
-    job: Arc<dyn Idempotent>,
-    ctx: JobContext,
-    begin_at: Instant,
-    limits: (Option<std::time::Duration>, std::time::Duration),
-    watchdog: Option<Watchdog>,
-    span: tracing::Span,
+    /// What the task's result is reported under.
+    pub(super) key: usize,
+    pub(super) job: Arc<dyn Idempotent>,
+    pub(super) ctx: JobContext,
+    pub(super) begin_at: Instant,
+    pub(super) limits: (Option<std::time::Duration>, std::time::Duration),
+    /// A fenced run's guard.
+    pub(super) watchdog: Option<Watchdog>,
+    pub(super) span: tracing::Span,
 }
 
 impl Prepared {
-    /// An attempt reported under `key`, guarded by `watchdog` (a fenced run's).
-    pub(super) fn new(
-        key: usize,
-        job: Arc<dyn Idempotent>,
-        ctx: JobContext,
-        begin_at: Instant,
-        limits: (Option<std::time::Duration>, std::time::Duration),
-        watchdog: Option<Watchdog>,
-        span: tracing::Span,
-    ) -> Self {
-        Self {
-            key,
-            watchdog,
-            job,
-            ctx,
-            begin_at,
-            limits,
-            span,
-        }
-    }
-
-    /// When the attempt begins.
-    pub(super) fn begin_at(&self) -> Instant {
-        self.begin_at
-    }
-
     /// Spawns the attempt onto `tasks`. Returns the task's handle.
     pub(super) fn spawn(self, tasks: &mut JoinSet<RunResult>) -> AbortHandle {
         let Self {
@@ -395,7 +371,15 @@ mod tests {
         let job = Arc::new(Counted(begun.clone()));
         let limits = (None, Duration::from_secs(1));
         let span = tracing::Span::none();
-        let run = Prepared::new(key, job, ctx, begin_at, limits, None, span);
+        let run = Prepared {
+            key,
+            job,
+            ctx,
+            begin_at,
+            limits,
+            watchdog: None,
+            span,
+        };
         (Slot::Job(key), run)
     }
 
