@@ -384,6 +384,16 @@ impl Controls for Metered {
         Ok(state)
     }
 
+    async fn changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        add(&self.calls.other_controls, 1);
+        self.c().changed_schedules(since, upto, names).await
+    }
+
     async fn due_schedules(
         &self,
         handlers: &[String],

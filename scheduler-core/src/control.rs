@@ -52,7 +52,9 @@ pub use self::limits::{DEFAULT_MIN_SCHEDULE_PERIOD, MAX_TEXT_BYTES, check_by_why
 pub use self::listing::{Cursor, ListQuery, Listing, RunQuery};
 pub use self::records::{ControlAction, ControlRecord, ControlRequest};
 pub use self::schedules::{ParsedSchedule, ScheduleRow, policy_from_spec};
-pub use self::state::{ControlState, Pause, Resume, Trigger, TriggerId, TriggerState};
+pub use self::state::{
+    ControlSignal, ControlState, Pause, Resume, Trigger, TriggerId, TriggerState,
+};
 pub use self::tables::ControlTables;
 use crate::error::Result;
 use crate::lease::{Holder, Lease, LeaseName, Ttl};
@@ -164,21 +166,31 @@ pub trait Controls: Send + Sync + fmt::Debug {
     /// when nothing changed: one cheap read.
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>>;
 
-    /// As [`poll`](Self::poll), but a read from scratch (`since` `None`) leaves the
-    /// dynamic schedules out: the first read of an instance that loads its schedules
-    /// as they come due ([`due_schedules`](Self::due_schedules)). A read since a
-    /// version returns the schedules changed since, as [`poll`](Self::poll) does.
-    ///
-    /// The default polls and drops them (every schedule read all the same); the
-    /// stores leave them unread.
+    /// As [`poll`](Self::poll), without the dynamic schedules: what an instance that
+    /// loads them as they come due reads (the rows due:
+    /// [`due_schedules`](Self::due_schedules); changes of the rows it holds:
+    /// [`changed_schedules`](Self::changed_schedules)). The default drops them.
     async fn poll_without_schedules(&self, since: Option<i64>) -> Result<Option<ControlState>> {
         let mut state = self.poll(since).await?;
-        if since.is_none()
-            && let Some(state) = &mut state
-        {
+        if let Some(state) = &mut state {
             state.schedules = Vec::new();
         }
         Ok(state)
+    }
+
+    /// The rows among `names` changed after control version `since` and no later
+    /// than `upto`, removed ones included, by name. The default polls and filters;
+    /// the stores read the rows named by their key.
+    async fn changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>> {
+        let Some(state) = self.poll(Some(since)).await? else {
+            return Ok(Vec::new());
+        };
+        Ok(schedules::named_within(state.schedules, since, upto, names))
     }
 
     /// Every pause in force, by job and node ([`ControlState::paused`] without the
@@ -527,22 +539,6 @@ pub trait Controls: Send + Sync + fmt::Debug {
     fn watch(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
         None
     }
-}
-
-/// What a store's [watch of the controls](Controls::watch) says.
-///
-/// The rule a store keeps: **a poll that begins after `changes` moved sees every
-/// change announced up to that move**, and while `live` every change of the control
-/// version moves `changes`. So a store bumps `changes` for each change it learns of,
-/// and once more each time it (re)starts listening (changes made while it was not
-/// listening may not have been announced).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ControlSignal {
-    /// Whether every change is announced now. `false` while the store is not
-    /// listening (a listener connection down): the runtime then polls on its timer.
-    pub live: bool,
-    /// How many times the store announced a change, or started listening.
-    pub changes: u64,
 }
 
 #[cfg(test)]

@@ -446,6 +446,7 @@ async fn a_triggered_run_is_recorded_done_before_its_lease_is_released() {
         first_poll_takes: Duration::ZERO,
         due_rows: std::sync::atomic::AtomicU64::new(0),
         fail_due_read: std::sync::atomic::AtomicU32::new(0),
+        changed_rows: std::sync::atomic::AtomicU64::new(0),
     });
     let mut hourly = Probe::new("hourly", &memory, &log);
     hourly.every = Duration::from_secs(3_600);

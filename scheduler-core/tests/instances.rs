@@ -8,7 +8,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use scheduler_core::{Controls, Error, InstanceRow, ScheduleRow, Scheduler, Store};
@@ -30,17 +30,9 @@ async fn row(store: &dyn Controls, node: &str) -> Option<InstanceRow> {
 }
 
 fn faulty(memory: &Arc<scheduler_core::MemoryStore>, failing: bool) -> Arc<Faulty> {
-    Arc::new(Faulty {
-        inner: memory.clone(),
-        failing_finishes: AtomicU32::new(0),
-        hang_claims: false,
-        early: AtomicU32::new(0),
-        failing_heartbeats: AtomicBool::new(failing),
-        beats: AtomicU32::new(0),
-        first_poll_takes: Duration::ZERO,
-        due_rows: std::sync::atomic::AtomicU64::new(0),
-        fail_due_read: std::sync::atomic::AtomicU32::new(0),
-    })
+    let faulty = Faulty::over(memory.clone());
+    faulty.failing_heartbeats.store(failing, Ordering::SeqCst);
+    Arc::new(faulty)
 }
 
 #[tokio::test(start_paused = true)]

@@ -258,6 +258,60 @@ async fn rows_put_or_changed_while_running_are_seen() {
     assert!(!ran.contains_key("daily-0001"));
 }
 
+/// A million rows put while the instances run must not reach each of them: a poll
+/// reads the changes of the rows it holds (or was refused), not every row changed.
+#[tokio::test(start_paused = true)]
+async fn rows_put_while_running_are_not_read_until_due() {
+    let memory = store();
+    let now = memory.clock().now();
+    let mut rows = daily(2, now);
+    rows.push(ScheduleRow::new("each", HANDLER, "every 1s"));
+    setup(&memory, &rows).await;
+    let ran = Ran::default();
+    let store = counted(&memory);
+    let putter = {
+        let memory = memory.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let many: Vec<ScheduleRow> = daily(2_002, now).split_off(2);
+            memory
+                .put_schedules(&many, "ops", "import")
+                .await
+                .expect("put");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            // A row held here, changed: still read.
+            let slower = ScheduleRow::new("each", HANDLER, "every 2s");
+            memory
+                .put_schedule(&slower, "ops", "slower")
+                .await
+                .expect("put");
+        }
+    };
+    let handle = tokio::spawn(putter);
+    scheduler(&store, "node-a", &ran)
+        .run_until(tokio::time::sleep(Duration::from_secs(12)))
+        .await;
+    handle.await.expect("putter");
+    let read = store.changed_rows.load(Ordering::SeqCst);
+    assert!(
+        read <= 2,
+        "the polls read {read} changed rows; only the one held here changed"
+    );
+    let ran = ran.lock().unwrap().clone();
+    let each = ran.get("each").cloned().unwrap_or_default();
+    let late: Vec<_> = each
+        .iter()
+        .filter(|t| **t > now + TimeDelta::seconds(8))
+        .collect();
+    assert!(
+        !late.is_empty()
+            && late
+                .windows(2)
+                .all(|w| *w[1] - *w[0] >= TimeDelta::seconds(2)),
+        "the change of the row held here applied: {each:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
     let memory = store();

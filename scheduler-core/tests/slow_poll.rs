@@ -30,6 +30,7 @@ fn slow(memory: &Arc<scheduler_core::MemoryStore>, first_poll_takes: Duration) -
         first_poll_takes,
         due_rows: std::sync::atomic::AtomicU64::new(0),
         fail_due_read: std::sync::atomic::AtomicU32::new(0),
+        changed_rows: std::sync::atomic::AtomicU64::new(0),
     })
 }
 

@@ -257,6 +257,7 @@ async fn stuck_trigger_claims_do_not_cost_the_leases_of_running_jobs() {
         first_poll_takes: Duration::ZERO,
         due_rows: std::sync::atomic::AtomicU64::new(0),
         fail_due_read: std::sync::atomic::AtomicU32::new(0),
+        changed_rows: std::sync::atomic::AtomicU64::new(0),
     });
     let mut long = Probe::new("long", &memory, &log);
     long.every = Duration::from_secs(3_600);

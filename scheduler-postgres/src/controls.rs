@@ -219,12 +219,26 @@ impl ControlTables for PostgresStore {
         Ok(get(&one_row(rows, OP)?, "version", OP)?)
     }
 
-    async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(since, true).await?)
+    async fn read_state(
+        &self,
+        since: Option<i64>,
+        with_schedules: bool,
+    ) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(since, with_schedules).await?)
     }
 
-    async fn read_state_without_schedules(&self) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(None, false).await?)
+    async fn read_changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        const OP: &str = "read the changed schedules";
+        let values = vec![names.to_vec().into(), since.into(), upto.into()];
+        let rows = self
+            .query(OP, &self.control_sql().changed_among, values)
+            .await?;
+        Ok(all(&rows, OP, schedule_from)?)
     }
 
     async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {

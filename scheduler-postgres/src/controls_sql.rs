@@ -88,6 +88,9 @@ pub(crate) struct ControlSql {
     pub(crate) open_triggers: String,
     /// `$1` since: the schedules changed after that version, removed ones included.
     pub(crate) changed_schedules: String,
+    /// `$1` names, `$2` since, `$3` upto: the rows named changed after `since`, no
+    /// later than `upto`, by name.
+    pub(crate) changed_among: String,
     /// `$1` name: the schedule, unless removed (the primary key).
     pub(crate) schedule: String,
     /// `$1` after (a name; `''`: from the first), `$2` limit: a page of the schedules
@@ -332,6 +335,11 @@ impl ControlSql {
             format!("SELECT {TRIGGER} FROM {triggers} WHERE state <> 'done' ORDER BY id");
         let changed_schedules =
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE version > $1 ORDER BY name");
+        // By the primary key, one probe per name.
+        let changed_among = format!(
+            "SELECT {SCHEDULE} FROM {schedules} \
+             WHERE name = ANY($1::text[]) AND version > $2 AND version <= $3 ORDER BY name"
+        );
         let one_schedule =
             format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = $1 AND NOT removed");
         let schedules_page = format!(
@@ -452,6 +460,7 @@ impl ControlSql {
             resumed,
             open_triggers,
             changed_schedules,
+            changed_among,
             schedule: one_schedule,
             schedules_page,
             put_schedule,

@@ -52,6 +52,9 @@ pub(crate) struct ControlSql {
     pub(crate) resumed: String,
     pub(crate) open_triggers: String,
     pub(crate) changed_schedules: String,
+    /// `?1` names (a JSON array), `?2` since, `?3` upto: the rows named changed
+    /// after `since`, no later than `upto`, by name (one probe per name).
+    pub(crate) changed_among: String,
     /// `?1` name: the schedule, unless removed (the primary key).
     pub(crate) schedule: String,
     /// `?1` after (a name; `''`: from the first), `?2` limit: a page of the schedules
@@ -217,6 +220,11 @@ impl ControlSql {
             ),
             changed_schedules: format!(
                 "SELECT {SCHEDULE} FROM {schedules} WHERE version > ?1 ORDER BY name"
+            ),
+            changed_among: format!(
+                "SELECT {SCHEDULE} FROM {schedules} \
+                 WHERE name IN (SELECT value FROM json_each(?1)) AND version > ?2 \
+                 AND version <= ?3 ORDER BY name"
             ),
             schedule: format!("SELECT {SCHEDULE} FROM {schedules} WHERE name = ?1 AND NOT removed"),
             schedules_page: format!(

@@ -186,3 +186,22 @@ pub fn policy_from_spec(spec: &str) -> std::result::Result<Policy, String> {
         .map(Policy::from)
         .map_err(|e| e.to_string())
 }
+
+/// The rows of `rows` named in `names` whose version is after `since` and no later
+/// than `upto`, by name: [`Controls::changed_schedules`](super::Controls::changed_schedules)
+/// out of a poll's changes.
+pub(super) fn named_within(
+    rows: Vec<ScheduleRow>,
+    since: i64,
+    upto: i64,
+    names: &[String],
+) -> Vec<ScheduleRow> {
+    let names: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    let mut rows: Vec<ScheduleRow> = rows
+        .into_iter()
+        .filter(|row| row.version > since && row.version <= upto)
+        .filter(|row| names.contains(row.name.as_str()))
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}

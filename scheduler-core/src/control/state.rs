@@ -112,3 +112,19 @@ pub struct ControlState {
     /// when asked about no version.
     pub schedules: Vec<ScheduleRow>,
 }
+
+/// What a store's [watch of the controls](Controls::watch) says.
+///
+/// The rule a store keeps: **a poll that begins after `changes` moved sees every
+/// change announced up to that move**, and while `live` every change of the control
+/// version moves `changes`. So a store bumps `changes` for each change it learns of,
+/// and once more each time it (re)starts listening (changes made while it was not
+/// listening may not have been announced).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlSignal {
+    /// Whether every change is announced now. `false` while the store is not
+    /// listening (a listener connection down): the runtime then polls on its timer.
+    pub live: bool,
+    /// How many times the store announced a change, or started listening.
+    pub changes: u64,
+}

@@ -5,6 +5,7 @@
 //! implements only the reads and writes.
 
 mod checks;
+mod polls;
 
 use std::fmt;
 
@@ -89,17 +90,17 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// The control version now: what a poll reads while nothing changed.
     async fn read_version(&self) -> Result<i64>;
 
-    /// Everything a poll returns once the version moved past `since` (`None`:
-    /// everything), read in one snapshot.
-    async fn read_state(&self, since: Option<i64>) -> Result<ControlState>;
+    /// Everything a poll returns once the version moved past `since` (`None`: all),
+    /// in one snapshot; no schedule unless `with_schedules`.
+    async fn read_state(&self, since: Option<i64>, with_schedules: bool) -> Result<ControlState>;
 
-    /// [`read_state`](Self::read_state) from scratch without the dynamic schedules
-    /// ([`Controls::poll_without_schedules`]). The default reads them and drops them.
-    async fn read_state_without_schedules(&self) -> Result<ControlState> {
-        let mut state = self.read_state(None).await?;
-        state.schedules = Vec::new();
-        Ok(state)
-    }
+    /// [`Controls::changed_schedules`].
+    async fn read_changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>>;
 
     /// [`Controls::paused`].
     async fn read_paused(&self) -> Result<Vec<Pause>>;
@@ -372,19 +373,20 @@ impl<T: ControlTables> Controls for T {
     }
 
     async fn poll(&self, since: Option<i64>) -> Result<Option<ControlState>> {
-        if let Some(since) = since
-            && self.read_version().await? == since
-        {
-            return Ok(None);
-        }
-        Ok(Some(self.read_state(since).await?))
+        polls::poll_state(self, since, true).await
     }
 
     async fn poll_without_schedules(&self, since: Option<i64>) -> Result<Option<ControlState>> {
-        match since {
-            Some(_) => self.poll(since).await,
-            None => Ok(Some(self.read_state_without_schedules().await?)),
-        }
+        polls::poll_state(self, since, false).await
+    }
+
+    async fn changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>> {
+        self.read_changed_schedules(since, upto, names).await
     }
 
     async fn paused(&self) -> Result<Vec<Pause>> {

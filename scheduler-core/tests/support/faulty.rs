@@ -30,6 +30,9 @@ pub(crate) struct Faulty {
     pub(crate) due_rows: std::sync::atomic::AtomicU64,
     /// The due read that fails (1: the first; 0: none), counting down to it.
     pub(crate) fail_due_read: AtomicU32,
+    /// Rows the polls since a version returned (`poll_without_schedules` and
+    /// `changed_schedules`): the changed rows an instance read.
+    pub(crate) changed_rows: std::sync::atomic::AtomicU64,
 }
 
 impl Faulty {
@@ -45,6 +48,7 @@ impl Faulty {
             first_poll_takes: Duration::ZERO,
             due_rows: std::sync::atomic::AtomicU64::new(0),
             fail_due_read: AtomicU32::new(0),
+            changed_rows: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -122,7 +126,21 @@ impl Controls for Faulty {
         &self,
         since: Option<i64>,
     ) -> scheduler_core::Result<Option<scheduler_core::ControlState>> {
-        self.inner.poll_without_schedules(since).await
+        let state = self.inner.poll_without_schedules(since).await?;
+        let read = state.as_ref().map_or(0, |s| s.schedules.len());
+        self.changed_rows.fetch_add(read as u64, Ordering::SeqCst);
+        Ok(state)
+    }
+    async fn changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        let changed = self.inner.changed_schedules(since, upto, names).await?;
+        self.changed_rows
+            .fetch_add(changed.len() as u64, Ordering::SeqCst);
+        Ok(changed)
     }
     async fn due_schedules(
         &self,

@@ -40,13 +40,13 @@ impl PostgresStore {
             .map_err(fail)?;
         let triggers = read(&sql.open_triggers, Vec::new()).await.map_err(fail)?;
         let schedules = match since {
+            _ if !with_schedules => Vec::new(),
             Some(since) => {
                 let found = read(&sql.changed_schedules, vec![since.into()])
                     .await
                     .map_err(fail)?;
                 all(&found, OP, schedule_from)?
             }
-            None if !with_schedules => Vec::new(),
             // A page at a time, each decoded before the next is read: a million
             // rows are never held twice (raw and decoded).
             None => {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 use scheduler_core::control::stored::schedule_from;
-use scheduler_core::{Advance, DueCursor, DueSchedule};
+use scheduler_core::{Advance, DueCursor, DueSchedule, ScheduleRow};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use super::rows::{Stored, all, rows};
@@ -24,7 +24,7 @@ fn due_from(stored: &Stored<'_>) -> Result<DueSchedule> {
     })
 }
 
-/// `handlers` as a JSON array of strings.
+/// `handlers` (or any texts) as a JSON array of strings.
 fn handlers_json(handlers: &[String]) -> String {
     let mut out = String::with_capacity(2 + handlers.len() * 16);
     out.push('[');
@@ -104,6 +104,19 @@ impl SqliteStore {
         values.push(i64::from(limit).into());
         let found = rows(self, &self.db, OP, statement, values).await?;
         all(&found, OP, due_from)
+    }
+
+    /// [`ControlTables::read_changed_schedules`](scheduler_core::control::ControlTables::read_changed_schedules).
+    pub(super) async fn changed_among(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>> {
+        const OP: &str = "read the changed schedules";
+        let values: Vec<Value> = vec![handlers_json(names).into(), since.into(), upto.into()];
+        let found = rows(self, &self.db, OP, &self.control.changed_among, values).await?;
+        all(&found, OP, schedule_from)
     }
 
     /// [`ControlTables::write_advances`](scheduler_core::control::ControlTables::write_advances):

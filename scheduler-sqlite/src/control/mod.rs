@@ -283,12 +283,21 @@ impl ControlTables for SqliteStore {
     }
 
     /// Every part read in one transaction, so they agree with the version.
-    async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(since, true).await?)
+    async fn read_state(
+        &self,
+        since: Option<i64>,
+        with_schedules: bool,
+    ) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(since, with_schedules).await?)
     }
 
-    async fn read_state_without_schedules(&self) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(None, false).await?)
+    async fn read_changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> scheduler_core::Result<Vec<ScheduleRow>> {
+        Ok(self.changed_among(since, upto, names).await?)
     }
 
     async fn read_paused(&self) -> scheduler_core::Result<Vec<Pause>> {

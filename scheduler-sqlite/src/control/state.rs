@@ -37,13 +37,13 @@ impl SqliteStore {
         let resumed = rows(self, &txn, OP, &self.control.resumed, vec![after.into()]).await?;
         let triggers = rows(self, &txn, OP, &self.control.open_triggers, Vec::new()).await?;
         let schedules = match since {
+            _ if !with_schedules => Vec::new(),
             Some(since) => {
                 let values = vec![since.into()];
                 let found = rows(self, &txn, OP, &self.control.changed_schedules, values).await?;
                 all(&found, OP, schedule_from)?
             }
-            None if with_schedules => schedules::every_schedule(self, &txn, OP).await?,
-            None => Vec::new(),
+            None => schedules::every_schedule(self, &txn, OP).await?,
         };
         txn.commit()
             .await

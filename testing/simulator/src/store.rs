@@ -280,6 +280,16 @@ impl Controls for SimStore {
         let state = self.inner.poll_without_schedules(since).await;
         self.answer(state).await
     }
+    async fn changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>> {
+        self.send().await?;
+        let changed = self.inner.changed_schedules(since, upto, names).await;
+        self.answer(changed).await
+    }
     async fn due_schedules(
         &self,
         handlers: &[String],

@@ -355,9 +355,11 @@ pub async fn an_advance_moves_forward_only_at_the_version_read(store: &SharedSto
     );
 }
 
-/// A poll from scratch without the schedules reads everything else a poll does
-/// (the version, the pauses, the resumes, the open triggers) and no schedule; a
-/// poll since a version still returns the schedules changed since.
+/// A poll without the schedules reads everything else a poll does (the version,
+/// the pauses, the resumes, the open triggers) and no schedule, from scratch or
+/// since a version; the changes of the rows an instance names are read apart
+/// ([`Controls::changed_schedules`](scheduler_core::Controls::changed_schedules)):
+/// the rows named changed within the versions given, removed ones included, by name.
 pub async fn a_poll_without_schedules_reads_the_rest(store: &SharedStore) {
     let c = controls(store);
     let h = "due-poll-h";
@@ -389,20 +391,66 @@ pub async fn a_poll_without_schedules_reads_the_rest(store: &SharedStore) {
         c.poll_without_schedules(Some(since)).await.expect("poll"),
         None
     );
-    c.put_schedule(
-        &ScheduleRow::new("due-poll-y", h, "every 2m"),
-        "ops",
-        "poll",
-    )
-    .await
-    .expect("put");
+    let rows: Vec<ScheduleRow> = ["due-poll-y", "due-poll-z", "due-poll-w"]
+        .into_iter()
+        .map(|name| ScheduleRow::new(name, h, "every 2m"))
+        .collect();
+    c.put_schedules(&rows, "ops", "poll").await.expect("put");
+    c.remove_schedule("due-poll-x", "ops", "gone")
+        .await
+        .expect("remove")
+        .expect("it was there");
     let changed = c
         .poll_without_schedules(Some(since))
         .await
         .expect("poll")
         .expect("changed");
-    let names: Vec<&str> = changed.schedules.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(names, ["due-poll-y"]);
+    assert!(changed.schedules.is_empty(), "{:?}", changed.schedules);
+    let upto = changed.version;
+    let names = |rows: &[ScheduleRow]| -> Vec<(String, bool)> {
+        rows.iter().map(|r| (r.name.clone(), r.removed)).collect()
+    };
+    let asked: Vec<String> = ["due-poll-z", "due-poll-x", "due-poll-y", "due-poll-none"]
+        .map(str::to_owned)
+        .to_vec();
+    let among = c
+        .changed_schedules(since, upto, &asked)
+        .await
+        .expect("changed");
+    assert_eq!(
+        names(&among),
+        [
+            ("due-poll-x".to_owned(), true),
+            ("due-poll-y".to_owned(), false),
+            ("due-poll-z".to_owned(), false),
+        ],
+        "the rows named, changed since, removed ones included, by name"
+    );
+    // Changes before `since` or after `upto` are not read.
+    let before_removal = upto - 1;
+    let early = c
+        .changed_schedules(since, before_removal, &asked)
+        .await
+        .expect("changed");
+    assert_eq!(
+        names(&early),
+        [
+            ("due-poll-y".to_owned(), false),
+            ("due-poll-z".to_owned(), false)
+        ]
+    );
+    assert!(
+        c.changed_schedules(upto, upto + 10, &asked)
+            .await
+            .expect("changed")
+            .is_empty()
+    );
+    assert!(
+        c.changed_schedules(since, upto, &[])
+            .await
+            .expect("changed")
+            .is_empty()
+    );
 }
 
 /// Every rule, on one store.

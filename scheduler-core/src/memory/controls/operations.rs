@@ -250,7 +250,7 @@ impl ControlTables for MemoryStore {
 
     /// One poll, one call: after [`read_version`](Self::read_version) found the
     /// version moved, the state is read without another.
-    async fn read_state(&self, since: Option<i64>) -> Result<ControlState> {
+    async fn read_state(&self, since: Option<i64>, with_schedules: bool) -> Result<ControlState> {
         if since.is_none() {
             self.call()?;
         }
@@ -281,12 +281,31 @@ impl ControlTables for MemoryStore {
             schedules: t
                 .schedules
                 .values()
-                .filter(|s| s.version > after)
+                .filter(|s| with_schedules && s.version > after)
                 // Asked about no version: the live schedules only.
                 .filter(|s| since.is_some() || !s.removed)
                 .cloned()
                 .collect(),
         })
+    }
+
+    async fn read_changed_schedules(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Result<Vec<ScheduleRow>> {
+        self.call()?;
+        let t = self.tables();
+        let mut rows: Vec<ScheduleRow> = names
+            .iter()
+            .filter_map(|name| t.schedules.get(name))
+            .filter(|s| s.version > since && s.version <= upto)
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows.dedup_by(|a, b| a.name == b.name);
+        Ok(rows)
     }
 
     async fn read_paused(&self) -> Result<Vec<Pause>> {

@@ -121,7 +121,10 @@ impl Engine {
                 match window {
                     None => Ok((c.poll(since).await?, None)),
                     Some(window) => {
-                        let state = c.poll_without_schedules(since).await?;
+                        let mut state = c.poll_without_schedules(since).await?;
+                        if let (Some(since), Some(state)) = (since, state.as_mut()) {
+                            state.schedules = window.changed(c, since, state.version).await?;
+                        }
                         Ok((state, Some(window.read(c).await?)))
                     }
                 }

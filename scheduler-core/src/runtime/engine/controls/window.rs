@@ -26,6 +26,9 @@ use crate::runtime::decide::JobTicks;
 /// Rows read per due read statement.
 const DUE_PAGE: u32 = 10_000;
 
+/// Names asked per read of the changes of the rows held.
+const CHANGED_CHUNK: usize = 10_000;
+
 /// The look-ahead of the due reads unless set.
 const MIN_AHEAD: Duration = Duration::from_secs(30);
 
@@ -88,6 +91,11 @@ pub(in crate::runtime::engine) struct WindowRead {
     handlers: Vec<String>,
     until: DateTime<Utc>,
     by_name: Vec<String>,
+    /// The rows whose changes a poll reads: those loaded, queued to load, or
+    /// refused here (a changed row may be this instance's now). No other change
+    /// reaches this instance but through the due reads: a bulk put of a million
+    /// rows is not read whole by every instance.
+    held: Vec<String>,
 }
 
 /// Its answer: the rows due, and the rows of triggers read by name (with the names
@@ -99,6 +107,21 @@ pub(in crate::runtime::engine) struct WindowRows {
 }
 
 impl WindowRead {
+    /// The changes of the rows held, after control version `since`, no later than
+    /// `upto` (the poll's version: a later change is the next poll's).
+    pub(in crate::runtime::engine) async fn changed(
+        &self,
+        c: &dyn Controls,
+        since: i64,
+        upto: i64,
+    ) -> crate::Result<Vec<ScheduleRow>> {
+        let mut changed = Vec::new();
+        for names in self.held.chunks(CHANGED_CHUNK) {
+            changed.extend(c.changed_schedules(since, upto, names).await?);
+        }
+        Ok(changed)
+    }
+
     /// Sends the advances (a failure is harmless: the bounds stay earlier), then
     /// reads the rows due and the rows asked for by name.
     pub(in crate::runtime::engine) async fn read(
@@ -209,11 +232,20 @@ impl Engine {
             }
             self.s.stats.untrack(&name);
         }
+        let held = ctl
+            .dynamic
+            .keys()
+            .map(|name| name.to_string())
+            .chain(window.not_here.iter().cloned())
+            .chain(window.bounds.keys().cloned())
+            .chain(ctl.rows.iter().map(|row| row.name.clone()))
+            .collect();
         Some(WindowRead {
             advances,
             handlers,
             until,
             by_name,
+            held,
         })
     }
 
@@ -230,7 +262,10 @@ impl Engine {
         };
         // Changed: its triggers may be this instance's now.
         window.not_here.remove(&row.name);
+        // A row queued to load is queued again as changed, after the old.
         ctl.dynamic.contains_key(row.name.as_str())
+            || window.bounds.contains_key(&row.name)
+            || ctl.rows.iter().any(|queued| queued.name == row.name)
     }
 
     /// Queues the rows due and the rows read by name that do not run here yet, each
