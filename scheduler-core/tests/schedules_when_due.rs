@@ -315,14 +315,19 @@ async fn rows_put_while_running_are_not_read_until_due() {
 #[tokio::test(start_paused = true)]
 async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
     let memory = store();
-    // Twenty rows each once a minute, at second `i` of the minute.
+    // Twenty rows each once a minute, at second `3 i` of the minute; every other
+    // one runs its ticks concurrently, two lease slots taking turns.
     let rows: Vec<ScheduleRow> = (0..20)
         .map(|i| {
-            ScheduleRow::new(
+            let mut row = ScheduleRow::new(
                 format!("minute-{i:02}"),
                 HANDLER,
                 format!("{} * * * * *", i * 3),
-            )
+            );
+            if i % 2 == 1 {
+                row.policy = r#"overlap = "concurrent", max_concurrent = 2"#.to_owned();
+            }
+            row
         })
         .collect();
     setup(&memory, &rows).await;

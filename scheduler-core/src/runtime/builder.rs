@@ -176,7 +176,8 @@ impl SchedulerBuilder {
     /// memory holds the rows due soon, and start-up reads one look-ahead, not every
     /// row. A triggered row not loaded is read by name to run it, and a resume with
     /// catch-up that the first poll read of a row not loaded is applied when the row
-    /// loads. Not yet: node-scoped and concurrent rows are never let go.
+    /// loads. Not yet: node-scoped rows are never let go (each node decides their
+    /// ticks, so the row's one bound cannot move past a tick another has not run).
     pub fn load_schedules_when_due(mut self, on: bool) -> Self {
         self.config.schedules_when_due = on;
         self

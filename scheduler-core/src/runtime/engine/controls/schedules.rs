@@ -111,12 +111,13 @@ impl Engine {
             }
             match self.dynamic_entries(&row, now) {
                 Ok(entries) => {
-                    // A row of one entry takes the place of one let go, if any is
-                    // free (rows loaded as they come due).
-                    let reused = match (&mut self.ctl, entries.len()) {
-                        (Some(ctl), 1) => ctl.window.as_mut().and_then(|w| w.reusable()),
-                        _ => None,
-                    };
+                    // A row takes the place of one of as many entries let go, if
+                    // any is free (rows loaded as they come due).
+                    let reused = self
+                        .ctl
+                        .as_mut()
+                        .and_then(|ctl| ctl.window.as_mut())
+                        .and_then(|w| w.reusable(entries.len()));
                     let first = reused.unwrap_or(self.s.entries.len());
                     let count = entries.len();
                     // No tick before the row's bound: the instances decided those.
@@ -128,16 +129,16 @@ impl Engine {
                         .as_ref()
                         .and_then(|c| c.dropped.get(&row.name))
                         .copied();
-                    for entry in entries {
+                    for (k, entry) in entries.into_iter().enumerate() {
                         let mut ticks = JobTicks::default();
                         ticks.start_after(&entry.cadence, changed, now);
                         if let Some((since, until)) = dropped {
                             ticks.drop_within(&entry.cadence, since, until);
                         }
                         match reused {
-                            Some(i) => {
-                                self.jobs[i] = ticks;
-                                self.s.entries[i] = entry;
+                            Some(first) => {
+                                self.jobs[first + k] = ticks;
+                                self.s.entries[first + k] = entry;
                             }
                             None => {
                                 self.jobs.push(ticks);

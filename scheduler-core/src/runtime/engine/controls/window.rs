@@ -47,9 +47,10 @@ pub(in crate::runtime::engine) struct Window {
     /// The jobs paused (everywhere or on a node), as last read: their rows are not
     /// let go, so the instances that hold them see the resume and catch up.
     pub(in crate::runtime::engine) paused: HashSet<String>,
-    /// Entries of rows let go, each with when: reused by a row loaded once no store
-    /// call's answer about the old row can still come ([`Window::reusable`]).
-    free: std::collections::VecDeque<(usize, Instant)>,
+    /// Entries of rows let go (the first of each row's), by how many the row had,
+    /// each with when: reused by a row of as many loaded once no store call's
+    /// answer about the old row can still come ([`Window::reusable`]).
+    free: HashMap<usize, std::collections::VecDeque<(usize, Instant)>>,
     /// How long a freed entry waits before it is reused.
     quarantine: Duration,
 }
@@ -69,13 +70,15 @@ impl Window {
         }
     }
 
-    /// An entry freed long enough ago to be reused, if any.
-    pub(in crate::runtime::engine) fn reusable(&mut self) -> Option<usize> {
-        let (i, freed) = *self.free.front()?;
+    /// The first of `count` entries freed together long enough ago to be reused,
+    /// if any.
+    pub(in crate::runtime::engine) fn reusable(&mut self, count: usize) -> Option<usize> {
+        let free = self.free.get_mut(&count)?;
+        let (i, freed) = *free.front()?;
         if freed.elapsed() < self.quarantine {
             return None;
         }
-        self.free.pop_front();
+        free.pop_front();
         Some(i)
     }
 
@@ -212,8 +215,7 @@ impl Engine {
                     next_tick: at,
                 });
             }
-            if d.entries.len() == 1
-                && undecided.is_some_and(|at| at > horizon)
+            if undecided.is_some_and(|at| at > horizon)
                 && d.entries.clone().all(|i| self.jobs[i].is_idle())
                 && !triggered.contains(&**name)
                 && !window.paused.contains(&**name)
@@ -226,10 +228,11 @@ impl Engine {
                 continue;
             };
             ctl.by_name.remove(&name);
-            for i in d.entries {
+            for i in d.entries.clone() {
                 self.jobs[i] = JobTicks::default();
-                window.free.push_back((i, Instant::now()));
             }
+            let free = window.free.entry(d.entries.len()).or_default();
+            free.push_back((d.entries.start, Instant::now()));
             self.s.stats.untrack(&name);
         }
         let held = ctl
@@ -326,4 +329,33 @@ impl Engine {
 /// bound past a tick another has not run.
 pub(in crate::runtime::engine) fn advances(scope: Scope) -> bool {
     scope == Scope::Cluster
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row let go frees its entries as one block: reused whole by a row of as
+    /// many entries (a concurrent row's slots lie side by side), once quarantined.
+    #[tokio::test(start_paused = true)]
+    async fn a_freed_block_is_reused_by_a_row_of_as_many_entries() {
+        let quarantine = Duration::from_secs(3);
+        let mut window = Window::new(Duration::from_secs(1), None, quarantine);
+        window
+            .free
+            .entry(1)
+            .or_default()
+            .push_back((7, Instant::now()));
+        window
+            .free
+            .entry(2)
+            .or_default()
+            .push_back((4, Instant::now()));
+        assert_eq!(window.reusable(2), None, "still quarantined");
+        tokio::time::sleep(quarantine).await;
+        assert_eq!(window.reusable(3), None, "no block of three");
+        assert_eq!(window.reusable(2), Some(4));
+        assert_eq!(window.reusable(2), None, "reused once");
+        assert_eq!(window.reusable(1), Some(7));
+    }
 }
