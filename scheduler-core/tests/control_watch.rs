@@ -230,3 +230,53 @@ async fn a_failed_poll_is_asked_again_by_the_timer_not_at_every_turn() {
     assert_eq!(polled, 1, "polls once the store answers");
     assert_eq!(after, 1, "polls in the 10 s after");
 }
+
+/// An instance that loads its dynamic schedules as they come due polls on its timer
+/// for the rows coming due, and at once when a change is announced: a trigger does
+/// not wait for the timer.
+#[tokio::test(start_paused = true)]
+async fn an_instance_loading_rows_as_they_come_due_polls_when_a_change_is_announced() {
+    let (store, log) = (store(), Log::default());
+    store.announce_controls(true);
+    mid_second(&store).await;
+    let into = store.clock().now().timestamp().rem_euclid(60);
+    sleep(u64::try_from((SECOND_OF_MINUTE - into).rem_euclid(60)).unwrap_or(0) * 1_000).await;
+    let scheduler = builder(&store)
+        .control_poll(Some(Duration::from_secs(60)))
+        .load_schedules_when_due(true)
+        .job(minutely(&store, &log))
+        .build()
+        .expect("build");
+    let s = store.clone();
+    let (asked, status) = run_while(scheduler, async move {
+        sleep(2_000).await;
+        let asked = s.clock().now();
+        let trigger = s
+            .trigger(&ControlRequest::new("minutely", "alice"))
+            .await
+            .expect("trigger");
+        sleep(1_000).await;
+        let status = s.trigger_status(trigger.id).await.expect("status");
+        (asked, status)
+    })
+    .await;
+    assert!(
+        matches!(
+            &status.as_ref().map(|t| &t.state),
+            Some(TriggerState::Done {
+                outcome: Outcome::Succeeded,
+                ..
+            })
+        ),
+        "{status:?}"
+    );
+    let triggered: Vec<_> = runs(&log, "minutely")
+        .into_iter()
+        .filter(|r| r.started >= asked)
+        .collect();
+    assert_eq!(triggered.len(), 1, "{triggered:?}");
+    assert!(
+        triggered[0].started - asked < chrono::TimeDelta::milliseconds(100),
+        "{triggered:?}"
+    );
+}

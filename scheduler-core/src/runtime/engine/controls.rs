@@ -198,14 +198,17 @@ impl ControlLoop {
         if self.polls.busy() {
             return None;
         }
-        // Rows loaded as they come due are read on the timer.
-        let quiet =
-            !self.failed && self.registered && self.waiting.is_empty() && self.window.is_none();
+        let quiet = !self.failed && self.registered && self.waiting.is_empty();
         // A watch whose store dropped it announces nothing more, live or not.
         let signal = self.watch.as_ref().filter(|w| w.has_changed().is_ok());
         match signal.map(|w| *w.borrow()) {
             Some(signal) if signal.live && quiet => {
-                (self.seen != Some(signal.changes)).then(Instant::now)
+                let announced = self.seen != Some(signal.changes);
+                match &self.window {
+                    // Rows loaded as they come due are read on the timer too.
+                    Some(_) if !announced => Some(self.next),
+                    _ => announced.then(Instant::now),
+                }
             }
             _ => Some(self.next),
         }
