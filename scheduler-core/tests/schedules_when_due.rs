@@ -209,6 +209,53 @@ async fn a_triggered_row_that_is_not_due_is_loaded_and_runs_once() {
     );
 }
 
+/// A trigger of a row not loaded, announced by the store, is not kept waiting for
+/// the poll timer: its row is read by name at once.
+#[tokio::test(start_paused = true)]
+async fn a_trigger_of_a_row_not_loaded_does_not_wait_for_the_timer() {
+    let memory = store();
+    memory.announce_controls(true);
+    let now = memory.clock().now();
+    setup(&memory, &daily(3, now)).await;
+    let ran = Ran::default();
+    let recorded = ran.clone();
+    let scheduler = Scheduler::builder(memory.clone())
+        .node_id("node-a")
+        .lease_ttl(TTL)
+        .control_poll(Some(Duration::from_secs(30)))
+        .load_schedules_when_due(true)
+        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
+            let ran = recorded.clone();
+            async move {
+                let mut ran = ran.lock().unwrap();
+                ran.entry(ctx.job().to_owned())
+                    .or_default()
+                    .push(ctx.tick().at());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build");
+    let operator = {
+        let memory = memory.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            memory
+                .trigger(&ControlRequest::new("daily-0001", "ops").why("now, please"))
+                .await
+                .expect("trigger");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    };
+    scheduler.run_until(operator).await;
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        ran.get("daily-0001").map(Vec::len),
+        Some(1),
+        "ran within two seconds of the trigger, the timer's poll 30 s away: {ran:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn rows_put_or_changed_while_running_are_seen() {
     let memory = store();

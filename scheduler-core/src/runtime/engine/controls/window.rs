@@ -308,18 +308,26 @@ impl Engine {
 
     /// Whether trigger `t` waits here for its row to load: rows are loaded as they
     /// come due, its job is no job of this instance yet, and its row is not known
-    /// to be another's. Its row is read by name at the next poll.
+    /// to be another's. Its row is read by name at the next poll: at once for a
+    /// trigger new to this poll (not on the timer; one whose row did not load since
+    /// waits for the timer).
     pub(in crate::runtime::engine) fn waits_for_row(&mut self, t: &Trigger) -> bool {
-        let code = self.ctl.as_ref().is_some_and(|c| {
-            c.job_names.binary_search(&t.job).is_ok() || c.dynamic.contains_key(t.job.as_str())
-        });
-        let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) else {
+        let Some(ctl) = self.ctl.as_mut() else {
+            return false;
+        };
+        let code =
+            ctl.job_names.binary_search(&t.job).is_ok() || ctl.dynamic.contains_key(t.job.as_str());
+        let Some(window) = ctl.window.as_mut() else {
             return false;
         };
         if code || window.not_here.contains(&t.job) {
             return false;
         }
         window.to_load.insert(t.job.clone());
+        // `waiting` is still the last poll's.
+        if !ctl.waiting.iter().any(|w| w.id == t.id) {
+            ctl.next = Instant::now();
+        }
         true
     }
 }
