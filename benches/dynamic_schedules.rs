@@ -34,9 +34,10 @@
 //! `INSERT`s instead of `put_schedule` (a quicker set-up; the report says so).
 //! `DYNAMIC_SCHEDULES_KILL_AT_SECS=N` kills instance 0 (SIGKILL) N seconds into the
 //! window and reports the ticks due after it: each run once, by whom, how late.
-//! `DYNAMIC_SCHEDULES_WHEN_DUE=1` has the instances load the rows as they come due
-//! (`SchedulerBuilder::load_schedules_when_due`): an instance is ready once the rows
-//! of its first look-ahead are read and applied.
+//! The instances load the rows as they come due (the default:
+//! `SchedulerBuilder::load_schedules_when_due`): an instance is ready once the rows
+//! of its first look-ahead are read and applied. `DYNAMIC_SCHEDULES_WHEN_DUE=0` has
+//! each load every row at start-up instead.
 //! `DYNAMIC_SCHEDULES_STORE=sqlite` runs the instances on one SQLite file instead
 //! (the rows stored with `put_schedules` under `bulk`; no statement or transaction
 //! counts, which are PostgreSQL's statistics).
@@ -1018,7 +1019,7 @@ mod coordinator {
         let startup_limit =
             Duration::from_secs(env_or("DYNAMIC_SCHEDULES_STARTUP_LIMIT_SECS", 600));
         let poll_ms = env_or("DYNAMIC_SCHEDULES_POLL_MS", 5_000);
-        let when_due = std::env::var("DYNAMIC_SCHEDULES_WHEN_DUE").is_ok_and(|v| v == "1");
+        let when_due = !std::env::var("DYNAMIC_SCHEDULES_WHEN_DUE").is_ok_and(|v| v == "0");
         let bulk = std::env::var("DYNAMIC_SCHEDULES_LOAD").is_ok_and(|v| v == "bulk");
         let total = daily + minutely;
         println!(

@@ -73,6 +73,7 @@ pub use outcome::{Outcome, ParseOutcomeError};
 pub use policy::{CatchUp, Overlap, Policy, Retry};
 pub use runtime::{
     BackfillOptions, BackfillReport, Backfiller, DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT,
+    DEFAULT_SCHEDULES_HELD,
 };
 pub use runtime::{DstNote, UpcomingTick, WallTime, upcoming_ticks};
 pub use runtime::{

@@ -36,12 +36,28 @@ fn scheduler(store: &Arc<Faulty>, node: &str, ran: &Ran) -> Scheduler {
 
 /// An instance that loads rows as they come due (`when_due`) or all at once.
 fn scheduler_in(store: &Arc<Faulty>, node: &str, ran: &Ran, when_due: bool) -> Scheduler {
+    scheduler_built(store, node, ran, when_due, 0)
+}
+
+/// An instance that loads rows as they come due and holds `held` at least.
+fn scheduler_held(store: &Arc<Faulty>, node: &str, ran: &Ran, held: usize) -> Scheduler {
+    scheduler_built(store, node, ran, true, held)
+}
+
+fn scheduler_built(
+    store: &Arc<Faulty>,
+    node: &str,
+    ran: &Ran,
+    when_due: bool,
+    held: usize,
+) -> Scheduler {
     let ran = ran.clone();
     Scheduler::builder(store.clone())
         .node_id(node)
         .lease_ttl(TTL)
         .control_poll(Some(Duration::from_millis(500)))
         .load_schedules_when_due(when_due)
+        .schedules_held(held)
         .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
             let ran = ran.clone();
             async move {
@@ -361,6 +377,19 @@ async fn rows_put_while_running_are_not_read_until_due() {
 
 #[tokio::test(start_paused = true)]
 async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
+    minutely_rows(0).await;
+}
+
+/// Under the rows an instance holds at least
+/// ([`SchedulerBuilder::schedules_held`](scheduler_core::SchedulerBuilder::schedules_held)),
+/// no row is let go: each keeps its counts.
+#[tokio::test(start_paused = true)]
+async fn rows_within_the_held_budget_are_not_let_go() {
+    minutely_rows(20).await;
+}
+
+/// Twenty rows every minute for five minutes, `held` rows held at least.
+async fn minutely_rows(held: usize) {
     let memory = store();
     // Twenty rows each once a minute, at second `3 i` of the minute; every other
     // one runs its ticks concurrently, two lease slots taking turns.
@@ -381,7 +410,7 @@ async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
     let ran = Ran::default();
     let store = counted(&memory);
     let started = memory.clock().now();
-    let running = scheduler(&store, "node-a", &ran);
+    let running = scheduler_held(&store, "node-a", &ran, held);
     let stats = running.stats();
     running
         .run_until(tokio::time::sleep(Duration::from_secs(300)))
@@ -409,12 +438,16 @@ async fn rows_not_due_soon_are_let_go_and_loaded_again_before_each_tick() {
         // Let go after each tick (its counts with it) and loaded again before the
         // next: the counts hold at most the last minute's run, not every run.
         let counted = stats.count(&row.name, scheduler_core::Outcome::Succeeded);
-        assert!(
-            counted <= 1 && ticks.len() >= 4,
-            "{}: {counted} runs counted of {}: never let go",
-            row.name,
-            ticks.len()
-        );
+        if held == 0 {
+            assert!(
+                counted <= 1 && ticks.len() >= 4,
+                "{}: {counted} runs counted of {}: never let go",
+                row.name,
+                ticks.len()
+            );
+        } else {
+            assert_eq!(counted, ticks.len() as u64, "{}: let go", row.name);
+        }
     }
 }
 

@@ -267,3 +267,15 @@ fn node_key(node: Option<&String>) -> String {
 fn none_if_empty(node: &str) -> Option<String> {
     (!node.is_empty()).then(|| node.to_owned())
 }
+
+/// A rough check that `text` is a JSON value (the SQL stores ask their database):
+/// enough for unit tests.
+pub(super) fn looks_like_json(text: &str) -> bool {
+    let t = text.trim();
+    let balanced = |open: char, close: char| t.starts_with(open) && t.ends_with(close);
+    balanced('{', '}')
+        || balanced('[', ']')
+        || balanced('"', '"')
+        || t.parse::<f64>().is_ok()
+        || matches!(t, "true" | "false" | "null")
+}

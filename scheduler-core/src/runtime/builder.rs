@@ -1,6 +1,6 @@
 //! [`SchedulerBuilder`]: the options, the jobs, and [`build`](SchedulerBuilder::build),
 //! which checks them all before anything runs and lays each job out over its
-//! lease slots ([`entries_for`]).
+//! lease slots ([`entries_for`](super::entries_for)).
 
 use super::*;
 
@@ -26,10 +26,6 @@ impl std::fmt::Debug for HandlerBox {
     }
 }
 
-/// The bytes a catch-up's lease adds to the job's: `\@` and a tick in Unix
-/// microseconds (at most 19 digits).
-const CATCH_UP_SUFFIX: usize = 2 + 19;
-
 /// A registered job, and the policy it was registered with, if not its own.
 struct JobBox(Arc<dyn Idempotent>, Option<Policy>);
 
@@ -54,6 +50,7 @@ pub(crate) struct Config {
     pub(crate) app_version: Option<String>,
     pub(crate) schedules_when_due: bool,
     pub(crate) look_ahead: Option<Duration>,
+    pub(crate) schedules_held: usize,
 }
 
 /// The settings [`SchedulerBuilder::build`] resolved: nothing left to default.
@@ -75,10 +72,16 @@ pub(crate) struct Settings {
     pub(crate) schedules_when_due: bool,
     /// How far ahead they are read, if not the default.
     pub(crate) look_ahead: Option<Duration>,
+    /// How many rows an instance holds before it lets idle ones go.
+    pub(crate) schedules_held: usize,
 }
 
 /// How often the store's controls are polled unless the builder says otherwise.
 pub const DEFAULT_CONTROL_POLL: Duration = Duration::from_secs(5);
+
+/// How many dynamic schedules an instance holds before it lets idle ones go, unless
+/// the builder says otherwise ([`SchedulerBuilder::schedules_held`]).
+pub const DEFAULT_SCHEDULES_HELD: usize = 10_000;
 
 /// How often an instance records its heartbeat unless the builder says otherwise.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
@@ -102,8 +105,9 @@ impl Default for Config {
             control_poll: Some(DEFAULT_CONTROL_POLL),
             heartbeat: DEFAULT_HEARTBEAT,
             app_version: None,
-            schedules_when_due: false,
+            schedules_when_due: true,
             look_ahead: None,
+            schedules_held: DEFAULT_SCHEDULES_HELD,
         }
     }
 }
@@ -151,8 +155,9 @@ impl SchedulerBuilder {
     /// within this long. A store that announces its changes
     /// ([`Controls::watch`](crate::Controls::watch): PostgreSQL, directly connected)
     /// is polled when one is announced instead, and on this timer only while its
-    /// watch is down, after a failed poll, or while a trigger of a job run here waits
-    /// for the job's lease. Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
+    /// watch is down, after a failed poll, while a trigger of a job run here waits
+    /// for the job's lease, or when it registered handlers (dynamic schedules come
+    /// due without a change: [`load_schedules_when_due`](Self::load_schedules_when_due)). Default [`DEFAULT_CONTROL_POLL`] (5 s); `None` polls never:
     /// pauses still hold (the take itself refuses a paused job), but this instance
     /// then claims no trigger, catches up nothing on a resume, registers no handler
     /// and runs no dynamic schedule. Stores without controls
@@ -162,22 +167,26 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Loads the dynamic schedules as they come due instead of all at start-up
-    /// (default `false`: every instance reads and holds every row of its handlers).
+    /// Loads the dynamic schedules as they come due (the default), or all at
+    /// start-up (`false`: every instance reads and holds every row of its handlers,
+    /// about 1.8 KB each, and every change of every row).
     ///
     /// Each row keeps a bound, its `next_tick`: no tick of it before the bound is
-    /// undecided ([`Controls::due_schedules`](crate::Controls::due_schedules)). With
-    /// this on, the first poll reads no schedule; each poll reads the rows of this
-    /// instance's handlers due within the look-ahead
+    /// undecided ([`Controls::due_schedules`](crate::Controls::due_schedules)). An
+    /// instance that registered handlers reads no schedule at start-up; each poll
+    /// (on the timer, and at once when the store announces a change) reads the rows
+    /// of its handlers due within the look-ahead
     /// ([`schedules_look_ahead`](Self::schedules_look_ahead)) not run here yet, and
-    /// runs them from their bound on. The bounds of the cluster rows run here move
-    /// forward as their ticks are decided, and a row idle until past the look-ahead is
-    /// let go (its counts in [`Scheduler::stats`](crate::Scheduler::stats) with it):
-    /// memory holds the rows due soon, and start-up reads one look-ahead, not every
-    /// row. A triggered row not loaded is read by name to run it, and a resume with
-    /// catch-up that the first poll read of a row not loaded is applied when the row
-    /// loads. Not yet: node-scoped rows are never let go (each node decides their
-    /// ticks, so the row's one bound cannot move past a tick another has not run).
+    /// the changes of the rows it holds; it runs each row from its bound on. The
+    /// bounds of the cluster rows run here move forward as their ticks are decided.
+    /// Once more than [`schedules_held`](Self::schedules_held) rows are held, a row
+    /// idle until past the look-ahead is let go (its counts in
+    /// [`Scheduler::stats`](crate::Scheduler::stats) with it): memory holds the rows
+    /// due soon, and start-up reads one look-ahead, not every row. A triggered row
+    /// not loaded is read by name to run it, and a resume with catch-up that the
+    /// first poll read of a row not loaded is applied when the row loads. Node-scoped
+    /// rows are never let go (each node decides their ticks, so the row's one bound
+    /// cannot move past a tick another has not run).
     pub fn load_schedules_when_due(mut self, on: bool) -> Self {
         self.config.schedules_when_due = on;
         self
@@ -192,6 +201,16 @@ impl SchedulerBuilder {
     /// out slower polls.
     pub fn schedules_look_ahead(mut self, ahead: Duration) -> Self {
         self.config.look_ahead = Some(ahead);
+        self
+    }
+
+    /// How many dynamic schedules an instance holds before it lets idle ones go,
+    /// when they are loaded as they come due
+    /// ([`load_schedules_when_due`](Self::load_schedules_when_due)). Default
+    /// [`DEFAULT_SCHEDULES_HELD`] (10,000, about 18 MB): a smaller table stays
+    /// loaded once each row came due, with its counts. `0` lets every idle row go.
+    pub fn schedules_held(mut self, rows: usize) -> Self {
+        self.config.schedules_held = rows;
         self
     }
 
@@ -325,6 +344,7 @@ impl SchedulerBuilder {
             version,
             schedules_when_due: config.schedules_when_due,
             look_ahead: config.look_ahead,
+            schedules_held: config.schedules_held,
         };
         let node = match config.node.take() {
             Some(node) => node,
@@ -410,125 +430,6 @@ fn check_version(app: Option<String>) -> Result<Arc<str>> {
         }),
         None => Ok(version.into()),
     }
-}
-
-/// The entries of `job` with `policy` on node `node`: one, or one per lease slot of
-/// a job running concurrent ticks. What [`SchedulerBuilder::build`] does for each
-/// job, and the engine for each dynamic schedule it picks up.
-pub(crate) fn entries_for(
-    job: Arc<dyn Idempotent>,
-    policy: Policy,
-    node: &str,
-    holder_prefix: &Arc<str>,
-    now: chrono::DateTime<chrono::Utc>,
-    crons: &mut crate::schedule::CronCache,
-) -> Result<Vec<Entry>> {
-    let name = job.name().to_owned();
-    validate_name(&name)?;
-    let mut entries = Vec::new();
-    let schedule_spec = job.schedule();
-    let schedule = schedule_spec
-        .compile_with(crons)
-        .map_err(|source| Error::InvalidSchedule {
-            job: name.clone(),
-            cause: source,
-        })?;
-    let timing = Timing {
-        period: None,
-        jitter: job.jitter(),
-        window: job.catch_up(),
-        ..policy.timing()
-    };
-    // The period matters only to a jitter or a retry's backoff: measuring a cron
-    // expression's gaps (a walk of 64 ticks) was most of a dynamic schedule's
-    // start-up otherwise.
-    let timing = Timing {
-        period: if timing.jitter.is_zero() && timing.retry.is_none() {
-            None
-        } else {
-            schedule.shortest_gap(now)
-        },
-        ..timing
-    };
-    check_timing(&timing).map_err(|cause| Error::InvalidTiming {
-        job: name.clone(),
-        cause,
-    })?;
-    let scope = job.scope();
-    let lease = LeaseName::for_job(&name, scope, node)?;
-    let name: Arc<str> = name.into();
-    // Concurrent runs: one entry per lease slot, each with its share of the
-    // ticks, skipping a tick whose slot still runs the one `max` before it.
-    let slots = match policy.overlap {
-        Overlap::Concurrent { max: 0 } => {
-            return Err(Error::InvalidTiming {
-                job: name.to_string(),
-                cause: scheduler_spec::TimingError::ZeroConcurrency,
-            });
-        }
-        Overlap::Concurrent { max } => max,
-        _ => 1,
-    };
-    // A tick's slot must be a function of the tick alone, the same on every
-    // instance whenever it was built: the gap is measured from a fixed
-    // instant, not from now (a cron schedule's gaps vary, with DST say).
-    // Only a job with several slots needs it (a calendar walk: 100,000 dynamic
-    // schedules spent most of their start-up here).
-    let gap_ms = if slots > 1 {
-        schedule
-            .shortest_gap(crate::schedule::SLOT_ANCHOR)
-            .and_then(|gap| i64::try_from(gap.as_millis()).ok())
-            .unwrap_or(1000)
-    } else {
-        1000
-    };
-    let policy_whole = policy;
-    for slot in 0..slots {
-        let (lease, cadence_schedule, policy) = if slots == 1 {
-            (lease.clone(), schedule.clone(), policy)
-        } else {
-            let lease = if slot == 0 {
-                lease.clone()
-            } else {
-                LeaseName::new(format!("{lease}\\#{slot}"))?
-            };
-            let policy = policy.overlap(Overlap::Skip);
-            (lease, schedule.slot(slots, slot, gap_ms), policy)
-        };
-        // A resume's catch-up under `CatchUp::All` runs each tick under a lease
-        // of its own, `{lease}\@{micros}`: a name with no room for that suffix
-        // could never be caught up.
-        if matches!(policy_whole.catch_up, crate::policy::CatchUp::All { .. })
-            && lease.as_str().len() + CATCH_UP_SUFFIX > LeaseName::MAX_LEN
-        {
-            return Err(Error::InvalidName {
-                name: name.chars().take(60).collect(),
-                reason: "under catch_up = all, a job's lease name must leave 21 bytes of the \
-                         200 for its catch-ups' leases (`\\@` and the tick in microseconds): \
-                         shorten the job's name (or its node's, for a node-scoped job)",
-            });
-        }
-        entries.push(Entry {
-            lease,
-            slot,
-            job_policy: policy_whole,
-            name: Arc::clone(&name),
-            schedule: schedule.clone(),
-            cadence: Cadence {
-                schedule: cadence_schedule,
-                catch_up: job.catch_up(),
-                jitter: job.jitter(),
-                holder_prefix: Arc::clone(holder_prefix),
-                policy,
-                fenced: job.duplicate() == Duplicate::NeedsFencing,
-            },
-            schedule_text: schedule_spec.to_string(),
-            scope,
-            duplicate: job.duplicate(),
-            job: Arc::clone(&job),
-        });
-    }
-    Ok(entries)
 }
 
 impl Scheduler {

@@ -7,6 +7,7 @@ mod calls;
 mod decide;
 mod dynamic;
 mod engine;
+mod entries;
 mod health;
 mod observe;
 mod preview;
@@ -20,8 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use backfill::{BackfillOptions, BackfillReport, Backfiller};
-pub use builder::{DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT, SchedulerBuilder};
-pub(crate) use builder::{HandlerBox, Settings, entries_for};
+pub use builder::{
+    DEFAULT_CONTROL_POLL, DEFAULT_HEARTBEAT, DEFAULT_SCHEDULES_HELD, SchedulerBuilder,
+};
+pub(crate) use builder::{HandlerBox, Settings};
+pub(crate) use entries::entries_for;
 pub use health::{Health, HealthReport};
 use observe::Observer;
 pub use observe::{RunRecord, RunRecorder, names as metric_names};

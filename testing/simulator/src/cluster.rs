@@ -35,6 +35,9 @@ pub(crate) struct Setup {
     /// Their look-ahead, when not the default (the least the runtime allows: rows
     /// every few seconds are let go and loaded again between ticks).
     pub(crate) look_ahead: Option<Duration>,
+    /// How many rows each instance in that mode holds before it lets idle ones go
+    /// (`SchedulerBuilder::schedules_held`).
+    pub(crate) held: usize,
     /// What the periods of the dynamic schedules operators put are multiplied by
     /// (1 but with the short look-ahead: then rows every 4 to 12 s, let go and
     /// loaded again between ticks).
@@ -131,6 +134,7 @@ impl Cluster {
             .control_poll(self.setup.control_poll)
             .load_schedules_when_due(self.setup.when_due.get(i).copied().unwrap_or(false))
             .schedules_look_ahead(self.setup.look_ahead.unwrap_or(Duration::from_secs(30)))
+            .schedules_held(self.setup.held)
             .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
             .shutdown_grace(Duration::from_secs(2));
         let body = Arc::new(Body {

@@ -94,11 +94,12 @@ const WHEN_DUE_STREAM: u64 = 0x0077_6865_6e64_7565;
 /// even odds, so a seed's cluster has all, none or some of them (a fleet mid-way
 /// through turning it on); and, for half the seeds, the least look-ahead the
 /// runtime allows (three poll intervals), so that rows every few seconds are let
-/// go and loaded again between their ticks. `SIM_NO_WHEN_DUE` set: none (to tell a
+/// go and loaded again between their ticks; and how many rows each holds before
+/// it lets idle ones go (none for two seeds in three). `SIM_NO_WHEN_DUE` set: none (to tell a
 /// defect of that mode from another).
-pub(crate) fn when_due(seed: u64, instances: usize) -> (Vec<bool>, Option<Duration>) {
+pub(crate) fn when_due(seed: u64, instances: usize) -> (Vec<bool>, Option<Duration>, usize) {
     if std::env::var_os("SIM_NO_WHEN_DUE").is_some() {
-        return (Vec::new(), None);
+        return (Vec::new(), None, 0);
     }
     let mut rng = StdRng::seed_from_u64(seed ^ WHEN_DUE_STREAM);
     let mut when_due: Vec<bool> = (0..instances).map(|_| rng.random_bool(0.5)).collect();
@@ -108,5 +109,7 @@ pub(crate) fn when_due(seed: u64, instances: usize) -> (Vec<bool>, Option<Durati
     if std::env::var_os("SIM_WHEN_DUE_NONE").is_some() {
         when_due.iter_mut().for_each(|on| *on = false);
     }
-    (when_due, short)
+    // Held at least: none (every idle row let go), or a few (some let go).
+    let held = [0, 0, 2][rng.random_range(0..3)];
+    (when_due, short, held)
 }

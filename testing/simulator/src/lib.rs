@@ -240,6 +240,7 @@ fn setup(seed: u64, rng: &mut StdRng) -> Setup {
         backfills: false,
         when_due: Vec::new(),
         look_ahead: None,
+        held: 0,
         every_scale: 1,
     }
 }
@@ -301,7 +302,7 @@ pub fn simulate(seed: u64, options: Options) -> Report {
             extras::draw(seed, setup.nodes.len(), setup.jobs.len(), options.chaos);
         setup.dynamic = dynamic;
         setup.backfills = true;
-        (setup.when_due, setup.look_ahead) = extras::when_due(seed, setup.nodes.len());
+        (setup.when_due, setup.look_ahead, setup.held) = extras::when_due(seed, setup.nodes.len());
         if setup.look_ahead.is_some() {
             setup.every_scale = 4;
         }
@@ -344,6 +345,7 @@ pub fn healthy(
         backfills: false,
         when_due: Vec::new(),
         look_ahead: None,
+        held: 0,
         every_scale: 1,
     };
     let rng = StdRng::seed_from_u64(seed);

@@ -112,6 +112,7 @@ pub fn scenario(seed: u64, scenario: Scenario, options: Options) -> Report {
         backfills: true,
         when_due: Vec::new(),
         look_ahead: None,
+        held: 0,
         every_scale: 1,
     };
     let mut script: Vec<(u64, Action)> = scenario

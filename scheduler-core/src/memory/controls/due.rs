@@ -42,6 +42,25 @@ impl Tables {
         due
     }
 
+    /// The rows among `names` changed after `since`, no later than `upto`, by name
+    /// ([`crate::Controls::changed_schedules`]).
+    pub(super) fn changed_among(
+        &self,
+        since: i64,
+        upto: i64,
+        names: &[String],
+    ) -> Vec<ScheduleRow> {
+        let mut rows: Vec<ScheduleRow> = names
+            .iter()
+            .filter_map(|name| self.schedules.get(name))
+            .filter(|s| s.version > since && s.version <= upto)
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows.dedup_by(|a, b| a.name == b.name);
+        rows
+    }
+
     /// Moves the bounds `advances` allow ([`crate::Controls::advance_schedules`]);
     /// how many rows moved (a row advanced twice in one call counts once).
     pub(super) fn advance(&mut self, advances: &[Advance]) -> u64 {

@@ -6,7 +6,7 @@ use std::ops::Bound;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{ControlRow, TriggerRow, node_key, none_if_empty};
+use super::{ControlRow, TriggerRow, looks_like_json, node_key, none_if_empty};
 use crate::control::listing::{self, ListQuery, Listing, RunQuery};
 use crate::control::{
     Advance, ControlAction, ControlRecord, ControlRequest, ControlSignal, ControlState,
@@ -296,16 +296,7 @@ impl ControlTables for MemoryStore {
         names: &[String],
     ) -> Result<Vec<ScheduleRow>> {
         self.call()?;
-        let t = self.tables();
-        let mut rows: Vec<ScheduleRow> = names
-            .iter()
-            .filter_map(|name| t.schedules.get(name))
-            .filter(|s| s.version > since && s.version <= upto)
-            .cloned()
-            .collect();
-        rows.sort_by(|a, b| a.name.cmp(&b.name));
-        rows.dedup_by(|a, b| a.name == b.name);
-        Ok(rows)
+        Ok(self.tables().changed_among(since, upto, names))
     }
 
     async fn read_paused(&self) -> Result<Vec<Pause>> {
@@ -551,16 +542,4 @@ impl ControlTables for MemoryStore {
     fn watch_controls(&self) -> Option<tokio::sync::watch::Receiver<ControlSignal>> {
         self.tables().announce.as_ref().map(|tx| tx.subscribe())
     }
-}
-
-/// A rough check that `text` is a JSON value (the SQL stores ask their database):
-/// enough for unit tests.
-fn looks_like_json(text: &str) -> bool {
-    let t = text.trim();
-    let balanced = |open: char, close: char| t.starts_with(open) && t.ends_with(close);
-    balanced('{', '}')
-        || balanced('[', ']')
-        || balanced('"', '"')
-        || t.parse::<f64>().is_ok()
-        || matches!(t, "true" | "false" | "null")
 }

@@ -140,9 +140,9 @@ impl ControlLoop {
         entries: &[crate::runtime::Entry],
         no_handlers: bool,
         beats: Beats,
-        // With rows loaded as they come due: their look-ahead, if set, and how long
-        // a freed entry waits before it is reused.
-        when_due: Option<(Option<Duration>, Duration)>,
+        // With rows loaded as they come due: their look-ahead, if set, how long a
+        // freed entry waits before it is reused, and how many rows are held.
+        when_due: Option<(Option<Duration>, Duration, usize)>,
     ) -> Self {
         let mut by_name: HashMap<Arc<str>, Range<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -158,8 +158,9 @@ impl ControlLoop {
             ran_here: HashSet::new(),
             refused_at: HashMap::new(),
             rows: std::collections::VecDeque::new(),
-            window: when_due
-                .map(|(ahead, quarantine)| window::Window::new(every, ahead, quarantine)),
+            window: when_due.map(|(ahead, quarantine, held)| {
+                window::Window::new(every, ahead, quarantine, held)
+            }),
             dropped: HashMap::new(),
             relaid: None,
             unresumed: HashMap::new(),

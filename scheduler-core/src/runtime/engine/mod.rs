@@ -238,9 +238,11 @@ impl Engine {
                             s.settings.version.clone(),
                             Retry::new(s.settings.retry_base, s.settings.retry_cap),
                         ),
-                        s.settings.schedules_when_due.then_some((
+                        // An instance with no handler runs no row: nothing to load.
+                        (s.settings.schedules_when_due && !s.handlers.is_empty()).then_some((
                             s.settings.look_ahead,
                             renew_every.saturating_mul(2) + Duration::from_secs(1),
+                            s.settings.schedules_held,
                         )),
                     )
                 }),

@@ -53,19 +53,24 @@ pub(in crate::runtime::engine) struct Window {
     free: HashMap<usize, std::collections::VecDeque<(usize, Instant)>>,
     /// How long a freed entry waits before it is reused.
     quarantine: Duration,
+    /// How many rows are held before idle ones are let go.
+    held: usize,
 }
 
 impl Window {
     /// Rows read every `poll_every`; an entry freed is reused after `quarantine`
-    /// (two renewal periods and a second: no store call is waited for longer).
+    /// (two renewal periods and a second: no store call is waited for longer);
+    /// idle rows let go while more than `held` are held.
     pub(in crate::runtime::engine) fn new(
         poll_every: Duration,
         ahead: Option<Duration>,
         quarantine: Duration,
+        held: usize,
     ) -> Self {
         Self {
             ahead: ahead.unwrap_or(MIN_AHEAD).max(poll_every.saturating_mul(3)),
             quarantine,
+            held,
             ..Self::default()
         }
     }
@@ -196,6 +201,8 @@ impl Engine {
         let triggered: HashSet<&str> = ctl.waiting.iter().map(|t| t.job.as_str()).collect();
         let mut advances = Vec::new();
         let mut let_go = Vec::new();
+        // Only the rows held past the budget are let go.
+        let excess = ctl.dynamic.len().saturating_sub(window.held);
         for (name, d) in &mut ctl.dynamic {
             if !d.cluster {
                 continue;
@@ -215,7 +222,8 @@ impl Engine {
                     next_tick: at,
                 });
             }
-            if undecided.is_some_and(|at| at > horizon)
+            if let_go.len() < excess
+                && undecided.is_some_and(|at| at > horizon)
                 && d.entries.clone().all(|i| self.jobs[i].is_idle())
                 && !triggered.contains(&**name)
                 && !window.paused.contains(&**name)
@@ -348,7 +356,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_freed_block_is_reused_by_a_row_of_as_many_entries() {
         let quarantine = Duration::from_secs(3);
-        let mut window = Window::new(Duration::from_secs(1), None, quarantine);
+        let mut window = Window::new(Duration::from_secs(1), None, quarantine, 0);
         window
             .free
             .entry(1)
