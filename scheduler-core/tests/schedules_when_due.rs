@@ -164,6 +164,45 @@ async fn start_up_reads_only_the_rows_due_and_runs_them() {
     }
 }
 
+/// Loading as they come due is the default of an instance with handlers: built
+/// with no word about it, it reads the rows due and none of the rest.
+#[tokio::test(start_paused = true)]
+async fn rows_load_as_they_come_due_by_default() {
+    let memory = store();
+    let now = memory.clock().now();
+    let mut rows = daily(200, now);
+    rows.push(ScheduleRow::new("second", HANDLER, "every 1s"));
+    setup(&memory, &rows).await;
+    let store = counted(&memory);
+    let ran = Ran::default();
+    let recorded = ran.clone();
+    let scheduler = Scheduler::builder(store.clone())
+        .node_id("node-a")
+        .lease_ttl(TTL)
+        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
+            let ran = recorded.clone();
+            async move {
+                let mut ran = ran.lock().unwrap();
+                ran.entry(ctx.job().to_owned())
+                    .or_default()
+                    .push(ctx.tick().at());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(12)))
+        .await;
+    let read = store.due_rows.load(Ordering::SeqCst);
+    assert!(
+        (1..=10).contains(&read),
+        "{read} rows read as due: the every-second row, once a poll"
+    );
+    let ran = ran.lock().unwrap().clone();
+    assert!(ran.get("second").is_some_and(|t| t.len() >= 5), "{ran:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_instance_started_later_runs_from_the_bound_each_tick_once() {
     let memory = store();
