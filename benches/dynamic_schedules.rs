@@ -38,6 +38,9 @@
 //! `SchedulerBuilder::load_schedules_when_due`): an instance is ready once the rows
 //! of its first look-ahead are read and applied. `DYNAMIC_SCHEDULES_WHEN_DUE=0` has
 //! each load every row at start-up instead.
+//! `DYNAMIC_SCHEDULES_IMPORT_AT_SECS=N` puts `DYNAMIC_SCHEDULES_IMPORT_ROWS`
+//! (1,000,000) more rows through `put_schedules` N seconds into the window, none
+//! due in it: a bulk import into running instances.
 //! `DYNAMIC_SCHEDULES_STORE=sqlite` runs the instances on one SQLite file instead
 //! (the rows stored with `put_schedules` under `bulk`; no statement or transaction
 //! counts, which are PostgreSQL's statistics).
@@ -1232,9 +1235,17 @@ mod coordinator {
         );
         let kill_at = env_or("DYNAMIC_SCHEDULES_KILL_AT_SECS", 0);
         let mut killed_us = None;
+        let import_at = env_or("DYNAMIC_SCHEDULES_IMPORT_AT_SECS", 0);
+        let mut import = None;
         while now_us() < to_us {
             if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
                 receive(&mut instances, line);
+            }
+            if import_at > 0
+                && import.is_none()
+                && now_us() >= from_us + i64::try_from(import_at).unwrap() * 1_000_000
+            {
+                import = Some(rt.spawn(import_rows(db.url.clone())));
             }
             if kill_at > 0
                 && killed_us.is_none()
@@ -1251,6 +1262,13 @@ mod coordinator {
             }
         }
         mark(&mut instances);
+        if let Some(import) = import {
+            let (rows, took) = rt.block_on(import).unwrap();
+            println!(
+                "import: {rows} rows put_schedules'd {import_at} s into the window, in {:.1}s, none due in it (the instances' RSS max below includes it)",
+                took.as_secs_f64()
+            );
+        }
         let load_at_end = load_average();
         for (i, (inst, before)) in instances.iter_mut().zip(&cpu_before).enumerate() {
             if killed_us.is_some() && i == 0 {
@@ -1419,6 +1437,33 @@ mod coordinator {
                 l.len()
             );
         }
+    }
+
+    /// `DYNAMIC_SCHEDULES_IMPORT_ROWS` (1,000,000) daily rows put through
+    /// `put_schedules` in batches of 100,000 while the instances run, each due
+    /// twelve hours from now (none in the window): what a bulk import into a
+    /// running fleet costs each instance. How many, and how long it took.
+    async fn import_rows(url: String) -> (u64, Duration) {
+        let count = env_or("DYNAMIC_SCHEDULES_IMPORT_ROWS", 1_000_000);
+        let store = open_store(&url, 2).await;
+        let c = store.controls().unwrap();
+        use chrono::Timelike as _;
+        let later = Utc::now() + TimeDelta::hours(12);
+        let cron = format!("0 {} {} * * *", later.minute(), later.hour());
+        let began = Instant::now();
+        let mut batch = Vec::with_capacity(100_000);
+        for k in 0..count {
+            batch.push(ScheduleRow::new(
+                format!("import-{k:08}"),
+                REPORT,
+                cron.clone(),
+            ));
+            if batch.len() == 100_000 || k + 1 == count {
+                c.put_schedules(&batch, "bench", "import").await.unwrap();
+                batch.clear();
+            }
+        }
+        (count, began.elapsed())
     }
 
     /// Rows per statement of the bulk load.
