@@ -5,6 +5,7 @@
 //! implements only the reads and writes.
 
 mod checks;
+mod defaults;
 mod polls;
 
 use std::fmt;
@@ -90,17 +91,29 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// The control version now: what a poll reads while nothing changed.
     async fn read_version(&self) -> Result<i64>;
 
-    /// Everything a poll returns once the version moved past `since` (`None`: all),
-    /// in one snapshot; no schedule unless `with_schedules`.
-    async fn read_state(&self, since: Option<i64>, with_schedules: bool) -> Result<ControlState>;
+    /// Everything a poll returns once the version moved past `since` (`None`:
+    /// everything), read in one snapshot.
+    async fn read_state(&self, since: Option<i64>) -> Result<ControlState>;
 
-    /// [`Controls::changed_schedules`].
+    /// [`read_state`](Self::read_state) without the dynamic schedules
+    /// ([`Controls::poll_without_schedules`]). The default reads them and drops them.
+    async fn read_state_without_schedules(&self, since: Option<i64>) -> Result<ControlState> {
+        let state = self.read_state(since).await?;
+        Ok(ControlState {
+            schedules: Vec::new(),
+            ..state
+        })
+    }
+
+    /// [`Controls::changed_schedules`]. The default reads every change since `since`.
     async fn read_changed_schedules(
         &self,
         since: i64,
         upto: i64,
         names: &[String],
-    ) -> Result<Vec<ScheduleRow>>;
+    ) -> Result<Vec<ScheduleRow>> {
+        defaults::changed_schedules(self, since, upto, names).await
+    }
 
     /// [`Controls::paused`].
     async fn read_paused(&self) -> Result<Vec<Pause>>;
@@ -287,15 +300,7 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     /// [`Controls::recent_runs`], the names checked. The default reads
     /// [`read_runs`](Self::read_runs) once per job.
     async fn read_recent_runs(&self, jobs: &[String], per_job: u32) -> Result<Vec<RunRow>> {
-        let (mut found, before) = (Vec::new(), None);
-        for job in jobs {
-            let page = Page {
-                before,
-                limit: per_job,
-            };
-            found.extend(self.read_runs(Some(job), page).await?);
-        }
-        Ok(found)
+        defaults::recent_runs(self, jobs, per_job).await
     }
 
     /// [`Controls::failing_jobs`]. The default reads the latest run of each job
@@ -304,18 +309,7 @@ pub trait ControlTables: Send + Sync + fmt::Debug {
     where
         Self: Sized,
     {
-        let mut failing = Vec::new();
-        let latest_only = Page {
-            before: None,
-            limit: 1,
-        };
-        for job in Controls::known_jobs(self).await? {
-            let latest = self.read_runs(Some(&job), latest_only).await?;
-            if latest.first().is_some_and(|run| run.outcome.is_failure()) {
-                failing.push(job);
-            }
-        }
-        Ok(failing)
+        defaults::failing_jobs(self).await
     }
 
     /// [`Controls::watch`]; `None` by default.

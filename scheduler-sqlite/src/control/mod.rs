@@ -283,12 +283,15 @@ impl ControlTables for SqliteStore {
     }
 
     /// Every part read in one transaction, so they agree with the version.
-    async fn read_state(
+    async fn read_state(&self, since: Option<i64>) -> scheduler_core::Result<ControlState> {
+        Ok(self.control_state(since, true).await?)
+    }
+
+    async fn read_state_without_schedules(
         &self,
         since: Option<i64>,
-        with_schedules: bool,
     ) -> scheduler_core::Result<ControlState> {
-        Ok(self.control_state(since, with_schedules).await?)
+        Ok(self.control_state(since, false).await?)
     }
 
     async fn read_changed_schedules(

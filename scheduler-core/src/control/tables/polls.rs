@@ -17,5 +17,9 @@ pub(super) async fn poll_state<T: ControlTables + ?Sized>(
     {
         return Ok(None);
     }
-    Ok(Some(tables.read_state(since, with_schedules).await?))
+    Ok(Some(if with_schedules {
+        tables.read_state(since).await?
+    } else {
+        tables.read_state_without_schedules(since).await?
+    }))
 }

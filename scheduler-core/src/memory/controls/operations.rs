@@ -250,7 +250,7 @@ impl ControlTables for MemoryStore {
 
     /// One poll, one call: after [`read_version`](Self::read_version) found the
     /// version moved, the state is read without another.
-    async fn read_state(&self, since: Option<i64>, with_schedules: bool) -> Result<ControlState> {
+    async fn read_state(&self, since: Option<i64>) -> Result<ControlState> {
         if since.is_none() {
             self.call()?;
         }
@@ -281,7 +281,7 @@ impl ControlTables for MemoryStore {
             schedules: t
                 .schedules
                 .values()
-                .filter(|s| with_schedules && s.version > after)
+                .filter(|s| s.version > after)
                 // Asked about no version: the live schedules only.
                 .filter(|s| since.is_some() || !s.removed)
                 .cloned()
