@@ -358,8 +358,8 @@ pub async fn an_advance_moves_forward_only_at_the_version_read(store: &SharedSto
 /// A poll without the schedules reads everything else a poll does (the version,
 /// the pauses, the resumes, the open triggers) and no schedule, from scratch or
 /// since a version; the changes of the rows an instance names are read apart
-/// ([`Controls::changed_schedules`](scheduler_core::Controls::changed_schedules)):
-/// the rows named changed within the versions given, removed ones included, by name.
+/// ([`Controls::changed_schedules`]): the rows named changed within the versions
+/// given, removed ones included, by name.
 pub async fn a_poll_without_schedules_reads_the_rest(store: &SharedStore) {
     let c = controls(store);
     let h = "due-poll-h";
