@@ -18,6 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use scheduler_core::{
     ControlRequest, Controls, DueSchedule, JobContext, MemoryStore, ScheduleRow, Scheduler,
+    SchedulerBuilder,
 };
 use support::{Faulty, mid_second, store};
 
@@ -51,25 +52,28 @@ fn scheduler_built(
     when_due: bool,
     held: usize,
 ) -> Scheduler {
-    let ran = ran.clone();
-    Scheduler::builder(store.clone())
+    let builder = Scheduler::builder(store.clone())
         .node_id(node)
         .lease_ttl(TTL)
         .control_poll(Some(Duration::from_millis(500)))
         .load_schedules_when_due(when_due)
-        .schedules_held(held)
-        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
-            let ran = ran.clone();
-            async move {
-                let mut ran = ran.lock().unwrap();
-                ran.entry(ctx.job().to_owned())
-                    .or_default()
-                    .push(ctx.tick().at());
-                Ok(())
-            }
-        })
-        .build()
-        .expect("build")
+        .schedules_held(held);
+    recording(builder, ran).build().expect("build")
+}
+
+/// `builder` with the handler that records each run's tick in `ran`.
+fn recording(builder: SchedulerBuilder, ran: &Ran) -> SchedulerBuilder {
+    let ran = ran.clone();
+    builder.handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
+        let ran = ran.clone();
+        async move {
+            let mut ran = ran.lock().unwrap();
+            ran.entry(ctx.job().to_owned())
+                .or_default()
+                .push(ctx.tick().at());
+            Ok(())
+        }
+    })
 }
 
 /// `n` rows due once a day at the hour six hours from `now` (far beyond any
@@ -175,22 +179,10 @@ async fn rows_load_as_they_come_due_by_default() {
     setup(&memory, &rows).await;
     let store = counted(&memory);
     let ran = Ran::default();
-    let recorded = ran.clone();
-    let scheduler = Scheduler::builder(store.clone())
+    let builder = Scheduler::builder(store.clone())
         .node_id("node-a")
-        .lease_ttl(TTL)
-        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
-            let ran = recorded.clone();
-            async move {
-                let mut ran = ran.lock().unwrap();
-                ran.entry(ctx.job().to_owned())
-                    .or_default()
-                    .push(ctx.tick().at());
-                Ok(())
-            }
-        })
-        .build()
-        .expect("build");
+        .lease_ttl(TTL);
+    let scheduler = recording(builder, &ran).build().expect("build");
     scheduler
         .run_until(tokio::time::sleep(Duration::from_secs(12)))
         .await;
@@ -273,24 +265,12 @@ async fn a_trigger_of_a_row_not_loaded_does_not_wait_for_the_timer() {
     let now = memory.clock().now();
     setup(&memory, &daily(3, now)).await;
     let ran = Ran::default();
-    let recorded = ran.clone();
-    let scheduler = Scheduler::builder(memory.clone())
+    let builder = Scheduler::builder(memory.clone())
         .node_id("node-a")
         .lease_ttl(TTL)
         .control_poll(Some(Duration::from_secs(30)))
-        .load_schedules_when_due(true)
-        .handler(HANDLER, move |ctx: JobContext, _args: Arc<str>| {
-            let ran = recorded.clone();
-            async move {
-                let mut ran = ran.lock().unwrap();
-                ran.entry(ctx.job().to_owned())
-                    .or_default()
-                    .push(ctx.tick().at());
-                Ok(())
-            }
-        })
-        .build()
-        .expect("build");
+        .load_schedules_when_due(true);
+    let scheduler = recording(builder, &ran).build().expect("build");
     let operator = {
         let memory = memory.clone();
         async move {
