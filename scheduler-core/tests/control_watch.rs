@@ -27,6 +27,12 @@ fn minutely(store: &std::sync::Arc<scheduler_core::MemoryStore>, log: &Log) -> P
     job
 }
 
+/// Sleeps until [`SECOND_OF_MINUTE`] of a minute on `store`'s clock.
+async fn to_second_of_minute(store: &std::sync::Arc<scheduler_core::MemoryStore>) {
+    let into = store.clock().now().timestamp().rem_euclid(60);
+    sleep(u64::try_from((SECOND_OF_MINUTE - into).rem_euclid(60)).unwrap_or(0) * 1_000).await;
+}
+
 /// Runs `scheduler` until `operator` ends; returns what it returned.
 #[allow(clippy::expect_used)]
 async fn run_while<T: Send + 'static>(
@@ -50,8 +56,7 @@ async fn an_idle_instance_polls_the_controls_only_when_a_change_is_announced() {
     // Ten and a half seconds into a minute: the trigger, 182 s later, and its second
     // of grace do not meet a minutely tick (from the 58th second of a minute they
     // did, and that tick's run counted as the trigger's).
-    let into = store.clock().now().timestamp().rem_euclid(60);
-    sleep(u64::try_from((SECOND_OF_MINUTE - into).rem_euclid(60)).unwrap_or(0) * 1_000).await;
+    to_second_of_minute(&store).await;
     // The default poll interval (5 s): without the watch, 36 polls in three minutes.
     let scheduler = builder(&store)
         .job(minutely(&store, &log))
@@ -239,8 +244,7 @@ async fn an_instance_loading_rows_as_they_come_due_polls_when_a_change_is_announ
     let (store, log) = (store(), Log::default());
     store.announce_controls(true);
     mid_second(&store).await;
-    let into = store.clock().now().timestamp().rem_euclid(60);
-    sleep(u64::try_from((SECOND_OF_MINUTE - into).rem_euclid(60)).unwrap_or(0) * 1_000).await;
+    to_second_of_minute(&store).await;
     let scheduler = builder(&store)
         .control_poll(Some(Duration::from_secs(60)))
         .load_schedules_when_due(true)
