@@ -2,8 +2,8 @@
 //! real PostgreSQL server.
 //!
 //! The scenario: 100,000 per-tenant daily reports (cron, UTC, tenant `k` at second
-//! `k·86400/100000` of the day) and 1,000 every-minute schedules (cron, spread over
-//! the minute's seconds), stored through [`Controls::put_schedule`] before any
+//! `k·86400/100000` of the day), 1,000 hourly reports (spread over the hour) and
+//! 1,000 every-minute schedules (cron, spread over the minute's seconds), stored through [`Controls::put_schedule`] before any
 //! instance starts (the time that takes is reported). Then three instances, each an
 //! OS process of its own (this binary run again with [`CHILD_ENV`] set, connected as
 //! a database role of its own), each registering the two handlers; a run does about
@@ -26,12 +26,20 @@
 //! Runs against a throwaway server of its own, or `DATABASE_URL`'s (then without
 //! per-role statement counts unless `pg_stat_statements` is already loaded there).
 //! Sizes and durations from the environment: `DYNAMIC_SCHEDULES_DAILY` (100000),
-//! `DYNAMIC_SCHEDULES_MINUTELY` (1000), `DYNAMIC_SCHEDULES_INSTANCES` (3),
+//! `DYNAMIC_SCHEDULES_HOURLY` (a hundredth of the daily rows: hourly reports, each at a
+//! second of the hour spread over it), `DYNAMIC_SCHEDULES_MINUTELY` (1000),
+//! `DYNAMIC_SCHEDULES_INSTANCES` (3),
 //! `DYNAMIC_SCHEDULES_WINDOW_SECS` (180), `DYNAMIC_SCHEDULES_PUT_TASKS` (concurrent
 //! `put_schedule` callers, 4), `DYNAMIC_SCHEDULES_STARTUP_LIMIT_SECS` (600),
 //! `DYNAMIC_SCHEDULES_POLL_MS` (the instances' control poll, 5000: the default).
 //! `DYNAMIC_SCHEDULES_LOAD=bulk` stores the rows with the bench's own chunked
 //! `INSERT`s instead of `put_schedule` (a quicker set-up; the report says so).
+//! Rows whose first tick passes while they are stored are due when the instances
+//! start: that backlog (a million rows take about half a minute to store, ten
+//! million five) is caught up by the instances as they start, and the report counts
+//! it. `DYNAMIC_SCHEDULES_BACKLOG=0` (PostgreSQL) moves those rows' bounds to their
+//! next tick instead, as a fleet that had been running would have left them, so that
+//! start-up measures loading the rows alone.
 //! `DYNAMIC_SCHEDULES_KILL_AT_SECS=N` kills instance 0 (SIGKILL) N seconds into the
 //! window and reports the ticks due after it: each run once, by whom, how late.
 //! The instances load the rows as they come due (the default:
@@ -100,46 +108,83 @@ fn now_us() -> i64 {
     Utc::now().timestamp_micros()
 }
 
-/// Job `index`'s name: daily reports first, then the every-minute schedules.
-fn job_name(index: u64, daily: u64) -> String {
-    if index < daily {
-        format!("report-{index:06}")
-    } else {
-        format!("minute-{:04}", index - daily)
-    }
+/// The rows' mix: `daily` reports spread over the day, `hourly` ones spread over
+/// the hour, `minutely` schedules spread over the minute. A row's index runs over
+/// the daily rows first, then the hourly, then the every-minute ones.
+#[derive(Clone, Copy, Debug)]
+struct Mix {
+    daily: u64,
+    hourly: u64,
+    minutely: u64,
 }
 
-/// The index of the job named `name` (see [`job_name`]).
-fn job_index(name: &str, daily: u64) -> Option<u32> {
-    let index = match (name.strip_prefix("report-"), name.strip_prefix("minute-")) {
-        (Some(k), _) => k.parse::<u64>().ok()?,
-        (_, Some(j)) => daily + j.parse::<u64>().ok()?,
-        _ => return None,
-    };
-    u32::try_from(index).ok()
-}
+impl Mix {
+    fn total(self) -> u64 {
+        self.daily + self.hourly + self.minutely
+    }
 
-/// The schedule rows: `daily` reports spread over the day, `minutely` schedules
-/// spread over the minute.
-fn rows(daily: u64, minutely: u64) -> Vec<ScheduleRow> {
-    let mut rows = Vec::with_capacity(usize::try_from(daily + minutely).unwrap());
-    for k in 0..daily {
-        let second = k * 86_400 / daily;
-        let cron = format!(
-            "{} {} {} * * *",
-            second % 60,
-            second / 60 % 60,
-            second / 3600
-        );
-        let mut row = ScheduleRow::new(job_name(k, daily), REPORT, cron);
-        row.args = format!(r#"{{"tenant": {k}}}"#);
-        rows.push(row);
+    /// Which of the three a row is: 0 daily, 1 hourly, 2 every minute.
+    fn kind(self, index: u64) -> usize {
+        if index < self.daily {
+            0
+        } else if index < self.daily + self.hourly {
+            1
+        } else {
+            2
+        }
     }
-    for j in 0..minutely {
-        let cron = format!("{} * * * * *", j * 60 / minutely);
-        rows.push(ScheduleRow::new(job_name(daily + j, daily), MINUTE, cron));
+
+    /// Row `index`'s name.
+    fn name(self, index: u64) -> String {
+        match self.kind(index) {
+            0 => format!("report-{index:06}"),
+            1 => format!("hourly-{:06}", index - self.daily),
+            _ => format!("minute-{:04}", index - self.daily - self.hourly),
+        }
     }
-    rows
+
+    /// The index of the row named `name` (see [`Mix::name`]).
+    fn index(self, name: &str) -> Option<u32> {
+        let (kind, k) = name.split_once('-')?;
+        let k = k.parse::<u64>().ok()?;
+        let index = match kind {
+            "report" => k,
+            "hourly" => self.daily + k,
+            "minute" => self.daily + self.hourly + k,
+            _ => return None,
+        };
+        u32::try_from(index).ok()
+    }
+
+    /// The schedule rows, in index order.
+    fn rows(self) -> Vec<ScheduleRow> {
+        let mut rows = Vec::with_capacity(usize::try_from(self.total()).unwrap());
+        for k in 0..self.daily {
+            let second = k * 86_400 / self.daily;
+            let cron = format!(
+                "{} {} {} * * *",
+                second % 60,
+                second / 60 % 60,
+                second / 3600
+            );
+            let mut row = ScheduleRow::new(self.name(k), REPORT, cron);
+            row.args = format!(r#"{{"tenant": {k}}}"#);
+            rows.push(row);
+        }
+        for h in 0..self.hourly {
+            let second = h * 3_600 / self.hourly;
+            let cron = format!("{} {} * * * *", second % 60, second / 60);
+            let mut row = ScheduleRow::new(self.name(self.daily + h), REPORT, cron);
+            row.args = format!(r#"{{"tenant": {h}}}"#);
+            rows.push(row);
+        }
+        for j in 0..self.minutely {
+            let cron = format!("{} * * * * *", j * 60 / self.minutely);
+            let name = self.name(self.daily + self.hourly + j);
+            rows.push(ScheduleRow::new(name, MINUTE, cron));
+        }
+        rows
+    }
 }
 
 /// CPU seconds (utime + stime) of process `pid`, from `/proc/PID/stat`.
@@ -680,7 +725,15 @@ mod instance {
         let started_us = now_us();
         let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
         let url = var("DS_URL");
-        let daily: u64 = var("DS_DAILY").parse().unwrap();
+        let mix: Vec<u64> = var("DS_MIX")
+            .split(',')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let mix = Mix {
+            daily: mix[0],
+            hourly: mix[1],
+            minutely: mix[2],
+        };
         let expect: u64 = var("DS_EXPECT").parse().unwrap();
         let records_path = var("DS_RECORDS");
         let poll = Duration::from_millis(var("DS_POLL_MS").parse().unwrap());
@@ -738,7 +791,7 @@ mod instance {
                     let runs = runs.clone();
                     async move {
                         let start_us = now_us();
-                        if let Some(job) = job_index(ctx.job(), daily) {
+                        if let Some(job) = mix.index(ctx.job()) {
                             let r = Run {
                                 job,
                                 tick_us: ctx.tick().at().timestamp_micros(),
@@ -815,7 +868,7 @@ mod instance {
             let mut counted = serde_json::Map::new();
             for outcome in outcomes {
                 let total: u64 = (0..expect)
-                    .map(|i| stats.count(&job_name(i, daily), outcome))
+                    .map(|i| stats.count(&mix.name(i), outcome))
                     .sum();
                 counted.insert(outcome.as_str().to_owned(), total.into());
             }
@@ -1016,6 +1069,12 @@ mod coordinator {
     pub(super) fn run() {
         let daily = env_or("DYNAMIC_SCHEDULES_DAILY", 100_000);
         let minutely = env_or("DYNAMIC_SCHEDULES_MINUTELY", 1_000);
+        let hourly = env_or("DYNAMIC_SCHEDULES_HOURLY", daily / 100);
+        let mix = Mix {
+            daily,
+            hourly,
+            minutely,
+        };
         let count = usize::try_from(env_or("DYNAMIC_SCHEDULES_INSTANCES", 3)).unwrap();
         let window = Duration::from_secs(env_or("DYNAMIC_SCHEDULES_WINDOW_SECS", 180));
         let put_tasks = env_or("DYNAMIC_SCHEDULES_PUT_TASKS", 4).max(1);
@@ -1024,9 +1083,9 @@ mod coordinator {
         let poll_ms = env_or("DYNAMIC_SCHEDULES_POLL_MS", 5_000);
         let when_due = !std::env::var("DYNAMIC_SCHEDULES_WHEN_DUE").is_ok_and(|v| v == "0");
         let bulk = std::env::var("DYNAMIC_SCHEDULES_LOAD").is_ok_and(|v| v == "bulk");
-        let total = daily + minutely;
+        let total = mix.total();
         println!(
-            "dynamic_schedules: {daily} daily + {minutely} every-minute schedules, {count} instances, \
+            "dynamic_schedules: {daily} daily + {hourly} hourly + {minutely} every-minute schedules, {count} instances, \
              {}s window; load average at start {}",
             window.as_secs(),
             load_average()
@@ -1061,9 +1120,10 @@ mod coordinator {
                 .register_handlers("bench-loader", &[REPORT.into(), MINUTE.into()]),
         )
         .unwrap();
-        let all_rows = Arc::new(rows(daily, minutely));
+        let all_rows = Arc::new(mix.rows());
         let loader = Arc::new(loader);
         let began = Instant::now();
+        let load_began_at = Utc::now();
         let load = if bulk {
             if sqlite {
                 rt.block_on(async {
@@ -1118,6 +1178,15 @@ mod coordinator {
         let read_time = began.elapsed();
         assert_eq!(stored.len() as u64, total, "rows stored");
         drop(loader);
+        let backlog = std::env::var("DYNAMIC_SCHEDULES_BACKLOG").map_or(true, |v| v != "0");
+        if !backlog && !sqlite {
+            let moved = rt.block_on(skip_backlog(conn(), &stored, load_began_at));
+            println!(
+                "backlog skipped (DYNAMIC_SCHEDULES_BACKLOG=0): {moved} rows whose first tick passed while the rows were stored start at their next tick"
+            );
+        } else if !backlog {
+            println!("DYNAMIC_SCHEDULES_BACKLOG=0 is PostgreSQL's only: the backlog is kept");
+        }
 
         // The instances.
         if db.stat_statements {
@@ -1137,7 +1206,7 @@ mod coordinator {
                 let mut child = Command::new(std::env::current_exe().unwrap())
                     .env(CHILD_ENV, i.to_string())
                     .env("DS_URL", url)
-                    .env("DS_DAILY", daily.to_string())
+                    .env("DS_MIX", format!("{daily},{hourly},{minutely}"))
                     .env("DS_EXPECT", total.to_string())
                     .env("DS_RECORDS", &records)
                     .env("DS_POLL_MS", poll_ms.to_string())
@@ -1308,7 +1377,7 @@ mod coordinator {
         }
 
         // The verdict.
-        let expected = expected_ticks(&stored, daily, from_us, to_us);
+        let expected = expected_ticks(&stored, mix, from_us, to_us);
         let mut runs: Vec<(u32, i64, i64, usize)> = Vec::new();
         for (i, inst) in instances.iter().enumerate() {
             let Ok(text) = std::fs::read_to_string(&inst.records) else {
@@ -1320,9 +1389,9 @@ mod coordinator {
                 runs.push((u32::try_from(job).unwrap(), tick, start, i));
             }
         }
-        let verdict = judge(&expected, &runs, from_us, to_us, daily);
+        let verdict = judge(&expected, &runs, from_us, to_us, mix);
         if let Some(killed_us) = killed_us {
-            after_the_kill(&stored, daily, &runs, killed_us, to_us, instances.len());
+            after_the_kill(&stored, mix, &runs, killed_us, to_us, instances.len());
         }
         // Ticks due while the instances started: from the first spawn (next whole
         // second) until the last instance was ready (or the window opened).
@@ -1331,6 +1400,17 @@ mod coordinator {
             .map(|i| i.spawned_us)
             .min()
             .unwrap_or(from_us);
+        // The backlog: ticks due before any instance started (passed while the rows
+        // were stored), each row's latest caught up once by its catch-up policy.
+        let mut backlog: HashMap<(u32, i64), usize> = HashMap::new();
+        for r in runs.iter().filter(|r| r.1 < spawned_us) {
+            *backlog.entry((r.0, r.1)).or_default() += 1;
+        }
+        println!(
+            "backlog: {} ticks due before the first instance started ran ({} more than once)",
+            backlog.len(),
+            backlog.values().filter(|&&n| n > 1).count()
+        );
         let spawned_us = (spawned_us / 1_000_000 + 1) * 1_000_000;
         let ready_us = instances
             .iter()
@@ -1344,16 +1424,15 @@ mod coordinator {
             .unwrap_or(from_us)
             .min(from_us);
         let startup = judge(
-            &expected_ticks(&stored, daily, spawned_us, ready_us),
+            &expected_ticks(&stored, mix, spawned_us, ready_us),
             &runs,
             spawned_us,
             ready_us,
-            daily,
+            mix,
         );
 
         print_report(&Report {
-            daily,
-            minutely,
+            mix,
             window,
             put_time,
             load,
@@ -1388,7 +1467,7 @@ mod coordinator {
     /// seconds after the kill, until 40 s and after that.
     fn after_the_kill(
         stored: &[ScheduleRow],
-        daily: u64,
+        mix: Mix,
         runs: &[(u32, i64, i64, usize)],
         killed_us: i64,
         to_us: i64,
@@ -1396,11 +1475,11 @@ mod coordinator {
     ) {
         let from_us = (killed_us / 1_000_000 + 1) * 1_000_000;
         let v = judge(
-            &expected_ticks(stored, daily, from_us, to_us),
+            &expected_ticks(stored, mix, from_us, to_us),
             runs,
             from_us,
             to_us,
-            daily,
+            mix,
         );
         println!(
             "after the kill: ticks due {}, ran {}, duplicates {}, missed {}",
@@ -1526,21 +1605,48 @@ mod coordinator {
         }
     }
 
+    /// Moves on the bound of every row whose first tick passed while the rows were
+    /// stored (`DYNAMIC_SCHEDULES_BACKLOG=0`) to its first tick after now, as a fleet
+    /// that had been running would have left it: start-up then measures loading the
+    /// rows, not running the load's backlog. Never moves a bound earlier: every put
+    /// came after `loaded_from` and before now. How many rows moved.
+    async fn skip_backlog(
+        conn: &DatabaseConnection,
+        rows: &[ScheduleRow],
+        loaded_from: DateTime<Utc>,
+    ) -> usize {
+        let now = Utc::now();
+        let margin = TimeDelta::from_std(scheduler_core::TickBounds::MARGIN).unwrap();
+        let mut then = scheduler_core::TickBounds::new(loaded_from);
+        let mut next = scheduler_core::TickBounds::new(now + margin);
+        let (names, bounds): (Vec<String>, Vec<DateTime<Utc>>) = rows
+            .iter()
+            .filter(|r| then.bound(r) <= now)
+            .map(|r| (r.name.clone(), next.bound(r)))
+            .unzip();
+        for (names, bounds) in names.chunks(BULK_CHUNK).zip(bounds.chunks(BULK_CHUNK)) {
+            conn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "UPDATE scheduler_leases_schedules s SET next_tick = u.next \
+                 FROM unnest($1::text[], $2::timestamptz[]) AS u(name, next) WHERE s.name = u.name",
+                vec![names.to_vec().into(), bounds.to_vec().into()],
+            ))
+            .await
+            .unwrap();
+        }
+        names.len()
+    }
+
     /// Every (job, tick) due in `[from, to)`, from the stored schedule texts, with
     /// the `cron` crate.
-    fn expected_ticks(
-        rows: &[ScheduleRow],
-        daily: u64,
-        from_us: i64,
-        to_us: i64,
-    ) -> Vec<(u32, i64)> {
+    fn expected_ticks(rows: &[ScheduleRow], mix: Mix, from_us: i64, to_us: i64) -> Vec<(u32, i64)> {
         let from = DateTime::from_timestamp_micros(from_us).unwrap();
         let to = DateTime::from_timestamp_micros(to_us).unwrap();
         let mut parsed: HashMap<&str, cron::Schedule> = HashMap::new();
         let mut expected = Vec::new();
         for row in rows {
             assert!(row.zone.is_none() && row.enabled, "{row:?}");
-            let job = job_index(&row.name, daily).expect("a bench row");
+            let job = mix.index(&row.name).expect("a bench row");
             let schedule = parsed
                 .entry(row.schedule.as_str())
                 .or_insert_with(|| cron::Schedule::from_str(&row.schedule).unwrap());
@@ -1559,14 +1665,15 @@ mod coordinator {
 
     struct Verdict {
         expected: usize,
-        expected_daily: usize,
+        /// Of the ticks due: daily, hourly, every minute.
+        expected_by_kind: [usize; 3],
         ran: usize,
         runs: usize,
         duplicates: usize,
         missed: Vec<(u32, i64)>,
         unexpected: usize,
-        /// Lateness in ms: all, daily, every-minute.
-        late: [Vec<f64>; 3],
+        /// Lateness in ms: all, daily, hourly, every-minute.
+        late: [Vec<f64>; 4],
         runs_by_instance: Vec<usize>,
         /// Duplicated (job, tick) pairs outside the window too.
         duplicates_all: usize,
@@ -1577,7 +1684,7 @@ mod coordinator {
         runs: &[(u32, i64, i64, usize)],
         from_us: i64,
         to_us: i64,
-        daily: u64,
+        mix: Mix,
     ) -> Verdict {
         let mut by_tick: HashMap<(u32, i64), usize> = HashMap::new();
         for r in runs {
@@ -1588,12 +1695,12 @@ mod coordinator {
         let window_runs: Vec<_> = runs.iter().filter(|r| in_window(r.1)).collect();
         let instances = runs.iter().map(|r| r.3 + 1).max().unwrap_or(0);
         let mut runs_by_instance = vec![0; instances];
-        let mut late: [Vec<f64>; 3] = Default::default();
+        let mut late: [Vec<f64>; 4] = Default::default();
         for r in &window_runs {
             runs_by_instance[r.3] += 1;
             let ms = (r.2 - r.1) as f64 / 1e3;
             late[0].push(ms);
-            late[if u64::from(r.0) < daily { 1 } else { 2 }].push(ms);
+            late[1 + mix.kind(u64::from(r.0))].push(ms);
         }
         for l in &mut late {
             l.sort_unstable_by(f64::total_cmp);
@@ -1616,7 +1723,12 @@ mod coordinator {
             .count();
         Verdict {
             expected: expected.len(),
-            expected_daily: expected.iter().filter(|e| u64::from(e.0) < daily).count(),
+            expected_by_kind: [0, 1, 2].map(|k| {
+                expected
+                    .iter()
+                    .filter(|e| mix.kind(u64::from(e.0)) == k)
+                    .count()
+            }),
             ran,
             runs: window_runs.len(),
             duplicates,
@@ -1636,8 +1748,7 @@ mod coordinator {
     }
 
     struct Report<'a> {
-        daily: u64,
-        minutely: u64,
+        mix: Mix,
         window: Duration,
         put_time: Duration,
         /// How the rows were stored.
@@ -1659,8 +1770,8 @@ mod coordinator {
         let secs = r.window.as_secs_f64();
         let v = &r.verdict;
         println!(
-            "\n== dynamic schedules: {} daily + {} every-minute rows ==",
-            r.daily, r.minutely
+            "\n== dynamic schedules: {} daily + {} hourly + {} every-minute rows ==",
+            r.mix.daily, r.mix.hourly, r.mix.minutely
         );
         println!(
             "load: {} rows in {:.1}s ({:.0}/s) through {}; all rows read back (Controls::schedules) in {:.2}s",
@@ -1753,10 +1864,11 @@ mod coordinator {
             }
         }
         println!(
-            "\nticks due in the window: {} ({} daily, {} every-minute); ran {} ({:.4}); runs {}; duplicates {}; missed {}; runs of no expected tick {}; duplicates over the whole run {}",
+            "\nticks due in the window: {} ({} daily, {} hourly, {} every-minute); ran {} ({:.4}); runs {}; duplicates {}; missed {}; runs of no expected tick {}; duplicates over the whole run {}",
             v.expected,
-            v.expected_daily,
-            v.expected - v.expected_daily,
+            v.expected_by_kind[0],
+            v.expected_by_kind[1],
+            v.expected_by_kind[2],
             v.ran,
             v.ran as f64 / v.expected.max(1) as f64,
             v.runs,
@@ -1776,7 +1888,10 @@ mod coordinator {
                 total as f64 / v.expected.max(1) as f64
             );
         }
-        for (label, late) in ["all", "daily", "every-minute"].iter().zip(&v.late) {
+        for (label, late) in ["all", "daily", "hourly", "every-minute"]
+            .iter()
+            .zip(&v.late)
+        {
             println!(
                 "lateness ({label}): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} runs",
                 quantile(late, 0.5),
@@ -1793,7 +1908,7 @@ mod coordinator {
                 .map(|(job, tick)| {
                     format!(
                         "{} @ {}",
-                        job_name(u64::from(*job), r.daily),
+                        r.mix.name(u64::from(*job)),
                         DateTime::from_timestamp_micros(*tick)
                             .unwrap()
                             .format("%H:%M:%S")

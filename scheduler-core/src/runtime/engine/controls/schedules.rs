@@ -99,10 +99,14 @@ impl Engine {
                         relaid.insert(row.name.as_str().into(), won);
                     }
                 }
-                for i in old.entries {
+                for i in old.entries.clone() {
                     let mut events = Vec::new();
                     self.jobs[i].retire(&mut events);
                     self.act(i, &mut events);
+                }
+                // Loaded as they come due: freed for reuse once idle.
+                if let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) {
+                    window.retired.push(old.entries);
                 }
                 info!(schedule = %row.name, "dynamic schedule dropped or changed");
             }

@@ -51,6 +51,9 @@ pub(in crate::runtime::engine) struct Window {
     /// each with when: reused by a row of as many loaded once no store call's
     /// answer about the old row can still come ([`Window::reusable`]).
     free: HashMap<usize, std::collections::VecDeque<(usize, Instant)>>,
+    /// Entries of old versions of rows changed or removed, each block freed once
+    /// every entry in it is idle (a run under way ends as it would first).
+    pub(in crate::runtime::engine) retired: Vec<std::ops::Range<usize>>,
     /// How long a freed entry waits before it is reused.
     quarantine: Duration,
     /// How many rows are held before idle ones are let go.
@@ -231,6 +234,19 @@ impl Engine {
                 let_go.push(std::sync::Arc::clone(name));
             }
         }
+        // The old versions' entries whose runs ended are freed as well.
+        let jobs = &mut self.jobs;
+        window.retired.retain(|block| {
+            if !block.clone().all(|i| jobs[i].is_idle()) {
+                return true;
+            }
+            for i in block.clone() {
+                jobs[i] = JobTicks::default();
+            }
+            let free = window.free.entry(block.len()).or_default();
+            free.push_back((block.start, Instant::now()));
+            false
+        });
         for name in let_go {
             let Some(d) = ctl.dynamic.remove(&name) else {
                 continue;
@@ -373,5 +389,36 @@ mod tests {
         assert_eq!(window.reusable(2), Some(4));
         assert_eq!(window.reusable(2), None, "reused once");
         assert_eq!(window.reusable(1), Some(7));
+    }
+
+    /// A row changed again and again takes no more room than it needs: the entries
+    /// of each old version, once idle, are freed and reused by the next version
+    /// after their quarantine. Before, every change added entries kept until the
+    /// instance restarted (a table of rows changed every day grew every day).
+    #[tokio::test(start_paused = true)]
+    async fn the_entries_of_a_changed_row_are_reused_once_idle() {
+        let scheduler = crate::Scheduler::builder(crate::MemoryStore::new())
+            .node_id("n")
+            .handler("h", |_ctx, _args| async { Ok(()) })
+            .build()
+            .expect("a scheduler");
+        let mut engine = crate::runtime::engine::Engine::new(scheduler);
+        let row = |version: i64| {
+            let mut row = ScheduleRow::new("r", "h", format!("0 {version} 3 * * *"));
+            row.version = version;
+            row
+        };
+        engine.apply_schedules(vec![row(1)]);
+        let first = engine.jobs.len();
+        for version in 2..12 {
+            engine.apply_schedules(vec![row(version)]);
+            engine.window_read();
+            tokio::time::sleep(Duration::from_secs(120)).await;
+        }
+        assert!(
+            engine.jobs.len() <= first + 2,
+            "{} entries for one row after ten changes ({first} after its first version)",
+            engine.jobs.len()
+        );
     }
 }
