@@ -106,7 +106,9 @@ impl Engine {
                 }
                 // Loaded as they come due: freed for reuse once idle.
                 if let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) {
-                    window.retired.push(old.entries);
+                    window
+                        .retired
+                        .push((old.entries, tokio::time::Instant::now()));
                 }
                 info!(schedule = %row.name, "dynamic schedule dropped or changed");
             }

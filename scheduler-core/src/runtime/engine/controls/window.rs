@@ -51,9 +51,11 @@ pub(in crate::runtime::engine) struct Window {
     /// each with when: reused by a row of as many loaded once no store call's
     /// answer about the old row can still come ([`Window::reusable`]).
     free: HashMap<usize, std::collections::VecDeque<(usize, Instant)>>,
-    /// Entries of old versions of rows changed or removed, each block freed once
-    /// every entry in it is idle (a run under way ends as it would first).
-    pub(in crate::runtime::engine) retired: Vec<std::ops::Range<usize>>,
+    /// Entries of old versions of rows changed or removed, each block with when it
+    /// was retired: freed once every entry in it is idle and a quarantine has
+    /// passed since (a take sent before the retirement may still be answered and
+    /// its run start: it ends as it would first).
+    pub(in crate::runtime::engine) retired: Vec<(std::ops::Range<usize>, Instant)>,
     /// How long a freed entry waits before it is reused.
     quarantine: Duration,
     /// How many rows are held before idle ones are let go.
@@ -234,10 +236,12 @@ impl Engine {
                 let_go.push(std::sync::Arc::clone(name));
             }
         }
-        // The old versions' entries whose runs ended are freed as well.
+        // The old versions' entries whose runs ended are freed as well, once no
+        // take sent before their retirement can still be answered.
         let jobs = &mut self.jobs;
-        window.retired.retain(|block| {
-            if !block.clone().all(|i| jobs[i].is_idle()) {
+        let quarantine = window.quarantine;
+        window.retired.retain(|(block, retired)| {
+            if retired.elapsed() < quarantine || !block.clone().all(|i| jobs[i].is_idle()) {
                 return true;
             }
             for i in block.clone() {
