@@ -302,9 +302,9 @@ async fn edge_10_a_handler_registration_ends_with_its_instance() {
 }
 
 /// Edge 11: a dynamic schedule changed and removed over and over runs as its row
-/// says, every time (the entries it retires are kept, not reclaimed: documented
-/// limit, "An instance keeps the retired entries of a dynamic schedule changed or
-/// removed (each its job entry and tick state) until it restarts.").
+/// says, every time (documented limit: an instance that loads every row at start-up
+/// keeps the entries it retires until it restarts; one loading rows as they come due
+/// reuses them once idle).
 #[test]
 fn edge_11_a_dynamic_schedule_changed_and_removed_runs_as_its_row_says() {
     let mut script = Vec::new();
