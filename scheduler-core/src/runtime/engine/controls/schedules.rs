@@ -106,9 +106,7 @@ impl Engine {
                 }
                 // Loaded as they come due: freed for reuse once idle.
                 if let Some(window) = self.ctl.as_mut().and_then(|c| c.window.as_mut()) {
-                    window
-                        .retired
-                        .push((old.entries, tokio::time::Instant::now()));
+                    window.retire(old.entries);
                 }
                 info!(schedule = %row.name, "dynamic schedule dropped or changed");
             }

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::super::Engine;
+use super::super::jobs::Jobs;
 use crate::control::{Advance, Controls, DueCursor, DueSchedule, ScheduleRow, Trigger};
 use crate::job::Scope;
 use crate::runtime::decide::JobTicks;
@@ -55,7 +56,7 @@ pub(in crate::runtime::engine) struct Window {
     /// was retired: freed once every entry in it is idle and a quarantine has
     /// passed since (a take sent before the retirement may still be answered and
     /// its run start: it ends as it would first).
-    pub(in crate::runtime::engine) retired: Vec<(std::ops::Range<usize>, Instant)>,
+    retired: Vec<(std::ops::Range<usize>, Instant)>,
     /// How long a freed entry waits before it is reused.
     quarantine: Duration,
     /// How many rows are held before idle ones are let go.
@@ -90,6 +91,22 @@ impl Window {
         }
         free.pop_front();
         Some(i)
+    }
+
+    /// The entries of a row's old version (the row changed or removed), retired
+    /// now: freed for reuse once idle and quarantined.
+    pub(in crate::runtime::engine) fn retire(&mut self, block: std::ops::Range<usize>) {
+        self.retired.push((block, Instant::now()));
+    }
+
+    /// Frees `block` (its entries' tick state dropped): reused whole by a row of as
+    /// many entries once quarantined.
+    fn free(&mut self, jobs: &mut Jobs, block: std::ops::Range<usize>) {
+        for i in block.clone() {
+            jobs[i] = JobTicks::default();
+        }
+        let free = self.free.entry(block.len()).or_default();
+        free.push_back((block.start, Instant::now()));
     }
 
     /// The bound row `name` was read with as due, if it was (once: it is loaded).
@@ -238,29 +255,21 @@ impl Engine {
         }
         // The old versions' entries whose runs ended are freed as well, once no
         // take sent before their retirement can still be answered.
-        let jobs = &mut self.jobs;
-        let quarantine = window.quarantine;
-        window.retired.retain(|(block, retired)| {
-            if retired.elapsed() < quarantine || !block.clone().all(|i| jobs[i].is_idle()) {
-                return true;
+        for (block, retired) in std::mem::take(&mut window.retired) {
+            if retired.elapsed() >= window.quarantine
+                && block.clone().all(|i| self.jobs[i].is_idle())
+            {
+                window.free(&mut self.jobs, block);
+            } else {
+                window.retired.push((block, retired));
             }
-            for i in block.clone() {
-                jobs[i] = JobTicks::default();
-            }
-            let free = window.free.entry(block.len()).or_default();
-            free.push_back((block.start, Instant::now()));
-            false
-        });
+        }
         for name in let_go {
             let Some(d) = ctl.dynamic.remove(&name) else {
                 continue;
             };
             ctl.by_name.remove(&name);
-            for i in d.entries.clone() {
-                self.jobs[i] = JobTicks::default();
-            }
-            let free = window.free.entry(d.entries.len()).or_default();
-            free.push_back((d.entries.start, Instant::now()));
+            window.free(&mut self.jobs, d.entries);
             self.s.stats.untrack(&name);
         }
         let held = ctl
